@@ -1,0 +1,57 @@
+# Thin wrapper around CMake. Every target installs missing Debian packages
+# first (scripts/install-deps.sh), so a fresh Debian 12 machine needs nothing
+# but this repository.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps deps-dev build demo check asan tsan fuzz fuzz-smoke bench clean format
+
+all: build
+
+deps:
+	@./scripts/install-deps.sh
+
+deps-dev:
+	@./scripts/install-deps.sh --dev
+
+build: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@./scripts/demo.sh $(BUILD)
+
+check: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+asan: deps-dev
+	@cmake -S . -B build-asan -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DTW_SANITIZE=ON >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	@cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# Threaded code under ThreadSanitizer (tests labelled "tsan").
+tsan: deps-dev
+	@cmake -S . -B build-tsan -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DTW_TSAN=ON >/dev/null
+	@cmake --build build-tsan -j $(JOBS)
+	@cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L tsan $(CTEST_ARGS)
+
+FUZZ_SECONDS ?= 600
+fuzz: deps-dev
+	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DTW_FUZZ=ON -DTW_SANITIZE=ON >/dev/null
+	@cmake --build build-fuzz -j $(JOBS)
+	@./scripts/run-fuzz.sh build-fuzz $(FUZZ_SECONDS)
+
+fuzz-smoke:
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=20
+
+bench: build
+	@./scripts/bench.sh $(BUILD)
+
+format:
+	@clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build build-asan build-tsan build-fuzz

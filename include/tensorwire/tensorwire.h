@@ -1,0 +1,13 @@
+/*
+ * tensorwire public API, umbrella header.
+ *
+ * Only what is declared under include/tensorwire/ is exported from
+ * libtensorwire; everything else is internal and may change.
+ */
+#ifndef TENSORWIRE_H
+#define TENSORWIRE_H
+
+#include "tensorwire/error.h"
+#include "tensorwire/version.h"
+
+#endif

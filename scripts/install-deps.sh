@@ -1,0 +1,25 @@
+#!/bin/sh
+# Installs the Debian 12 packages tensorwire needs, when any is missing.
+#   scripts/install-deps.sh          build + test dependencies
+#   scripts/install-deps.sh --dev    also clang and its sanitizer/fuzzer runtimes
+# As root it runs apt-get; as another user it prints the command to run.
+set -eu
+pkgs="build-essential cmake pkg-config libfabric-dev libfabric-bin libssl-dev python3 procps"
+if [ "${1:-}" = "--dev" ]; then
+    pkgs="$pkgs clang libclang-rt-14-dev valgrind"
+fi
+missing=""
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+    echo "tensorwire needs:$missing" >&2
+    echo "run: sudo apt-get install -y$missing" >&2
+    exit 1
+fi
+echo "installing:$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing

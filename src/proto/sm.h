@@ -1,0 +1,87 @@
+/*
+ * Connection state machine for protocol v1, without I/O.
+ *
+ * One struct tw_sm per connection and per side. Feed it every message the
+ * side sends (tw__sm_on_send) and receives (tw__sm_on_recv) *after* the codec
+ * decoded it; it answers 0 when the message is legal at this point of the
+ * sequence and a TW_E* verdict otherwise (docs/protocol.md, "Sequences" and
+ * "Error handling"). Receive verdicts tell the caller how to react:
+ *
+ *   tw__sm_verdict_is_fatal(v) != 0  send ERROR(PROTOCOL_ERROR, request_id 0)
+ *                                   and close the connection;
+ *   otherwise                       answer ERROR(tw__sm_verdict_wire_code(v))
+ *                                   for that request id; connection lives.
+ *
+ * A return of TW_SM_STALE (positive) from tw__sm_on_recv means "a message for
+ * a request this side already ended (it crossed an ERROR): discard it".
+ *
+ * Ownership: the state machine owns its request table (allocated by
+ * tw__sm_init, freed by tw__sm_destroy). It keeps no pointer into messages.
+ * Not thread-safe: one connection, one thread at a time.
+ */
+#ifndef TW_PROTO_SM_H
+#define TW_PROTO_SM_H
+
+#include <stdint.h>
+
+#include "proto.h"
+
+enum tw_role { TW_ROLE_CLIENT = 0, TW_ROLE_SERVER = 1 };
+
+enum tw_conn_phase {
+    TW_PHASE_HELLO = 0, /* server: awaiting HELLO; client: HELLO to send */
+    TW_PHASE_HELLO_ACK, /* client sent HELLO, awaiting HELLO_ACK */
+    TW_PHASE_AUTH,      /* awaiting AUTH (server) / AUTH to send (client) */
+    TW_PHASE_AUTH_OK,   /* client sent AUTH, awaiting AUTH_OK */
+    TW_PHASE_READY,     /* requests may flow */
+    TW_PHASE_CLOSING,   /* GOODBYE sent or received: no new requests */
+    TW_PHASE_DEAD       /* fatal error: nothing more is legal */
+};
+
+enum tw_req_kind {
+    TW_REQ_NONE = 0,
+    TW_REQ_TENSOR_REQUEST,
+    TW_REQ_TENSOR_PUT,
+    TW_REQ_LIST,
+    TW_REQ_STAT,
+    TW_REQ_DELETE,
+    TW_REQ_PING,
+    TW_REQ_STATS
+};
+
+#define TW_SM_STALE 1
+
+struct tw_sm_req; /* opaque request slot */
+
+struct tw_sm {
+    enum tw_role role;
+    enum tw_conn_phase phase;
+    uint64_t caps;          /* negotiated, valid from READY on */
+    uint32_t max_frame;     /* negotiated payload limit (pre-auth: lower) */
+    uint32_t max_inflight;  /* negotiated */
+    int auth_required;
+    int fabric_state;       /* 0 none, 1 offered, 2 accepted, 3 declined */
+    int goodbye_sent, goodbye_received;
+    uint64_t highest_request_id; /* ids are strictly increasing per connection */
+    uint32_t inflight;
+    uint32_t table_cap;
+    struct tw_sm_req *table;
+};
+
+/* max_inflight_local: the most requests this side will track (what it
+ * announces in HELLO / HELLO_ACK). Returns 0 or -ENOMEM. */
+int tw__sm_init(struct tw_sm *sm, enum tw_role role, uint32_t max_inflight_local);
+void tw__sm_destroy(struct tw_sm *sm);
+
+int tw__sm_on_send(struct tw_sm *sm, const struct tw_msg *msg);
+int tw__sm_on_recv(struct tw_sm *sm, const struct tw_msg *msg);
+
+/* Verdict classification (see the comment at the top). */
+int tw__sm_verdict_is_fatal(int verdict);
+uint32_t tw__sm_verdict_wire_code(int verdict);
+
+/* Introspection for callers and tests. */
+int tw__sm_request_active(const struct tw_sm *sm, uint64_t request_id);
+enum tw_req_kind tw__sm_request_kind(const struct tw_sm *sm, uint64_t request_id);
+
+#endif

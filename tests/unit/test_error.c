@@ -1,0 +1,36 @@
+#include <errno.h>
+
+#include "tensorwire/tensorwire.h"
+#include "tw_test.h"
+
+static void wire_codes_map_one_to_one(void)
+{
+    for (int c = 1; c <= TW_WIRE_ERROR_MAX; c++) {
+        int err = TW_ERR_FROM_WIRE(c);
+        TW_ASSERT(strcmp(tw_strerror_name(err), "UNKNOWN") != 0);
+        TW_ASSERT_EQ(-err - TW_WIRE_ERROR_BASE, c);
+    }
+    TW_ASSERT_STR_EQ(tw_strerror_name(TW_ENOTFOUND), "NOT_FOUND");
+    TW_ASSERT_STR_EQ(tw_strerror_name(TW_EDEVICE), "DEVICE_UNAVAILABLE");
+}
+
+static void errno_passes_through(void)
+{
+    TW_ASSERT_STR_EQ(tw_strerror_name(-ECONNREFUSED), "ECONNREFUSED");
+    TW_ASSERT_STR_EQ(tw_strerror(-ENOMEM), strerror(ENOMEM));
+}
+
+static void unknown_codes_never_null(void)
+{
+    TW_ASSERT_STR_EQ(tw_strerror(-99999), "unknown error");
+    TW_ASSERT_STR_EQ(tw_strerror_name(12345), "UNKNOWN");
+    TW_ASSERT_STR_EQ(tw_version(), TW_VERSION_STRING);
+}
+
+int main(void)
+{
+    TW_RUN(wire_codes_map_one_to_one);
+    TW_RUN(errno_passes_through);
+    TW_RUN(unknown_codes_never_null);
+    TW_DONE();
+}
