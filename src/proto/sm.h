@@ -76,9 +76,18 @@ void tw__sm_destroy(struct tw_sm *sm);
 int tw__sm_on_send(struct tw_sm *sm, const struct tw_msg *msg);
 int tw__sm_on_recv(struct tw_sm *sm, const struct tw_msg *msg);
 
-/* Verdict classification (see the comment at the top). */
-int tw__sm_verdict_is_fatal(int verdict);
+/* Verdict classification (see the comment at the top). tag is the tag of the
+ * frame the verdict is about: a descriptor or name verdict (EBAD_NAME,
+ * EBAD_DTYPE, EBAD_SHAPE, EOVERFLOW, EBAD_DEVICE_TAG, ENOT_NEGOTIATED for a
+ * descriptor CRC) on a request-opening frame (TENSOR_REQUEST, TENSOR_PUT,
+ * LIST, STAT, DELETE) is request-level: the frame's bounds were intact. */
+int tw__sm_verdict_is_fatal(int verdict, uint32_t tag);
 uint32_t tw__sm_verdict_wire_code(int verdict);
+
+/* A request-opening frame whose payload failed a request-level rule: the
+ * request id is consumed (must still be increasing: EDUP_REQUEST otherwise)
+ * without opening a request. The caller answers ERROR(code, id). */
+int tw__sm_reject_request(struct tw_sm *sm, const struct tw_frame_header *hdr);
 
 /* Introspection for callers and tests. */
 int tw__sm_request_active(const struct tw_sm *sm, uint64_t request_id);
