@@ -9,5 +9,6 @@
 
 #include "tensorwire/error.h"
 #include "tensorwire/version.h"
+#include "tensorwire/client.h"
 
 #endif
