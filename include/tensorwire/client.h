@@ -232,6 +232,8 @@ struct tw_batch_item {
     void *buf;      /* get: destination; put: source (not written) */
     size_t len;     /* get: capacity in bytes; put: bytes to send */
     int status;     /* out: 0 or a negative code */
+    uint64_t latency_ns; /* out: from sending the request to its last reply
+                            (0 when it was never sent) */
 };
 TW_EXTERN int tw_batch_get(tw_client *c, struct tw_batch_item *items, size_t n);
 TW_EXTERN int tw_batch_put(tw_client *c, struct tw_batch_item *items, size_t n);

@@ -510,6 +510,9 @@ static int batch(tw_client *c, struct tw_batch_item *items, size_t n, enum tw__o
     rc = tw__engine_run(c, reqs, n);
     for (size_t i = 0; i < n; i++) {
         items[i].status = reqs[i].status;
+        items[i].latency_ns = reqs[i].t_end > reqs[i].t_start && reqs[i].t_start
+                                  ? reqs[i].t_end - reqs[i].t_start
+                                  : 0;
         if (reqs[i].status && !first)
             first = reqs[i].status;
     }

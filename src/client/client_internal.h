@@ -98,6 +98,7 @@ struct tw__creq {
     uint8_t ping[TW_PING_PAYLOAD_LEN];
     struct tw__collect *collect; /* LIST, STATS */
     size_t index;            /* position in the run, for error reporting */
+    uint64_t t_start, t_end; /* CLOCK_MONOTONIC ns: sent, finished */
 };
 
 /* One segment of the send queue: bytes in the send buffer (ptr NULL, at
@@ -191,6 +192,8 @@ int tw__engine_on_data(struct tw_client *c, const struct tw_msg *msg);
 /* Ends request r with status (records the error message for the run). */
 void tw__engine_finish(struct tw_client *c, struct tw__creq *r, int status, const char *msg,
                        size_t msg_len);
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t tw__client_now_ns(void);
 /* Chooses the data plane for one transfer (inline only for now). */
 const struct tw__client_dp_ops *tw__client_pick_data_plane(struct tw_client *c,
                                                            const struct tw__creq *r);

@@ -18,8 +18,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "client/client_internal.h"
+
+uint64_t tw__client_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static int status_from_wire(uint32_t code)
 {
@@ -35,8 +43,11 @@ void tw__engine_finish(struct tw_client *c, struct tw__creq *r, int status, cons
         return;
     r->finished = 1;
     r->status = status;
-    if (r->started && c->run_active > 0)
-        c->run_active--;
+    if (r->started) {
+        r->t_end = tw__client_now_ns();
+        if (c->run_active > 0)
+            c->run_active--;
+    }
     if (status < 0 && r->index < c->err_index) {
         c->err_index = r->index;
         if (msg)
@@ -397,6 +408,7 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
         return TW_EINVAL;
     }
     r->started = 1;
+    r->t_start = tw__client_now_ns();
     rc = tw__conn_queue(c, &m);
     if (rc) {
         r->started = 0;
