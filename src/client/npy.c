@@ -277,8 +277,9 @@ long tw__npy_write_header(uint8_t dtype, uint8_t ndim, const uint64_t *shape, ui
         *is_void = v;
     n = snprintf(dict, sizeof(dict), "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     for (unsigned i = 0; i < ndim; i++)
-        n += snprintf(dict + n, sizeof(dict) - (size_t)n, "%llu,%s",
-                      (unsigned long long)shape[i], i + 1 < ndim ? " " : "");
+        /* NumPy's spelling: "(5,)", "(2, 3)", "()". */
+        n += snprintf(dict + n, sizeof(dict) - (size_t)n, "%llu%s", (unsigned long long)shape[i],
+                      ndim == 1 ? "," : i + 1 < ndim ? ", " : "");
     n += snprintf(dict + n, sizeof(dict) - (size_t)n, "), }");
     dlen = (size_t)n;
     /* Version 1.0 unless the padded header exceeds its u16 length. */
