@@ -7,13 +7,24 @@
  * sequence and a TW_E* verdict otherwise (docs/protocol.md, "Sequences" and
  * "Error handling"). Receive verdicts tell the caller how to react:
  *
- *   tw__sm_verdict_is_fatal(v) != 0  send ERROR(PROTOCOL_ERROR, request_id 0)
- *                                   and close the connection;
+ *   tw__sm_verdict_is_fatal(v) != 0  send ERROR(tw__sm_fatal_wire_code(v),
+ *                                   request_id 0) -- PROTOCOL_ERROR for all
+ *                                   but EBAD_VERSION -- and close;
  *   otherwise                       answer ERROR(tw__sm_verdict_wire_code(v))
  *                                   for that request id; connection lives.
  *
+ * After a fatal receive verdict the machine is in TW_PHASE_DEAD and accepts
+ * only the sending of ERROR with request id 0. After a request-level receive
+ * verdict the id is already consumed (a request-opening frame) or the request
+ * already ended (RDMA_REGISTER length mismatch): do not call
+ * tw__sm_reject_request, just send the ERROR. On_send verdicts change
+ * nothing: they report a bug of this side, and the frame must not be sent.
+ *
  * A return of TW_SM_STALE (positive) from tw__sm_on_recv means "a message for
- * a request this side already ended (it crossed an ERROR): discard it".
+ * a request this side already ended (it crossed an ERROR, or a cancel crossed
+ * the last reply): discard it". Any id at or below the highest id seen that
+ * is not in flight is stale. Sending ERROR for such an id is legal (that is
+ * how a rejected request is answered); sending anything else is not.
  *
  * Ownership: the state machine owns its request table (allocated by
  * tw__sm_init, freed by tw__sm_destroy). It keeps no pointer into messages.
@@ -66,6 +77,12 @@ struct tw_sm {
     uint32_t inflight;
     uint32_t table_cap;
     struct tw_sm_req *table;
+    /* Handshake bookkeeping (additive to the original layout). */
+    uint32_t local_max_inflight; /* what tw__sm_init was given */
+    uint64_t hello_caps;         /* caps announced in HELLO (masked) */
+    uint32_t hello_max_frame;    /* limits announced in HELLO */
+    uint32_t hello_max_inflight;
+    uint32_t negotiated_max_frame; /* from HELLO_ACK; becomes max_frame at READY */
 };
 
 /* max_inflight_local: the most requests this side will track (what it
@@ -83,6 +100,10 @@ int tw__sm_on_recv(struct tw_sm *sm, const struct tw_msg *msg);
  * LIST, STAT, DELETE) is request-level: the frame's bounds were intact. */
 int tw__sm_verdict_is_fatal(int verdict, uint32_t tag);
 uint32_t tw__sm_verdict_wire_code(int verdict);
+/* Code for the ERROR(id 0) that answers a fatal verdict: UNSUPPORTED_VERSION
+ * for TW_EBAD_VERSION, UNAUTHORIZED for TW_EUNAUTHORIZED, else
+ * PROTOCOL_ERROR. */
+uint32_t tw__sm_fatal_wire_code(int verdict);
 
 /* A request-opening frame whose payload failed a request-level rule: the
  * request id is consumed (must still be increasing: EDUP_REQUEST otherwise)

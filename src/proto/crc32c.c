@@ -1,0 +1,116 @@
+/*
+ * CRC32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum carried
+ * by descriptors with TW_DESC_HAS_CRC32C.
+ *
+ * Two implementations: slicing-by-8 tables (portable, ~1-2 GB/s) and the
+ * SSE4.2 crc32 instruction (~10+ GB/s on one core), chosen once at run time
+ * with __builtin_cpu_supports so one binary runs on any x86-64. Both compute
+ * the same function; tests compare them on random buffers.
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "proto/crc32c.h"
+#include "proto/proto.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <nmmintrin.h>
+#define TW_HAVE_SSE42_PATH 1
+#endif
+
+#define POLY 0x82F63B78u
+
+static uint32_t table[8][256];
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+static void table_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ POLY : c >> 1;
+        table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            table[t][i] = (table[t - 1][i] >> 8) ^ table[0][table[t - 1][i] & 0xFF];
+}
+
+uint32_t tw__crc32c_sw(uint32_t crc, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    pthread_once(&table_once, table_init);
+    crc = ~crc;
+    while (len && ((uintptr_t)p & 7)) {
+        crc = (crc >> 8) ^ table[0][(crc ^ *p++) & 0xFF];
+        len--;
+    }
+    while (len >= 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + 4, 4);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        lo = __builtin_bswap32(lo);
+        hi = __builtin_bswap32(hi);
+#endif
+        lo ^= crc;
+        crc = table[7][lo & 0xFF] ^ table[6][(lo >> 8) & 0xFF] ^ table[5][(lo >> 16) & 0xFF] ^
+              table[4][lo >> 24] ^ table[3][hi & 0xFF] ^ table[2][(hi >> 8) & 0xFF] ^
+              table[1][(hi >> 16) & 0xFF] ^ table[0][hi >> 24];
+        p += 8;
+        len -= 8;
+    }
+    while (len--)
+        crc = (crc >> 8) ^ table[0][(crc ^ *p++) & 0xFF];
+    return ~crc;
+}
+
+#ifdef TW_HAVE_SSE42_PATH
+__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, const void *buf,
+                                                                size_t len)
+{
+    const uint8_t *p = buf;
+    uint64_t c = ~crc;
+    while (len && ((uintptr_t)p & 7)) {
+        c = _mm_crc32_u8((uint32_t)c, *p++);
+        len--;
+    }
+#if defined(__x86_64__)
+    while (len >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = _mm_crc32_u64(c, v);
+        p += 8;
+        len -= 8;
+    }
+#endif
+    while (len--)
+        c = _mm_crc32_u8((uint32_t)c, *p++);
+    return ~(uint32_t)c;
+}
+#endif
+
+int tw__crc32c_hw_available(void)
+{
+#ifdef TW_HAVE_SSE42_PATH
+    return __builtin_cpu_supports("sse4.2") ? 1 : 0;
+#else
+    return 0;
+#endif
+}
+
+uint32_t tw__crc32c_hw(uint32_t crc, const void *buf, size_t len)
+{
+#ifdef TW_HAVE_SSE42_PATH
+    if (tw__crc32c_hw_available())
+        return crc32c_sse42(crc, buf, len);
+#endif
+    return tw__crc32c_sw(crc, buf, len);
+}
+
+uint32_t tw__crc32c(uint32_t crc, const void *buf, size_t len)
+{
+    /* __builtin_cpu_supports reads a table filled by a constructor: cheap,
+     * so no function pointer cache (and no race) is needed. */
+    return tw__crc32c_hw(crc, buf, len);
+}
