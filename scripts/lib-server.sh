@@ -34,21 +34,21 @@ tw_server_start() {
     done
     echo "tw_server_start: no 'listening on' line within 10 s:" >&2
     cat "$_w/server.log" >&2
-    kill "$TW_SERVER_PID" 2>/dev/null
+    kill "$TW_SERVER_PID" 2>/dev/null || :
     return 1
 }
 
 tw_server_stop() {
     [ -n "${TW_SERVER_PID:-}" ] || return 0
-    kill -TERM "$TW_SERVER_PID" 2>/dev/null
+    kill -TERM "$TW_SERVER_PID" 2>/dev/null || :
     _i=0
-    while kill -0 "$TW_SERVER_PID" 2>/dev/null && [ $_i -lt 50 ]; do
+    while [ $_i -lt 50 ] && kill -0 "$TW_SERVER_PID" 2>/dev/null; do
         sleep 0.1
         _i=$((_i + 1))
     done
-    kill -KILL "$TW_SERVER_PID" 2>/dev/null
-    wait "$TW_SERVER_PID" 2>/dev/null
-    _rc=$?
+    kill -KILL "$TW_SERVER_PID" 2>/dev/null || :
+    _rc=0
+    wait "$TW_SERVER_PID" 2>/dev/null || _rc=$?
     TW_SERVER_PID=
     return $_rc
 }

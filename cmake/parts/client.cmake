@@ -18,3 +18,5 @@ endforeach()
 add_test(NAME test_cli COMMAND sh ${CMAKE_SOURCE_DIR}/tests/integration/test_cli.sh)
 set_tests_properties(test_cli PROPERTIES TIMEOUT 90 LABELS integration SKIP_RETURN_CODE 77
   ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")
+add_dependencies(test_client_lib tensorwired)
+add_dependencies(test_client_concurrent tensorwired)

@@ -124,7 +124,7 @@ out_close:
 }
 
 /* Writes text to a fresh file under /tmp; path receives its name. */
-static void tw_test_write_file(char *path, size_t cap, const char *text)
+__attribute__((unused)) static void tw_test_write_file(char *path, size_t cap, const char *text)
 {
     snprintf(path, cap, "/tmp/tw-test-%d-XXXXXX", (int)getpid());
     int fd = mkstemp(path);

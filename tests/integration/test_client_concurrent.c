@@ -38,7 +38,7 @@ static void *worker_main(void *arg)
     struct tw_client_options o;
     tw_client *c = NULL;
     struct tw_batch_item items[ITEMS];
-    char names[ITEMS][48];
+    char names[ITEMS][24];
     uint8_t *src = malloc((size_t)ITEMS * MAXLEN), *dst = malloc((size_t)ITEMS * MAXLEN);
     uint8_t *shared = malloc(SHARED_LEN);
     int rc;
@@ -116,7 +116,7 @@ static void *worker_main(void *arg)
     }
     for (int i = 0; i < ITEMS; i++)
         if (tw_delete(c, names[i]) != 0) {
-            snprintf(w->why, sizeof(w->why), "delete %s failed", names[i]);
+            snprintf(w->why, sizeof(w->why), "delete %.24s failed", names[i]);
             goto out_fail;
         }
     goto out_close;

@@ -30,7 +30,7 @@ static void test_parse_numpy_header(void)
     TW_ASSERT_EQ_U64(info.shape[0], 2);
     TW_ASSERT_EQ_U64(info.shape[1], 3);
     TW_ASSERT_EQ_U64(info.byte_length, 24);
-    TW_ASSERT_EQ(info.data_offset, 64);
+    TW_ASSERT_EQ(info.data_offset, n);
 }
 
 static void test_parse_scalar_and_1d(void)
@@ -138,12 +138,28 @@ static void test_write_then_parse_every_dtype(void)
     TW_ASSERT_ERR(tw__npy_write_header(99, 1, &one, small, sizeof(small), NULL), TW_EINVAL);
 }
 
+static void test_write_matches_numpy_spelling(void)
+{
+    uint8_t buf[256];
+    uint64_t s2[2] = {2, 3}, s1[1] = {5};
+    const char want2[] = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+    const char want1[] = "{'descr': '|u1', 'fortran_order': False, 'shape': (5,), }";
+    long n = tw__npy_write_header(TW_F32, 2, s2, buf, sizeof(buf), NULL);
+    TW_ASSERT_EQ(n, 128);
+    TW_ASSERT_MEM_EQ(buf, "\x93NUMPY\x01\x00\x76\x00", 10);
+    TW_ASSERT_MEM_EQ(buf + 10, want2, sizeof(want2) - 1);
+    n = tw__npy_write_header(TW_U8, 1, s1, buf, sizeof(buf), NULL);
+    TW_ASSERT_EQ(n, 128);
+    TW_ASSERT_MEM_EQ(buf + 10, want1, sizeof(want1) - 1);
+    TW_ASSERT_EQ(buf[10 + sizeof(want1) - 1], ' ');
+}
+
 static void test_write_scalar(void)
 {
     uint8_t buf[128];
     struct tw__npy_info info;
     long n = tw__npy_write_header(TW_F64, 0, NULL, buf, sizeof(buf), NULL);
-    TW_ASSERT_EQ(n, 64);
+    TW_ASSERT_EQ(n, 128);
     TW_ASSERT(memmem(buf, (size_t)n, "'shape': ()", 11) != NULL);
     TW_ASSERT_OK(tw__npy_parse(buf, (size_t)n, 0, &info, err, sizeof(err)));
     TW_ASSERT_EQ(info.ndim, 0);
@@ -218,6 +234,7 @@ int main(void)
     TW_RUN(test_parse_needs_more);
     TW_RUN(test_void_dtypes);
     TW_RUN(test_write_then_parse_every_dtype);
+    TW_RUN(test_write_matches_numpy_spelling);
     TW_RUN(test_write_scalar);
     TW_RUN(test_parse_size);
     TW_RUN(test_parse_shape);
