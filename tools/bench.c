@@ -17,11 +17,13 @@
 
 static const char usage_bench[] =
     "usage: tensorwire bench [--op get|put] [--size SIZE] [--count N] [--inflight N]\n"
-    "                        [--warmup N] [--sockbuf SIZE] [--json]\n"
+    "                        [--warmup N] [--rounds R] [--sockbuf SIZE] [--json]\n"
     "  Moves COUNT tensors of SIZE bytes (default 4Ki; K/M/G = 1000^n, Ki/Mi/Gi =\n"
     "  1024^n) with INFLIGHT requests outstanding on one connection (default 16),\n"
     "  after WARMUP untimed ones, then the same through a raw TCP loopback\n"
     "  request/response loop, and prints throughput, p50/p99 latency and the ratio.\n"
+    "  R rounds (default 3) alternate the two; throughput is the median round,\n"
+    "  latency percentiles are over all requests.\n"
     "  Default COUNT: as many as make 1 GiB (at least 8, at most 100000).\n"
     "  Client buffers are capped at 1 GiB: beyond that, in-flight requests share\n"
     "  buffers (contents are not verified here; the integration tests do that).\n"
@@ -37,13 +39,20 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static void summarize(uint64_t *lat, uint64_t n, uint64_t size, uint64_t elapsed_ns,
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* rates: requests/s of each round (sorted here); lat: all samples (sorted). */
+static void summarize(uint64_t *lat, uint64_t n, uint64_t size, double *rates, uint64_t rounds,
                       struct result *r)
 {
     qsort(lat, n, sizeof(*lat), cmp_u64);
-    double secs = (double)elapsed_ns / 1e9;
-    r->bytes_per_s = secs > 0 ? (double)size * (double)n / secs : 0;
-    r->ops_per_s = secs > 0 ? (double)n / secs : 0;
+    qsort(rates, rounds, sizeof(*rates), cmp_double);
+    r->ops_per_s = rounds % 2 ? rates[rounds / 2] : (rates[rounds / 2 - 1] + rates[rounds / 2]) / 2;
+    r->bytes_per_s = r->ops_per_s * (double)size;
     r->p50_us = (double)lat[n / 2] / 1e3;
     uint64_t i99 = (n * 99) / 100;
     r->p99_us = (double)lat[i99 < n ? i99 : n - 1] / 1e3;
@@ -57,12 +66,13 @@ static int parse_count(const char *s, uint64_t *v, uint64_t max)
 int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
 {
     const char *o_op = "get", *o_size = "4Ki", *o_count = NULL, *o_inflight = "16",
-               *o_json = NULL, *o_warmup = NULL, *o_sockbuf = NULL;
+               *o_json = NULL, *o_warmup = NULL, *o_sockbuf = NULL, *o_rounds = "3";
     uint64_t size = 0, count = 0, inflight = 0, warmup = 0, sockbuf = 0, nbuf, elapsed = 0,
              raw_elapsed = 0;
     struct tw_batch_item *items = NULL;
     uint8_t **bufs = NULL;
-    uint64_t *lat = NULL, *raw_lat = NULL;
+    uint64_t *lat = NULL, *raw_lat = NULL, rounds = 0;
+    double *tw_rate = NULL, *raw_rate = NULL;
     struct result tw_res, raw_res;
     struct tw_cli cli2 = *cli;
     char name_prefix[64];
@@ -91,6 +101,8 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
             slot = &o_warmup;
         else if (strcmp(a, "--sockbuf") == 0)
             slot = &o_sockbuf;
+        else if (strcmp(a, "--rounds") == 0)
+            slot = &o_rounds;
         if (!slot || i + 1 >= argc) {
             fprintf(stderr, "tensorwire bench: bad argument '%s'\n", a);
             fputs(usage_bench, stderr);
@@ -101,7 +113,7 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     op_put = strcmp(o_op, "put") == 0;
     if ((!op_put && strcmp(o_op, "get") != 0) || tw__cli_parse_size(o_size, &size) ||
         size > (64ull << 30) || parse_count(o_count, &count, 100000000) ||
-        parse_count(o_inflight, &inflight, 65536) ||
+        parse_count(o_inflight, &inflight, 65536) || parse_count(o_rounds, &rounds, 100) ||
         (o_warmup && tw__cli_parse_size(o_warmup, &warmup)) ||
         (o_sockbuf && (tw__cli_parse_size(o_sockbuf, &sockbuf) || sockbuf > (1u << 30)))) {
         fprintf(stderr, "tensorwire bench: bad --op, --size, --count, --inflight, --warmup or --sockbuf\n");
@@ -132,9 +144,11 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     names = calloc(nbuf, sizeof(*names));
     uint64_t nitems = count > warmup ? count : warmup;
     items = calloc(nitems, sizeof(*items));
-    lat = calloc(count, sizeof(*lat));
-    raw_lat = calloc(count, sizeof(*raw_lat));
-    if (!bufs || !names || !items || !lat || !raw_lat) {
+    lat = calloc(count * rounds, sizeof(*lat));
+    raw_lat = calloc(count * rounds, sizeof(*raw_lat));
+    tw_rate = calloc(rounds, sizeof(*tw_rate));
+    raw_rate = calloc(rounds, sizeof(*raw_rate));
+    if (!bufs || !names || !items || !lat || !raw_lat || !tw_rate || !raw_rate) {
         fprintf(stderr, "tensorwire bench: out of memory\n");
         goto out_free;
     }
@@ -174,39 +188,48 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
             goto out_cleanup;
         }
     }
-    uint64_t t0 = tw_cli_now_ns();
-    rc = op_put ? tw_batch_put(c, items, count) : tw_batch_get(c, items, count);
-    elapsed = tw_cli_now_ns() - t0;
-    if (rc) {
-        ret = tw_cli_fail(c, rc, "bench: %s", o_op);
-        goto out_cleanup;
-    }
-    for (uint64_t i = 0; i < count; i++)
-        lat[i] = items[i].latency_ns;
-    summarize(lat, count, size, elapsed, &tw_res);
+    /* Rounds alternate ours and the baseline so drift in machine load hits
+     * both alike; throughput is the median over rounds, latency percentiles
+     * are over all samples. */
+    for (uint64_t round = 0; round < rounds; round++) {
+        uint64_t t0 = tw_cli_now_ns();
+        rc = op_put ? tw_batch_put(c, items, count) : tw_batch_get(c, items, count);
+        elapsed = tw_cli_now_ns() - t0;
+        if (rc) {
+            ret = tw_cli_fail(c, rc, "bench: %s", o_op);
+            goto out_cleanup;
+        }
+        for (uint64_t i = 0; i < count; i++)
+            lat[round * count + i] = items[i].latency_ns;
+        tw_rate[round] = (double)count / ((double)elapsed / 1e9);
 
-    /* The baseline, after ours so the server's memory is warm for both. */
-    rc = tw_raw_loop(op_put, size, count, (uint32_t)inflight, (int)sockbuf, raw_lat, &raw_elapsed);
-    if (rc) {
-        fprintf(stderr, "tensorwire bench: raw socket loop failed: %s\n", strerror(-rc));
-        goto out_cleanup;
+        rc = tw_raw_loop(op_put, size, count, (uint32_t)inflight, (int)sockbuf,
+                         raw_lat + round * count, &raw_elapsed);
+        if (rc) {
+            fprintf(stderr, "tensorwire bench: raw socket loop failed: %s\n", strerror(-rc));
+            goto out_cleanup;
+        }
+        raw_rate[round] = (double)count / ((double)raw_elapsed / 1e9);
     }
-    summarize(raw_lat, count, size, raw_elapsed, &raw_res);
+    summarize(lat, count * rounds, size, tw_rate, rounds, &tw_res);
+    summarize(raw_lat, count * rounds, size, raw_rate, rounds, &raw_res);
 
-    double ratio = raw_res.bytes_per_s > 0 ? tw_res.bytes_per_s / raw_res.bytes_per_s : 0;
+    double ratio = raw_res.ops_per_s > 0 ? tw_res.ops_per_s / raw_res.ops_per_s : 0;
     if (o_json) {
         printf("{\"op\":\"%s\",\"size\":%llu,\"count\":%llu,\"inflight\":%llu,"
                "\"bytes_per_s\":%.0f,\"baseline_bytes_per_s\":%.0f,\"ratio\":%.4f,"
                "\"ops_per_s\":%.1f,\"baseline_ops_per_s\":%.1f,"
                "\"p50_us\":%.1f,\"p99_us\":%.1f,\"baseline_p50_us\":%.1f,\"baseline_p99_us\":%.1f,"
-               "\"max_frame\":%u,\"data_plane\":\"inline tcp\"}\n",
+               "\"rounds\":%llu,\"max_frame\":%u,\"data_plane\":\"inline tcp\"}\n",
                o_op, (unsigned long long)size, (unsigned long long)count,
                (unsigned long long)inflight, tw_res.bytes_per_s, raw_res.bytes_per_s, ratio,
                tw_res.ops_per_s, raw_res.ops_per_s, tw_res.p50_us, tw_res.p99_us, raw_res.p50_us,
-               raw_res.p99_us, tw_client_max_frame(c));
+               raw_res.p99_us, (unsigned long long)rounds, tw_client_max_frame(c));
     } else {
-        printf("bench %s: size %llu B, count %llu, in flight %llu, data plane: inline tcp\n", o_op,
-               (unsigned long long)size, (unsigned long long)count, (unsigned long long)inflight);
+        printf("bench %s: size %llu B, count %llu x %llu rounds, in flight %llu, data plane: "
+               "inline tcp\n",
+               o_op, (unsigned long long)size, (unsigned long long)count,
+               (unsigned long long)rounds, (unsigned long long)inflight);
         printf("%-16s %16s %16s %8s\n", "", "tensorwire", "raw socket", "ratio");
         printf("%-16s %16.1f %16.1f %8.3f\n", "MiB/s", tw_res.bytes_per_s / 1048576.0,
                raw_res.bytes_per_s / 1048576.0, ratio);
@@ -229,6 +252,8 @@ out_free:
     free(items);
     free(lat);
     free(raw_lat);
+    free(tw_rate);
+    free(raw_rate);
     tw_close(c);
     return ret;
 }

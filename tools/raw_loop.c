@@ -64,6 +64,29 @@ static int send_all(int fd, const void *buf, size_t n)
     return 0;
 }
 
+static int send_req_payload(int fd, const uint8_t *req, const uint8_t *payload, size_t n)
+{
+    struct iovec iov[2] = {{(void *)req, RAW_REQ_LEN}, {(void *)payload, n}};
+    size_t total = RAW_REQ_LEN + n;
+    ssize_t w;
+    do {
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+        w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+    } while (w < 0 && errno == EINTR);
+    if (w < 0)
+        return -errno;
+    if ((size_t)w == total)
+        return 0;
+    /* Partial: finish with plain sends. */
+    if ((size_t)w < RAW_REQ_LEN) {
+        int rc = send_all(fd, req + w, RAW_REQ_LEN - (size_t)w);
+        if (rc)
+            return rc;
+        return send_all(fd, payload, n);
+    }
+    return send_all(fd, payload + ((size_t)w - RAW_REQ_LEN), n - ((size_t)w - RAW_REQ_LEN));
+}
+
 static void tune(int fd, int sockbuf)
 {
     int one = 1;
@@ -159,9 +182,17 @@ int tw_raw_loop(int op_put, uint64_t size, uint64_t count, uint32_t inflight, in
         while (sent < count && sent - done < inflight) {
             memcpy(req, &sent, sizeof(sent));
             t_send[sent] = tw_cli_now_ns();
-            if ((rc = send_all(fd, req, sizeof(req))) != 0)
+            uint64_t left = op_put ? size : 0;
+            if (left > 0 && left <= chunk) {
+                /* Request and payload in one system call, as any sane
+                 * sender (and libtensorwire's sendmsg batching) does. */
+                if ((rc = send_req_payload(fd, req, buf, (size_t)left)) != 0)
+                    goto out_join;
+                left = 0;
+            } else if ((rc = send_all(fd, req, sizeof(req))) != 0) {
                 goto out_join;
-            for (uint64_t left = op_put ? size : 0; left > 0;) {
+            }
+            while (left > 0) {
                 size_t n = left < chunk ? (size_t)left : chunk;
                 if ((rc = send_all(fd, buf, n)) != 0)
                     goto out_join;
