@@ -311,6 +311,11 @@ static void enqueue(struct tw_srv_conn *c, struct tw_out_chunk *ch)
         c->out_data_frames++;
     else
         c->out_ctl_bytes += ch->hdr_len;
+    /* Output queued from a timer or another connection's callback: let
+     * epoll report writability so the flush happens on the next turn.
+     * Inside this connection's own callback the flush follows anyway. */
+    if (!c->in_io && !(c->io.events & EPOLLOUT) && c->state != TW_CONN_DEAD)
+        (void)tw__loop_io_set(&c->srv->loop, &c->io, c->io.events | EPOLLOUT);
 }
 
 static int queue_frame(struct tw_srv_conn *c, const struct tw_msg *m)
@@ -858,6 +863,7 @@ static void conn_read(struct tw_srv_conn *c)
 static void conn_on_io(struct tw_loop *loop, struct tw_io *io, uint32_t events)
 {
     struct tw_srv_conn *c = io->data;
+    c->in_io = 1;
     if (events & EPOLLIN)
         conn_read(c);
     if (c->state == TW_CONN_DEAD)
@@ -867,4 +873,5 @@ static void conn_on_io(struct tw_loop *loop, struct tw_io *io, uint32_t events)
         return;
     }
     conn_flush(c);
+    c->in_io = 0;
 }

@@ -70,6 +70,7 @@ struct tw_srv_conn {
     enum tw_conn_state state;
     int rejecting;       /* over max_connections: ERROR(BUSY) then close */
     int peer_goodbye;    /* client sent GOODBYE: close when idle */
+    int in_io;           /* inside this connection's own I/O callback */
     char close_reason[256];
 
     struct tw_sm sm;
