@@ -15,6 +15,9 @@ tw_server_start() {
         echo "tw_server_start: $_b/tensorwired not built" >&2
         return 1
     fi
+    # Truncate here: the redirection below happens in the child, and reading
+    # a previous server's log would give a dead address.
+    : >"$_w/server.log"
     "$_b/tensorwired" --listen 127.0.0.1:0 "$@" >"$_w/server.log" 2>&1 &
     TW_SERVER_PID=$!
     _i=0

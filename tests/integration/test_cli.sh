@@ -15,7 +15,13 @@ W=$(mktemp -d "${TMPDIR:-/tmp}/tw-cli-test.XXXXXX")
 cleanup() { tw_server_stop >/dev/null 2>&1; rm -rf "$W"; }
 trap cleanup EXIT INT TERM
 FAILS=0
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+fail() {
+    echo "FAIL: $*" >&2
+    FAILS=$((FAILS + 1))
+    echo "--- server log ($W/server.log):" >&2
+    tail -n 20 "$W/server.log" >&2
+    echo "---" >&2
+}
 # expect STATUS CMD...: runs CMD, stdout/stderr to $W/out, $W/err
 expect() {
     want=$1
