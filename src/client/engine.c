@@ -516,7 +516,12 @@ int tw__engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
 
 out_fail:
     /* Connection-level failure: every unfinished request shares it. The
-     * message explaining it is already in c->errmsg. */
+     * message explaining it is already in c->errmsg. A close after the
+     * server's GOODBYE is its shutdown, not a network fault. */
+    if (c->closing && rc == -ECONNRESET) {
+        rc = TW_ESHUTDOWN;
+        tw__client_seterr(c, "the server shut down (GOODBYE) before answering");
+    }
     if (count_unfinished(reqs, n)) {
         char keep[TW__CLIENT_ERRMSG_LEN];
         memcpy(keep, c->errmsg, sizeof(keep));
