@@ -25,15 +25,23 @@ static void crc32c_check_value(void)
 
 static void crc32c_sw_matches_hw(void)
 {
-    static uint8_t buf[4099];
+    /* Lengths cross the 3 x 4096-byte striping of the hardware path. */
+    static uint8_t buf[3 * 3 * 4096 + 100];
     uint32_t x = 12345;
     for (size_t i = 0; i < sizeof(buf); i++) {
         x = x * 1103515245u + 12345u;
         buf[i] = (uint8_t)(x >> 16);
     }
     for (size_t off = 0; off < 9; off++)
-        for (size_t len = 0; len + off <= sizeof(buf); len += 97)
+        for (size_t len = 0; len + off <= sizeof(buf); len += (len < 300 ? 1 : 997))
             TW_ASSERT_EQ_U64(tw__crc32c_sw(7, buf + off, len), tw__crc32c_hw(7, buf + off, len));
+    static const size_t edges[] = {12287, 12288, 12289, 24576, 24577, 36863};
+    for (unsigned i = 0; i < 6; i++) {
+        TW_ASSERT_EQ_U64(tw__crc32c_sw(0, buf, edges[i]), tw__crc32c_hw(0, buf, edges[i]));
+        /* Incremental over the stripe boundary equals one pass. */
+        uint32_t a = tw__crc32c(0, buf, 5000);
+        TW_ASSERT_EQ_U64(tw__crc32c(a, buf + 5000, edges[i] - 5000), tw__crc32c(0, buf, edges[i]));
+    }
 }
 
 static void roundtrip(const struct tw_msg *m)
