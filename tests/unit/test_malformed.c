@@ -709,6 +709,12 @@ static void rdma_endpoint_rules(void)
     EXPECT(&f, TW_EBAD_FIELD);
     endpoint_frame(&f, TW_EP_OFFER, 1, "", 3, 1, 16);
     EXPECT(&f, TW_EBAD_FLAGS);
+    /* Wire order inside an entry: provider_len before reserved before
+     * addr_len. */
+    endpoint_frame(&f, TW_EP_OFFER, 1, "", 65, 1, 0);
+    EXPECT(&f, TW_EBAD_FIELD);
+    endpoint_frame(&f, TW_EP_OFFER, 1, "", 3, 1, 0);
+    EXPECT(&f, TW_EBAD_FLAGS);
     endpoint_frame(&f, TW_EP_OFFER, 1, "", 3, 0, 0);
     EXPECT(&f, TW_EBAD_FIELD);
     endpoint_frame(&f, TW_EP_OFFER, 1, "", 3, 0, 257);

@@ -1,6 +1,8 @@
 /* Connection state machine: every legal sequence of the design through two
  * machines back to back, and every out-of-order sequence with the exact
  * verdict on the side that must catch it. */
+#include <errno.h>
+
 #include "sm_harness.h"
 #include "tw_test.h"
 
@@ -902,6 +904,20 @@ static void table_churn(void)
     pair_destroy(&p);
 }
 
+static void init_limits(void)
+{
+    struct tw_sm sm;
+    TW_ASSERT_ERR(tw__sm_init(&sm, TW_ROLE_CLIENT, 0), -EINVAL);
+    TW_ASSERT_ERR(tw__sm_init(&sm, TW_ROLE_CLIENT, 65537), -EINVAL);
+    TW_ASSERT_OK(tw__sm_init(&sm, TW_ROLE_SERVER, 65536));
+    TW_ASSERT(sm.table_cap >= 2 * 65536);
+    TW_ASSERT_EQ(sm.phase, TW_PHASE_HELLO);
+    TW_ASSERT_EQ(sm.max_frame, TW_PREAUTH_MAX_FRAME);
+    TW_ASSERT_EQ(tw__sm_request_kind(&sm, 1), TW_REQ_NONE);
+    tw__sm_destroy(&sm);
+    tw__sm_destroy(&sm); /* idempotent */
+}
+
 int main(void)
 {
     TW_RUN(legal_inline_get);
@@ -934,5 +950,6 @@ int main(void)
     TW_RUN(goodbye_rules);
     TW_RUN(fatal_error_kills_connection);
     TW_RUN(table_churn);
+    TW_RUN(init_limits);
     TW_DONE();
 }

@@ -77,6 +77,16 @@ static void check_vector(const char *name, const struct tw_msg *m)
     want.hdr.payload_len = (uint32_t)(n - TW_FRAME_HEADER_LEN);
     if (!tw__msg_equal(&d, &want))
         TW_FAIL("%s: decoded fields differ from the C-built message", name);
+    /* Truncated at every length: incomplete, never an error or a read
+     * past the end. */
+    for (size_t k = 0; k < n; k++)
+        TW_ASSERT_ERR(tw__msg_decode(file_buf, k, TW_MAX_MAX_FRAME, &d), TW_EAGAIN_FRAME);
+    /* One byte too long a payload_len: incomplete as well. */
+    uint8_t save = file_buf[12];
+    file_buf[12] = (uint8_t)(save + 1);
+    if (file_buf[12] != 0)
+        TW_ASSERT_ERR(tw__msg_decode(file_buf, n, TW_MAX_MAX_FRAME, &d), TW_EAGAIN_FRAME);
+    file_buf[12] = save;
     /* A handshake message must fit the pre-authentication limit. */
     if (m->hdr.tag <= TW_TAG_AUTH_OK || m->hdr.tag == TW_TAG_ERROR)
         TW_ASSERT(tw__msg_decode(file_buf, n, TW_PREAUTH_MAX_FRAME, &d) == c);
