@@ -221,7 +221,7 @@ int tw__store_list(struct tw_store *s, const uint8_t *prefix, size_t plen,
         return -ENOMEM;
     for (size_t i = 0; i < s->nbuckets; i++)
         for (struct tw_tensor *t = s->buckets[i]; t; t = t->hnext)
-            if (t->name_len >= plen && memcmp(t->name, prefix, plen) == 0) {
+            if (t->name_len >= plen && (plen == 0 || memcmp(t->name, prefix, plen) == 0)) {
                 tw__tensor_ref(t);
                 list[k++] = t;
             }

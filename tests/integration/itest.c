@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -62,6 +63,9 @@ void itest_server_start(struct itest_server *s, const char *const *args)
     if (s->pid < 0)
         TW_FAIL("fork: %s", strerror(errno));
     if (s->pid == 0) {
+        /* A test that fails exits at once: take the server down with it
+         * (CTest would otherwise wait for the orphan holding its stderr). */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         dup2(pfd[1], 1);
         close(pfd[0]);
         close(pfd[1]);
@@ -316,7 +320,8 @@ void itest_desc(struct tw_descriptor *d, const char *name, uint8_t dtype, uint8_
     memset(d, 0, sizeof(*d));
     d->dtype = dtype;
     d->ndim = ndim;
-    memcpy(d->shape, shape, sizeof(uint64_t) * ndim);
+    if (ndim)
+        memcpy(d->shape, shape, sizeof(uint64_t) * ndim);
     TW_ASSERT_OK(tw__shape_bytes(dtype, ndim, shape, &d->byte_length));
     d->name.ptr = (const uint8_t *)name;
     d->name.len = (uint32_t)strlen(name);
