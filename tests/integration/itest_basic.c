@@ -244,6 +244,55 @@ static void test_busy_inflight(void)
     TW_ASSERT_EQ(itest_server_stop(&s2, SIGTERM, 10000), 0);
 }
 
+static void test_readers_keep_old_version(void)
+{
+    /* A GET in progress keeps reading the version it started with while the
+     * name is overwritten and then deleted. */
+    struct itc r, w;
+    struct tw_msg m;
+    uint64_t len = 32u << 20, shape[1] = {len};
+    uint8_t *v1 = malloc(len), *v2 = malloc(len);
+    itest_fill(v1, len, 1);
+    itest_fill(v2, len, 2);
+    itc_connect(&r, &srv);
+    itc_connect(&w, &srv);
+    TW_ASSERT_OK(itc_handshake(&r, NULL));
+    TW_ASSERT_OK(itc_handshake(&w, NULL));
+    TW_ASSERT_EQ(itc_put(&w, "ver", TW_DTYPE_U8, 1, shape, v1, len, 0), 0);
+    uint64_t id = itc_id(&r);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_TENSOR_REQUEST;
+    m.hdr.request_id = id;
+    m.u.tensor_request.name.ptr = (const uint8_t *)"ver";
+    m.u.tensor_request.name.len = 3;
+    itc_send(&r, &m);
+    TW_ASSERT_OK(itc_recv(&r, &m)); /* TENSOR_INFO: the GET has started */
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_TENSOR_INFO);
+    TW_ASSERT_EQ(itc_put(&w, "ver", TW_DTYPE_U8, 1, shape, v2, len, 0), 0);
+    uint8_t *back;
+    uint64_t blen;
+    TW_ASSERT_EQ(itc_get(&w, "ver", &back, &blen, NULL), 0);
+    TW_ASSERT(memcmp(back, v2, len) == 0);
+    free(back);
+    TW_ASSERT_EQ(itc_delete(&w, "ver"), 0);
+    uint64_t got = 0;
+    for (;;) {
+        TW_ASSERT_OK(itc_recv(&r, &m));
+        TW_ASSERT_EQ(m.hdr.tag, TW_TAG_DATA);
+        TW_ASSERT(memcmp(m.u.data.bytes.ptr, v1 + got, m.u.data.bytes.len) == 0);
+        got += m.u.data.bytes.len;
+        if (!(m.hdr.flags & TW_FRAME_MORE))
+            break;
+    }
+    TW_ASSERT_EQ_U64(got, len);
+    TW_ASSERT_EQ(itc_stat(&r, "ver", NULL), TW_WIRE_NOT_FOUND);
+    TW_ASSERT_EQ_U64(itc_stat_value(&r, "reserved_bytes"), itc_stat_value(&r, "stored_bytes"));
+    free(v1);
+    free(v2);
+    itc_close(&r);
+    itc_close(&w);
+}
+
 static void test_stats(void)
 {
     struct itc c;
@@ -267,6 +316,7 @@ int main(void)
     TW_RUN(test_list);
     TW_RUN(test_request_errors);
     TW_RUN(test_busy_inflight);
+    TW_RUN(test_readers_keep_old_version);
     TW_RUN(test_stats);
     TW_ASSERT_EQ(itest_server_stop(&srv, SIGTERM, 10000), 0);
     TW_DONE();
