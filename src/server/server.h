@@ -33,7 +33,7 @@
  * are produced only while fewer than TW_SRV_DATA_FRAMES_QUEUED are queued. */
 #define TW_SRV_OUT_CTL_HIGH (1u << 20)
 #define TW_SRV_DATA_FRAMES_QUEUED 2u
-#define TW_SRV_DATA_CHUNK (4u << 20)
+#define TW_SRV_DATA_CHUNK (16u << 20)
 #define TW_SRV_LIST_FRAME (256u << 10)
 /* Fairness: bytes one connection may move per wakeup before yielding. */
 #define TW_SRV_IO_BUDGET (16u << 20)
