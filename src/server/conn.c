@@ -597,7 +597,8 @@ static int handle_verdict(struct tw_srv_conn *c, int v, const struct tw_frame_he
         if (v == TW_EFRAME_TOO_LARGE)
             tw__conn_fail(c, TW_WIRE_PROTOCOL_ERROR,
                           "%s frame: payload of %u bytes exceeds the limit of %u bytes%s",
-                          tw__tag_name(hdr->tag), hdr->payload_len, c->max_frame,
+                          tw__tag_name(hdr->tag), hdr->payload_len,
+                          c->sm.phase < TW_PHASE_READY ? TW_PREAUTH_MAX_FRAME : c->max_frame,
                           phase_limit_note(c));
         else
             tw__conn_fail(c, tw__sm_fatal_wire_code(v), "%s frame (request %llu): %s (%s)",
