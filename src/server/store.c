@@ -13,7 +13,7 @@
 
 #define MMAP_THRESHOLD (1u << 20)
 #define INITIAL_BUCKETS 64
-#define SPARE_MAX (1ull << 30)
+#define SPARE_MAX (2ull << 30)
 
 static void *take_spare(struct tw_store *s, size_t len)
 {

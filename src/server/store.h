@@ -47,7 +47,7 @@ struct tw_tensor {
 
 /* Freed large buffers kept for reuse: a put of the same (page-rounded) size
  * gets memory that is already faulted in, instead of fresh zeroed pages. */
-#define TW_STORE_SPARES 4
+#define TW_STORE_SPARES 16
 
 struct tw_store {
     uint64_t capacity;     /* 0 = unlimited */

@@ -93,9 +93,39 @@ static void test_list_sorted_and_growth(void)
     tw__store_destroy(&s);
 }
 
+static void test_spare_reuse(void)
+{
+    struct tw_store s;
+    struct tw_descriptor d;
+    struct tw_tensor *a, *b;
+    TW_ASSERT_OK(tw__store_init(&s, 0));
+    desc(&d, "x", (4u << 20) - 100);
+    TW_ASSERT_OK(tw__store_alloc(&s, &d, &a));
+    uint8_t *mem = a->data;
+    memset(mem, 1, a->byte_length);
+    tw__tensor_unref(a); /* an abandoned put: its mapping becomes a spare */
+    TW_ASSERT_EQ_U64(s.spare_bytes, 4u << 20);
+    TW_ASSERT_EQ_U64(s.reserved, 0);
+    /* Same page-rounded size: the already-faulted mapping comes back. */
+    desc(&d, "y", (4u << 20) - 4000);
+    TW_ASSERT_OK(tw__store_alloc(&s, &d, &b));
+    TW_ASSERT(b->data == mem);
+    TW_ASSERT_EQ_U64(s.spare_bytes, 0);
+    tw__tensor_unref(b);
+    /* With a capacity, spares stay below a quarter of it. */
+    tw__store_destroy(&s);
+    TW_ASSERT_OK(tw__store_init(&s, 8u << 20));
+    desc(&d, "z", 4u << 20);
+    TW_ASSERT_OK(tw__store_alloc(&s, &d, &a));
+    tw__tensor_unref(a);
+    TW_ASSERT_EQ_U64(s.spare_bytes, 0);
+    tw__store_destroy(&s);
+}
+
 int main(void)
 {
     TW_RUN(test_versions_and_capacity);
     TW_RUN(test_list_sorted_and_growth);
+    TW_RUN(test_spare_reuse);
     TW_DONE();
 }
