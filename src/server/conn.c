@@ -777,16 +777,20 @@ static int process_buffered(struct tw_srv_conn *c)
     return c->state == TW_CONN_OPEN ? 1 : -1;
 }
 
-static void conn_eof(struct tw_srv_conn *c, const char *why)
+/* The peer stopped sending. After a clean EOF (a half-close) replies already
+ * queued are still delivered: the close goes through the flush sequence.
+ * Transfers in flight cannot complete and are abandoned either way. */
+static void conn_eof(struct tw_srv_conn *c, const char *why, int clean)
 {
-    if (c->state == TW_CONN_OPEN && c->nxfers > 0) {
-        char reason[200];
+    char reason[200];
+    snprintf(reason, sizeof(reason), "%s", why);
+    if (c->state == TW_CONN_OPEN && c->nxfers > 0)
         snprintf(reason, sizeof(reason), "%s with %zu transfer%s in flight (abandoned)", why,
                  c->nxfers, c->nxfers == 1 ? "" : "s");
+    if (clean && c->state == TW_CONN_OPEN && c->out_head)
+        tw__conn_close(c, reason);
+    else
         tw__conn_destroy(c, reason);
-        return;
-    }
-    tw__conn_destroy(c, why);
 }
 
 static void conn_read(struct tw_srv_conn *c)
@@ -839,9 +843,11 @@ static void conn_read(struct tw_srv_conn *c)
                 c->in_end += (size_t)n;
         }
         if (n == 0) {
-            conn_eof(c, c->in_end > c->in_start || c->body.active
-                            ? "peer closed the connection mid-frame"
-                            : "peer closed the connection");
+            conn_eof(c,
+                     c->in_end > c->in_start || c->body.active
+                         ? "peer closed the connection mid-frame"
+                         : "peer closed the connection",
+                     1);
             return;
         }
         if (n < 0) {
@@ -851,7 +857,7 @@ static void conn_read(struct tw_srv_conn *c)
                 break;
             char why[128];
             snprintf(why, sizeof(why), "receive failed: %s", strerror(errno));
-            conn_eof(c, why);
+            conn_eof(c, why, 0);
             return;
         }
         budget = (size_t)n >= budget ? 0 : budget - (size_t)n;
@@ -870,7 +876,7 @@ static void conn_on_io(struct tw_loop *loop, struct tw_io *io, uint32_t events)
     if (c->state == TW_CONN_DEAD)
         return;
     if ((events & (EPOLLERR | EPOLLHUP)) && !(events & EPOLLIN)) {
-        conn_eof(c, (events & EPOLLERR) ? "connection reset by peer" : "peer hung up");
+        conn_eof(c, (events & EPOLLERR) ? "connection reset by peer" : "peer hung up", 0);
         return;
     }
     conn_flush(c);

@@ -3,6 +3,7 @@
  * over several frames, STATS, PING, and the request-level errors. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "itest.h"
 #include "tw_test.h"
@@ -293,6 +294,29 @@ static void test_readers_keep_old_version(void)
     itc_close(&w);
 }
 
+static void test_half_close(void)
+{
+    /* Requests followed by shutdown(SHUT_WR): the replies still arrive. */
+    struct itc c;
+    struct tw_msg m;
+    itc_connect(&c, &srv);
+    TW_ASSERT_OK(itc_handshake(&c, NULL));
+    for (int i = 0; i < 20; i++) {
+        memset(&m, 0, sizeof(m));
+        m.hdr.tag = TW_TAG_PING;
+        m.hdr.request_id = itc_id(&c);
+        itc_send(&c, &m);
+    }
+    TW_ASSERT_EQ(shutdown(c.fd, SHUT_WR), 0);
+    for (int i = 0; i < 20; i++) {
+        TW_ASSERT_OK(itc_recv(&c, &m));
+        TW_ASSERT_EQ(m.hdr.tag, TW_TAG_PONG);
+        TW_ASSERT_EQ_U64(m.hdr.request_id, (uint64_t)i + 1);
+    }
+    TW_ASSERT_OK(itc_expect_eof(&c));
+    itc_close(&c);
+}
+
 static void test_stats(void)
 {
     struct itc c;
@@ -317,6 +341,7 @@ int main(void)
     TW_RUN(test_request_errors);
     TW_RUN(test_busy_inflight);
     TW_RUN(test_readers_keep_old_version);
+    TW_RUN(test_half_close);
     TW_RUN(test_stats);
     TW_ASSERT_EQ(itest_server_stop(&srv, SIGTERM, 10000), 0);
     TW_DONE();
