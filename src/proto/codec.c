@@ -328,11 +328,14 @@ static void decode_rdma_endpoint(struct rd *r, struct tw_msg *m)
         rd_bytes(r, addr_len, &e.addr);
         if (r->err)
             break;
-        if (!provider_ok(&e.provider))
+        /* Wire order: provider_len, reserved, addr_len, then the bytes. */
+        if (provider_len < 1 || provider_len > TW_MAX_PROVIDER_LEN)
             rd_check(r, TW_EBAD_FIELD);
         if (res)
             rd_check(r, TW_EBAD_FLAGS);
         if (addr_len < 1 || addr_len > TW_MAX_FABRIC_ADDR_LEN)
+            rd_check(r, TW_EBAD_FIELD);
+        if (!provider_ok(&e.provider))
             rd_check(r, TW_EBAD_FIELD);
         if (i < TW_MAX_FABRIC_ENTRIES)
             m->u.rdma_endpoint.entries[i] = e;

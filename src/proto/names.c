@@ -78,3 +78,41 @@ const char *tw__tag_name(uint32_t tag)
         return "UNKNOWN";
     return tag_names[tag];
 }
+
+/* The largest valid instance of each message: fixed part plus every
+ * variable field at its maximum (docs/protocol.md, "Limits"). */
+#define DESC_MAX (TW_DESCRIPTOR_FIXED_LEN + 8u * TW_MAX_NDIM + TW_MAX_NAME_LEN + TW_MAX_DEVICE_TAG_LEN)
+static const uint32_t max_payload[TW_TAG_MAX + 1] = {
+    [TW_TAG_HELLO] = 18 + TW_MAX_AGENT_LEN,
+    [TW_TAG_HELLO_ACK] = 54 + TW_MAX_AGENT_LEN,
+    [TW_TAG_AUTH] = TW_AUTH_NONCE_LEN + TW_AUTH_MAC_LEN,
+    [TW_TAG_AUTH_OK] = TW_AUTH_MAC_LEN,
+    [TW_TAG_TENSOR_REQUEST] = 4 + TW_MAX_NAME_LEN,
+    [TW_TAG_TENSOR_PUT] = 4 + DESC_MAX,
+    [TW_TAG_TENSOR_INFO] = 4 + DESC_MAX,
+    [TW_TAG_DATA] = UINT32_MAX,
+    [TW_TAG_PUT_ACCEPT] = 4,
+    [TW_TAG_RDMA_ENDPOINT] = 20 + TW_MAX_REASON_LEN +
+                             TW_MAX_FABRIC_ENTRIES * (8 + TW_MAX_PROVIDER_LEN + TW_MAX_FABRIC_ADDR_LEN),
+    [TW_TAG_RDMA_DONE] = 16,
+    [TW_TAG_RDMA_REGISTER] = 24,
+    [TW_TAG_RDMA_READY] = 0,
+    [TW_TAG_ERROR] = 6 + TW_MAX_ERROR_MSG_LEN,
+    [TW_TAG_OK] = 0,
+    [TW_TAG_LIST] = 2 + TW_MAX_NAME_LEN,
+    [TW_TAG_LIST_REPLY] = UINT32_MAX,
+    [TW_TAG_STAT] = 2 + TW_MAX_NAME_LEN,
+    [TW_TAG_DELETE] = 2 + TW_MAX_NAME_LEN,
+    [TW_TAG_PING] = TW_PING_PAYLOAD_LEN,
+    [TW_TAG_PONG] = TW_PING_PAYLOAD_LEN,
+    [TW_TAG_GOODBYE] = 4,
+    [TW_TAG_STATS] = 0,
+    [TW_TAG_STATS_REPLY] = UINT32_MAX,
+};
+
+uint32_t tw__max_payload_len(uint32_t tag)
+{
+    if (tag == 0 || tag > TW_TAG_MAX)
+        return 0;
+    return max_payload[tag];
+}

@@ -246,6 +246,11 @@ const char *tw__dtype_name(uint8_t dtype);
 uint8_t tw__dtype_from_name(const char *name);
 /* Message tag name ("RDMA_REGISTER"), "UNKNOWN" otherwise. */
 const char *tw__tag_name(uint32_t tag);
+/* Largest payload_len a valid frame of this tag can have (docs/protocol.md,
+ * "Limits"): e.g. 1212 for TENSOR_PUT. UINT32_MAX for DATA, LIST_REPLY and
+ * STATS_REPLY (bounded only by max_frame), 0 for an unknown tag. A reader
+ * may refuse a larger frame from its header alone, before buffering it. */
+uint32_t tw__max_payload_len(uint32_t tag);
 
 /*
  * Header decoding, step one of the reader's order: frame complete,

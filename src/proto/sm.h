@@ -40,10 +40,11 @@
 enum tw_role { TW_ROLE_CLIENT = 0, TW_ROLE_SERVER = 1 };
 
 enum tw_conn_phase {
+    /* Each handshake phase names the next handshake message on the wire. */
     TW_PHASE_HELLO = 0, /* server: awaiting HELLO; client: HELLO to send */
-    TW_PHASE_HELLO_ACK, /* client sent HELLO, awaiting HELLO_ACK */
+    TW_PHASE_HELLO_ACK, /* client awaits HELLO_ACK; server has it to send */
     TW_PHASE_AUTH,      /* awaiting AUTH (server) / AUTH to send (client) */
-    TW_PHASE_AUTH_OK,   /* client sent AUTH, awaiting AUTH_OK */
+    TW_PHASE_AUTH_OK,   /* client awaits AUTH_OK; server has it to send */
     TW_PHASE_READY,     /* requests may flow */
     TW_PHASE_CLOSING,   /* GOODBYE sent or received: no new requests */
     TW_PHASE_DEAD       /* fatal error: nothing more is legal */
@@ -86,7 +87,8 @@ struct tw_sm {
 };
 
 /* max_inflight_local: the most requests this side will track (what it
- * announces in HELLO / HELLO_ACK). Returns 0 or -ENOMEM. */
+ * announces in HELLO / HELLO_ACK, 1..65536). Returns 0, -EINVAL for a
+ * value outside that range, or -ENOMEM. */
 int tw__sm_init(struct tw_sm *sm, enum tw_role role, uint32_t max_inflight_local);
 void tw__sm_destroy(struct tw_sm *sm);
 
@@ -105,9 +107,13 @@ uint32_t tw__sm_verdict_wire_code(int verdict);
  * PROTOCOL_ERROR. */
 uint32_t tw__sm_fatal_wire_code(int verdict);
 
-/* A request-opening frame whose payload failed a request-level rule: the
- * request id is consumed (must still be increasing: EDUP_REQUEST otherwise)
- * without opening a request. The caller answers ERROR(code, id). */
+/* A request-opening frame whose payload failed a request-level rule of the
+ * *codec* (tw__msg_decode returned a verdict for which
+ * tw__sm_verdict_is_fatal(v, hdr->tag) == 0): the request id is consumed
+ * (must still be increasing: EDUP_REQUEST otherwise) without opening a
+ * request. Server side only. Returns 0, then the caller answers
+ * ERROR(tw__sm_verdict_wire_code(v), id); or a fatal verdict (the machine
+ * is then DEAD). Not needed for verdicts of tw__sm_on_recv itself. */
 int tw__sm_reject_request(struct tw_sm *sm, const struct tw_frame_header *hdr);
 
 /* Introspection for callers and tests. */

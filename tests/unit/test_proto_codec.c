@@ -25,15 +25,23 @@ static void crc32c_check_value(void)
 
 static void crc32c_sw_matches_hw(void)
 {
-    static uint8_t buf[4099];
+    /* Lengths cross the 3 x 4096-byte striping of the hardware path. */
+    static uint8_t buf[3 * 3 * 4096 + 100];
     uint32_t x = 12345;
     for (size_t i = 0; i < sizeof(buf); i++) {
         x = x * 1103515245u + 12345u;
         buf[i] = (uint8_t)(x >> 16);
     }
     for (size_t off = 0; off < 9; off++)
-        for (size_t len = 0; len + off <= sizeof(buf); len += 97)
+        for (size_t len = 0; len + off <= sizeof(buf); len += (len < 300 ? 1 : 997))
             TW_ASSERT_EQ_U64(tw__crc32c_sw(7, buf + off, len), tw__crc32c_hw(7, buf + off, len));
+    static const size_t edges[] = {12287, 12288, 12289, 24576, 24577, 36863};
+    for (unsigned i = 0; i < 6; i++) {
+        TW_ASSERT_EQ_U64(tw__crc32c_sw(0, buf, edges[i]), tw__crc32c_hw(0, buf, edges[i]));
+        /* Incremental over the stripe boundary equals one pass. */
+        uint32_t a = tw__crc32c(0, buf, 5000);
+        TW_ASSERT_EQ_U64(tw__crc32c(a, buf + 5000, edges[i] - 5000), tw__crc32c(0, buf, edges[i]));
+    }
 }
 
 static void roundtrip(const struct tw_msg *m)
@@ -199,6 +207,83 @@ static void names_and_tags(void)
     TW_ASSERT_OK(tw__device_tag_check((const uint8_t *)"rocm:0", 6));
 }
 
+static ssize_t payload_of(const struct tw_msg *m)
+{
+    static uint8_t buf[8192];
+    ssize_t n = tw__msg_encode(m, buf, sizeof(buf));
+    if (n < 0)
+        TW_FAIL("encode %s: %s", tw__tag_name(m->hdr.tag), tw_strerror_name((int)n));
+    return n - TW_FRAME_HEADER_LEN;
+}
+
+/* tw__max_payload_len is the size of the largest valid instance. */
+static void max_payload_lengths(void)
+{
+    static char name[TW_MAX_NAME_LEN + 1], text[TW_MAX_ERROR_MSG_LEN + 1], agent[65], tag[33];
+    static uint8_t addr[TW_MAX_FABRIC_ADDR_LEN], prov[TW_MAX_PROVIDER_LEN];
+    memset(name, 'n', TW_MAX_NAME_LEN);
+    memset(text, 't', TW_MAX_ERROR_MSG_LEN);
+    memset(agent, 'a', 64);
+    memset(tag, 'x', 32);
+    memset(prov, 'p', sizeof(prov));
+    struct tw_msg m = fx_hello(0xF, 1u << 20, 8, agent);
+    TW_ASSERT_EQ(payload_of(&m), tw__max_payload_len(TW_TAG_HELLO));
+    m = fx_hello_ack(0xF, 1u << 20, 8, TW_AUTH_HMAC_SHA256, agent);
+    TW_ASSERT_EQ(payload_of(&m), tw__max_payload_len(TW_TAG_HELLO_ACK));
+    m = fx_request(1, 0, name);
+    TW_ASSERT_EQ(payload_of(&m), tw__max_payload_len(TW_TAG_TENSOR_REQUEST));
+    uint64_t shape[16];
+    for (int i = 0; i < 16; i++)
+        shape[i] = 1;
+    struct tw_descriptor d = fx_desc(name, tag, TW_DTYPE_U8, 16, shape);
+    m = fx_put(1, 0, d);
+    TW_ASSERT_EQ(payload_of(&m), tw__max_payload_len(TW_TAG_TENSOR_PUT));
+    TW_ASSERT_EQ(tw__max_payload_len(TW_TAG_TENSOR_PUT), 1212);
+    m = fx_info(1, TW_DP_INLINE, d);
+    TW_ASSERT_EQ(payload_of(&m), tw__max_payload_len(TW_TAG_TENSOR_INFO));
+    m = fx_msg(TW_TAG_RDMA_ENDPOINT, 0);
+    m.u.rdma_endpoint.status = TW_EP_OFFER;
+    m.u.rdma_endpoint.count = TW_MAX_FABRIC_ENTRIES;
+    m.u.rdma_endpoint.reason.ptr = (const uint8_t *)text;
+    m.u.rdma_endpoint.reason.len = TW_MAX_REASON_LEN;
+    for (unsigned i = 0; i < TW_MAX_FABRIC_ENTRIES; i++) {
+        m.u.rdma_endpoint.entries[i].provider.ptr = prov;
+        m.u.rdma_endpoint.entries[i].provider.len = TW_MAX_PROVIDER_LEN;
+        m.u.rdma_endpoint.entries[i].addr.ptr = addr;
+        m.u.rdma_endpoint.entries[i].addr.len = TW_MAX_FABRIC_ADDR_LEN;
+    }
+    TW_ASSERT_EQ(payload_of(&m), tw__max_payload_len(TW_TAG_RDMA_ENDPOINT));
+    m = fx_error(1, TW_WIRE_INTERNAL, text);
+    TW_ASSERT_EQ(payload_of(&m), tw__max_payload_len(TW_TAG_ERROR));
+    m = fx_name_msg(TW_TAG_LIST, 1, name);
+    TW_ASSERT_EQ(payload_of(&m), tw__max_payload_len(TW_TAG_LIST));
+    m = fx_name_msg(TW_TAG_STAT, 1, name);
+    TW_ASSERT_EQ(payload_of(&m), tw__max_payload_len(TW_TAG_STAT));
+    m = fx_name_msg(TW_TAG_DELETE, 1, name);
+    TW_ASSERT_EQ(payload_of(&m), tw__max_payload_len(TW_TAG_DELETE));
+    /* Fixed-size messages. */
+    static const uint32_t fixed[] = {TW_TAG_AUTH, TW_TAG_AUTH_OK, TW_TAG_PUT_ACCEPT,
+                                     TW_TAG_RDMA_DONE, TW_TAG_RDMA_REGISTER, TW_TAG_RDMA_READY,
+                                     TW_TAG_OK, TW_TAG_PING, TW_TAG_PONG, TW_TAG_GOODBYE,
+                                     TW_TAG_STATS};
+    for (unsigned i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
+        m = fx_msg(fixed[i], fixed[i] == TW_TAG_AUTH || fixed[i] == TW_TAG_AUTH_OK ||
+                                     fixed[i] == TW_TAG_GOODBYE
+                                 ? 0
+                                 : 1);
+        if (fixed[i] == TW_TAG_PUT_ACCEPT)
+            m.u.put_accept.data_plane = TW_DP_INLINE;
+        TW_ASSERT_EQ(payload_of(&m), tw__max_payload_len(fixed[i]));
+    }
+    TW_ASSERT_EQ_U64(tw__max_payload_len(TW_TAG_DATA), UINT32_MAX);
+    TW_ASSERT_EQ(tw__max_payload_len(0), 0);
+    TW_ASSERT_EQ(tw__max_payload_len(TW_TAG_MAX + 1), 0);
+    /* Every bounded control message fits far below the smallest max_frame. */
+    for (uint32_t t = 1; t <= TW_TAG_MAX; t++)
+        if (tw__max_payload_len(t) != UINT32_MAX)
+            TW_ASSERT(tw__max_payload_len(t) <= TW_PREAUTH_MAX_FRAME);
+}
+
 int main(void)
 {
     TW_RUN(crc32c_check_value);
@@ -207,5 +292,6 @@ int main(void)
     TW_RUN(zero_copy_data);
     TW_RUN(encoder_refuses_invalid);
     TW_RUN(names_and_tags);
+    TW_RUN(max_payload_lengths);
     TW_DONE();
 }
