@@ -57,19 +57,36 @@ static void on_idle_timeout(struct tw_loop *loop, struct tw_timer *t)
         return;
     }
     tw__conn_fail_transfers(c, TW_WIRE_TIMEOUT, why);
-    struct tw_msg m;
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_GOODBYE;
-    m.u.goodbye.code = TW_WIRE_TIMEOUT;
-    if (tw__conn_send(c, &m) == 0)
-        tw__conn_close(c, why);
+    tw__conn_goodbye(c, TW_WIRE_TIMEOUT, why);
 }
 
 static void on_close_timeout(struct tw_loop *loop, struct tw_timer *t)
 {
     struct tw_srv_conn *c = t->data;
+    if (c->state == TW_CONN_OPEN) {
+        /* The GOODBYE reply window is over. */
+        char why[sizeof(c->close_reason)];
+        snprintf(why, sizeof(why), "%s", c->close_reason);
+        tw__conn_close(c, why);
+        return;
+    }
     tw__conn_destroy(c, c->state == TW_CONN_FLUSHING ? "peer did not read the final frames"
                                                      : c->close_reason);
+}
+
+void tw__conn_goodbye(struct tw_srv_conn *c, uint32_t code, const char *reason)
+{
+    struct tw_msg m;
+    if (c->state != TW_CONN_OPEN || c->sm.goodbye_sent)
+        return;
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_GOODBYE;
+    m.u.goodbye.code = code;
+    if (tw__conn_send(c, &m) < 0)
+        return;
+    snprintf(c->close_reason, sizeof(c->close_reason), "%s", reason);
+    tw__loop_timer_stop(&c->srv->loop, &c->idle_timer);
+    tw__loop_timer_start(&c->srv->loop, &c->close_timer, TW_SRV_GOODBYE_WINDOW_MS);
 }
 
 /* ---- creation and teardown ---- */
@@ -618,7 +635,11 @@ static int handle_verdict(struct tw_srv_conn *c, int v, const struct tw_frame_he
     c->requests++;
     c->srv->stats.requests++;
     uint32_t code = tw__sm_verdict_wire_code(v);
-    if (v == TW_ETOO_MANY_INFLIGHT)
+    if (v == TW_ESHUTDOWN)
+        tw__conn_send_error(c, hdr->request_id, code,
+                            "%s not started: the server is shutting down (it sent GOODBYE)",
+                            tw__tag_name(hdr->tag));
+    else if (v == TW_ETOO_MANY_INFLIGHT)
         tw__conn_send_error(c, hdr->request_id, code,
                             "too many requests in flight on this connection (limit %u)",
                             c->sm.max_inflight);
