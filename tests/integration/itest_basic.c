@@ -317,6 +317,48 @@ static void test_half_close(void)
     itc_close(&c);
 }
 
+static void test_client_goodbye(void)
+{
+    /* GOODBYE with a put in flight: the server finishes it, then closes. */
+    struct itc c;
+    struct tw_msg m;
+    uint64_t shape[1] = {1000};
+    uint8_t data[1000];
+    itest_fill(data, sizeof(data), 11);
+    itc_connect(&c, &srv);
+    TW_ASSERT_OK(itc_handshake(&c, NULL));
+    uint64_t id = itc_id(&c);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_TENSOR_PUT;
+    m.hdr.request_id = id;
+    itest_desc(&m.u.tensor_put.desc, "bye", TW_DTYPE_U8, 1, shape);
+    itc_send(&c, &m);
+    TW_ASSERT_OK(itc_recv(&c, &m));
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_PUT_ACCEPT);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_GOODBYE;
+    itc_send(&c, &m);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_DATA;
+    m.hdr.request_id = id;
+    m.u.data.bytes.ptr = data;
+    m.u.data.bytes.len = sizeof(data);
+    itc_send(&c, &m);
+    TW_ASSERT_OK(itc_recv(&c, &m));
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_OK);
+    TW_ASSERT_EQ_U64(m.hdr.request_id, id);
+    TW_ASSERT_OK(itc_expect_eof(&c));
+    itc_close(&c);
+    itc_connect(&c, &srv);
+    TW_ASSERT_OK(itc_handshake(&c, NULL));
+    uint8_t *back;
+    uint64_t len;
+    TW_ASSERT_EQ(itc_get(&c, "bye", &back, &len, NULL), 0);
+    TW_ASSERT_MEM_EQ(back, data, sizeof(data));
+    free(back);
+    itc_close(&c);
+}
+
 static void test_stats(void)
 {
     struct itc c;
@@ -342,6 +384,7 @@ int main(void)
     TW_RUN(test_busy_inflight);
     TW_RUN(test_readers_keep_old_version);
     TW_RUN(test_half_close);
+    TW_RUN(test_client_goodbye);
     TW_RUN(test_stats);
     TW_ASSERT_EQ(itest_server_stop(&srv, SIGTERM, 10000), 0);
     TW_DONE();
