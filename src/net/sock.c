@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <unistd.h>
@@ -25,10 +27,47 @@ int tw__net_set_nodelay(int fd)
     return 0;
 }
 
+static int rmem_max = -1, wmem_max = -1;
+static pthread_once_t limits_once = PTHREAD_ONCE_INIT;
+
+static int read_proc_int(const char *path)
+{
+    char buf[32];
+    int v = -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    v = 0;
+    for (char *p = buf; *p >= '0' && *p <= '9'; p++) {
+        if (v > (INT_MAX - 9) / 10)
+            return INT_MAX;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+static void read_limits(void)
+{
+    rmem_max = read_proc_int("/proc/sys/net/core/rmem_max");
+    wmem_max = read_proc_int("/proc/sys/net/core/wmem_max");
+}
+
 void tw__net_set_bufsizes(int fd, int bytes)
 {
-    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
-    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+    /* An explicit size switches the kernel's buffer autotuning off and is
+     * clamped to net.core.[rw]mem_max (often 208 KiB), which would leave the
+     * socket smaller than autotuning makes it. Ask only where the kernel
+     * grants the full size. */
+    pthread_once(&limits_once, read_limits);
+    if (wmem_max >= bytes)
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+    if (rmem_max >= bytes)
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
 }
 
 int tw__net_listen(const struct sockaddr *sa, socklen_t len, int backlog, int *out_fd)

@@ -30,8 +30,9 @@ int tw__net_connect(const struct sockaddr *sa, socklen_t len, int *out_fd);
 
 int tw__net_set_nonblocking(int fd, int on);
 int tw__net_set_nodelay(int fd);
-/* Sets SO_SNDBUF and SO_RCVBUF to bytes; failures are ignored (the kernel
- * default still works), so this returns nothing. */
+/* Sets SO_SNDBUF / SO_RCVBUF to bytes where net.core.wmem_max / rmem_max
+ * allow that much (otherwise autotuning does better than a clamped size);
+ * failures are ignored (the kernel default still works). Thread-safe. */
 void tw__net_set_bufsizes(int fd, int bytes);
 /* The locally bound address of fd (to learn an ephemeral port). */
 int tw__net_local_addr(int fd, struct sockaddr_storage *out, socklen_t *out_len);

@@ -57,19 +57,36 @@ static void on_idle_timeout(struct tw_loop *loop, struct tw_timer *t)
         return;
     }
     tw__conn_fail_transfers(c, TW_WIRE_TIMEOUT, why);
-    struct tw_msg m;
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_GOODBYE;
-    m.u.goodbye.code = TW_WIRE_TIMEOUT;
-    if (tw__conn_send(c, &m) == 0)
-        tw__conn_close(c, why);
+    tw__conn_goodbye(c, TW_WIRE_TIMEOUT, why);
 }
 
 static void on_close_timeout(struct tw_loop *loop, struct tw_timer *t)
 {
     struct tw_srv_conn *c = t->data;
+    if (c->state == TW_CONN_OPEN) {
+        /* The GOODBYE reply window is over. */
+        char why[sizeof(c->close_reason)];
+        snprintf(why, sizeof(why), "%s", c->close_reason);
+        tw__conn_close(c, why);
+        return;
+    }
     tw__conn_destroy(c, c->state == TW_CONN_FLUSHING ? "peer did not read the final frames"
                                                      : c->close_reason);
+}
+
+void tw__conn_goodbye(struct tw_srv_conn *c, uint32_t code, const char *reason)
+{
+    struct tw_msg m;
+    if (c->state != TW_CONN_OPEN || c->sm.goodbye_sent)
+        return;
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_GOODBYE;
+    m.u.goodbye.code = code;
+    if (tw__conn_send(c, &m) < 0)
+        return;
+    snprintf(c->close_reason, sizeof(c->close_reason), "%s", reason);
+    tw__loop_timer_stop(&c->srv->loop, &c->idle_timer);
+    tw__loop_timer_start(&c->srv->loop, &c->close_timer, TW_SRV_GOODBYE_WINDOW_MS);
 }
 
 /* ---- creation and teardown ---- */
@@ -597,7 +614,8 @@ static int handle_verdict(struct tw_srv_conn *c, int v, const struct tw_frame_he
         if (v == TW_EFRAME_TOO_LARGE)
             tw__conn_fail(c, TW_WIRE_PROTOCOL_ERROR,
                           "%s frame: payload of %u bytes exceeds the limit of %u bytes%s",
-                          tw__tag_name(hdr->tag), hdr->payload_len, c->max_frame,
+                          tw__tag_name(hdr->tag), hdr->payload_len,
+                          c->sm.phase < TW_PHASE_READY ? TW_PREAUTH_MAX_FRAME : c->max_frame,
                           phase_limit_note(c));
         else
             tw__conn_fail(c, tw__sm_fatal_wire_code(v), "%s frame (request %llu): %s (%s)",
@@ -617,7 +635,11 @@ static int handle_verdict(struct tw_srv_conn *c, int v, const struct tw_frame_he
     c->requests++;
     c->srv->stats.requests++;
     uint32_t code = tw__sm_verdict_wire_code(v);
-    if (v == TW_ETOO_MANY_INFLIGHT)
+    if (v == TW_ESHUTDOWN)
+        tw__conn_send_error(c, hdr->request_id, code,
+                            "%s not started: the server is shutting down (it sent GOODBYE)",
+                            tw__tag_name(hdr->tag));
+    else if (v == TW_ETOO_MANY_INFLIGHT)
         tw__conn_send_error(c, hdr->request_id, code,
                             "too many requests in flight on this connection (limit %u)",
                             c->sm.max_inflight);
@@ -776,16 +798,20 @@ static int process_buffered(struct tw_srv_conn *c)
     return c->state == TW_CONN_OPEN ? 1 : -1;
 }
 
-static void conn_eof(struct tw_srv_conn *c, const char *why)
+/* The peer stopped sending. After a clean EOF (a half-close) replies already
+ * queued are still delivered: the close goes through the flush sequence.
+ * Transfers in flight cannot complete and are abandoned either way. */
+static void conn_eof(struct tw_srv_conn *c, const char *why, int clean)
 {
-    if (c->state == TW_CONN_OPEN && c->nxfers > 0) {
-        char reason[200];
+    char reason[200];
+    snprintf(reason, sizeof(reason), "%s", why);
+    if (c->state == TW_CONN_OPEN && c->nxfers > 0)
         snprintf(reason, sizeof(reason), "%s with %zu transfer%s in flight (abandoned)", why,
                  c->nxfers, c->nxfers == 1 ? "" : "s");
+    if (clean && c->state == TW_CONN_OPEN && c->out_head)
+        tw__conn_close(c, reason);
+    else
         tw__conn_destroy(c, reason);
-        return;
-    }
-    tw__conn_destroy(c, why);
 }
 
 static void conn_read(struct tw_srv_conn *c)
@@ -838,9 +864,11 @@ static void conn_read(struct tw_srv_conn *c)
                 c->in_end += (size_t)n;
         }
         if (n == 0) {
-            conn_eof(c, c->in_end > c->in_start || c->body.active
-                            ? "peer closed the connection mid-frame"
-                            : "peer closed the connection");
+            conn_eof(c,
+                     c->in_end > c->in_start || c->body.active
+                         ? "peer closed the connection mid-frame"
+                         : "peer closed the connection",
+                     1);
             return;
         }
         if (n < 0) {
@@ -850,7 +878,7 @@ static void conn_read(struct tw_srv_conn *c)
                 break;
             char why[128];
             snprintf(why, sizeof(why), "receive failed: %s", strerror(errno));
-            conn_eof(c, why);
+            conn_eof(c, why, 0);
             return;
         }
         budget = (size_t)n >= budget ? 0 : budget - (size_t)n;
@@ -869,7 +897,7 @@ static void conn_on_io(struct tw_loop *loop, struct tw_io *io, uint32_t events)
     if (c->state == TW_CONN_DEAD)
         return;
     if ((events & (EPOLLERR | EPOLLHUP)) && !(events & EPOLLIN)) {
-        conn_eof(c, (events & EPOLLERR) ? "connection reset by peer" : "peer hung up");
+        conn_eof(c, (events & EPOLLERR) ? "connection reset by peer" : "peer hung up", 0);
         return;
     }
     conn_flush(c);

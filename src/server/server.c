@@ -214,12 +214,7 @@ void tw__srv_shutdown(struct tw_srv *srv, const char *why)
             continue;
         }
         tw__conn_fail_transfers(c, TW_WIRE_SHUTTING_DOWN, "server is shutting down");
-        struct tw_msg m;
-        memset(&m, 0, sizeof(m));
-        m.hdr.tag = TW_TAG_GOODBYE;
-        m.u.goodbye.code = TW_WIRE_SHUTTING_DOWN;
-        if (tw__conn_send(c, &m) == 0)
-            tw__conn_close(c, "server shutting down");
+        tw__conn_goodbye(c, TW_WIRE_SHUTTING_DOWN, "server shutting down");
     }
     tw__loop_timer_start(&srv->loop, &srv->grace_timer,
                          srv->cfg.shutdown_grace_ms ? srv->cfg.shutdown_grace_ms : 1);

@@ -33,10 +33,13 @@
  * are produced only while fewer than TW_SRV_DATA_FRAMES_QUEUED are queued. */
 #define TW_SRV_OUT_CTL_HIGH (1u << 20)
 #define TW_SRV_DATA_FRAMES_QUEUED 2u
-#define TW_SRV_DATA_CHUNK (4u << 20)
+#define TW_SRV_DATA_CHUNK (16u << 20)
 #define TW_SRV_LIST_FRAME (256u << 10)
 /* Fairness: bytes one connection may move per wakeup before yielding. */
 #define TW_SRV_IO_BUDGET (16u << 20)
+/* After the server's GOODBYE: how long crossing requests are still read
+ * and answered before the connection closes. */
+#define TW_SRV_GOODBYE_WINDOW_MS 300u
 /* Connections being refused with ERROR(BUSY) beyond max_connections. */
 #define TW_SRV_MAX_REJECTING 64u
 
@@ -169,6 +172,11 @@ void tw__conn_fail(struct tw_srv_conn *c, uint32_t code, const char *fmt, ...)
 /* Graceful close: abandons transfers, flushes the queue, shuts down the
  * write side, waits briefly for the peer's EOF. */
 void tw__conn_close(struct tw_srv_conn *c, const char *reason);
+/* GOODBYE(code), then TW_SRV_GOODBYE_WINDOW_MS in which requests that
+ * crossed it are still answered (the state machine turns them into
+ * ERROR(SHUTTING_DOWN, id)), then the graceful close. A peer that closes
+ * first ends it sooner. */
+void tw__conn_goodbye(struct tw_srv_conn *c, uint32_t code, const char *reason);
 /* Immediate close (peer gone, fatal I/O error). The memory stays valid until
  * the server calls tw__conn_free after the current loop iteration. */
 void tw__conn_destroy(struct tw_srv_conn *c, const char *reason);

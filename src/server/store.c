@@ -13,6 +13,37 @@
 
 #define MMAP_THRESHOLD (1u << 20)
 #define INITIAL_BUCKETS 64
+#define SPARE_MAX (2ull << 30)
+
+static void *take_spare(struct tw_store *s, size_t len)
+{
+    for (int i = 0; i < TW_STORE_SPARES; i++) {
+        if (s->spare[i].p && s->spare[i].len == len) {
+            void *p = s->spare[i].p;
+            s->spare[i].p = NULL;
+            s->spare_bytes -= len;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+/* Keeps a freed mapping for reuse, or unmaps it. Its old contents never
+ * leak: a put overwrites every byte before the version becomes visible. */
+static void give_spare(struct tw_store *s, void *p, size_t len)
+{
+    if (s->spare_bytes + len <= s->spare_max) {
+        for (int i = 0; i < TW_STORE_SPARES; i++) {
+            if (!s->spare[i].p) {
+                s->spare[i].p = p;
+                s->spare[i].len = len;
+                s->spare_bytes += len;
+                return;
+            }
+        }
+    }
+    munmap(p, len);
+}
 
 static uint64_t hash_name(const uint8_t *s, size_t n)
 {
@@ -28,6 +59,11 @@ int tw__store_init(struct tw_store *s, uint64_t capacity)
 {
     memset(s, 0, sizeof(*s));
     s->capacity = capacity;
+    /* Spares are memory outside the stored bytes: keep them well below the
+     * capacity the operator asked for. */
+    s->spare_max = SPARE_MAX;
+    if (capacity && capacity / 4 < s->spare_max)
+        s->spare_max = capacity / 4;
     s->nbuckets = INITIAL_BUCKETS;
     s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
     return s->buckets ? 0 : -ENOMEM;
@@ -48,6 +84,12 @@ void tw__store_destroy(struct tw_store *s)
     free(s->buckets);
     s->buckets = NULL;
     s->count = 0;
+    for (int i = 0; i < TW_STORE_SPARES; i++) {
+        if (s->spare[i].p)
+            munmap(s->spare[i].p, s->spare[i].len);
+        s->spare[i].p = NULL;
+    }
+    s->spare_bytes = 0;
 }
 
 uint64_t tw__store_free_bytes(const struct tw_store *s)
@@ -71,12 +113,15 @@ int tw__store_alloc(struct tw_store *s, const struct tw_descriptor *d, struct tw
     if (len > 0) {
         size_t alloc = (len + page - 1) & ~(page - 1);
         if (alloc >= MMAP_THRESHOLD) {
-            void *p = mmap(NULL, alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (p == MAP_FAILED)
-                goto out_free_tensor;
-            /* Huge pages cut the page faults of a 1 GiB receive by 512x;
-             * advisory, so a kernel without THP just ignores it. */
-            (void)madvise(p, alloc, MADV_HUGEPAGE);
+            void *p = take_spare(s, alloc);
+            if (!p) {
+                p = mmap(NULL, alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (p == MAP_FAILED)
+                    goto out_free_tensor;
+                /* Huge pages cut the page faults of a 1 GiB receive by
+                 * 512x; advisory, so a kernel without THP ignores it. */
+                (void)madvise(p, alloc, MADV_HUGEPAGE);
+            }
             t->data = p;
             t->mmapped = 1;
         } else {
@@ -120,7 +165,7 @@ void tw__tensor_unref(struct tw_tensor *t)
         return;
     t->store->reserved -= t->byte_length;
     if (t->mmapped)
-        munmap(t->data, t->alloc_len);
+        give_spare(t->store, t->data, t->alloc_len);
     else
         free(t->data);
     free(t);
@@ -221,7 +266,7 @@ int tw__store_list(struct tw_store *s, const uint8_t *prefix, size_t plen,
         return -ENOMEM;
     for (size_t i = 0; i < s->nbuckets; i++)
         for (struct tw_tensor *t = s->buckets[i]; t; t = t->hnext)
-            if (t->name_len >= plen && memcmp(t->name, prefix, plen) == 0) {
+            if (t->name_len >= plen && (plen == 0 || memcmp(t->name, prefix, plen) == 0)) {
                 tw__tensor_ref(t);
                 list[k++] = t;
             }

@@ -45,6 +45,10 @@ struct tw_tensor {
     char name[]; /* name_len bytes + NUL (for logs; names contain no NUL) */
 };
 
+/* Freed large buffers kept for reuse: a put of the same (page-rounded) size
+ * gets memory that is already faulted in, instead of fresh zeroed pages. */
+#define TW_STORE_SPARES 16
+
 struct tw_store {
     uint64_t capacity;     /* 0 = unlimited */
     uint64_t reserved;     /* byte_length of every live version */
@@ -52,6 +56,11 @@ struct tw_store {
     size_t count;          /* names stored */
     size_t nbuckets;
     struct tw_tensor **buckets;
+    struct {
+        void *p;
+        size_t len;
+    } spare[TW_STORE_SPARES];
+    uint64_t spare_bytes, spare_max;
 };
 
 int tw__store_init(struct tw_store *s, uint64_t capacity);

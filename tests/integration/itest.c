@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -48,6 +49,16 @@ void itest_server_start(struct itest_server *s, const char *const *args)
     const char *argv[64];
     int n = 0, pfd[2];
     snprintf(path, sizeof(path), "%s/tensorwired", bdir ? bdir : ".");
+    /* TW_TEST_SERVER_WRAPPER="valgrind --error-exitcode=99 --leak-check=full"
+     * runs the daemon under a tool; words split on spaces. */
+    char wrap[512];
+    const char *w = getenv("TW_TEST_SERVER_WRAPPER");
+    if (w && *w) {
+        snprintf(wrap, sizeof(wrap), "%s", w);
+        for (char *save = NULL, *tok = strtok_r(wrap, " ", &save); tok && n < 16;
+             tok = strtok_r(NULL, " ", &save))
+            argv[n++] = tok;
+    }
     argv[n++] = path;
     argv[n++] = "--listen";
     argv[n++] = "127.0.0.1:0";
@@ -62,22 +73,25 @@ void itest_server_start(struct itest_server *s, const char *const *args)
     if (s->pid < 0)
         TW_FAIL("fork: %s", strerror(errno));
     if (s->pid == 0) {
+        /* A test that fails exits at once: take the server down with it
+         * (CTest would otherwise wait for the orphan holding its stderr). */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         dup2(pfd[1], 1);
         close(pfd[0]);
         close(pfd[1]);
-        execv(path, (char *const *)argv);
-        fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
+        execvp(argv[0], (char *const *)argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
     close(pfd[1]);
     char line[256];
     size_t len = 0;
-    uint64_t deadline = itest_now_ms() + 10000;
+    uint64_t deadline = itest_now_ms() + 30000;
     while (len < sizeof(line) - 1 && (len == 0 || line[len - 1] != '\n')) {
         struct pollfd p = {.fd = pfd[0], .events = POLLIN};
         int left = (int)(deadline - itest_now_ms());
         if (left <= 0 || poll(&p, 1, left) <= 0)
-            TW_FAIL("tensorwired did not print its address within 10 s");
+            TW_FAIL("tensorwired did not print its address within 30 s");
         ssize_t r = read(pfd[0], line + len, 1);
         if (r <= 0)
             TW_FAIL("tensorwired exited before listening (see its stderr above)");
@@ -316,7 +330,8 @@ void itest_desc(struct tw_descriptor *d, const char *name, uint8_t dtype, uint8_
     memset(d, 0, sizeof(*d));
     d->dtype = dtype;
     d->ndim = ndim;
-    memcpy(d->shape, shape, sizeof(uint64_t) * ndim);
+    if (ndim)
+        memcpy(d->shape, shape, sizeof(uint64_t) * ndim);
     TW_ASSERT_OK(tw__shape_bytes(dtype, ndim, shape, &d->byte_length));
     d->name.ptr = (const uint8_t *)name;
     d->name.len = (uint32_t)strlen(name);

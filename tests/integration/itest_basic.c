@@ -3,6 +3,7 @@
  * over several frames, STATS, PING, and the request-level errors. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "itest.h"
 #include "tw_test.h"
@@ -244,6 +245,120 @@ static void test_busy_inflight(void)
     TW_ASSERT_EQ(itest_server_stop(&s2, SIGTERM, 10000), 0);
 }
 
+static void test_readers_keep_old_version(void)
+{
+    /* A GET in progress keeps reading the version it started with while the
+     * name is overwritten and then deleted. */
+    struct itc r, w;
+    struct tw_msg m;
+    uint64_t len = 32u << 20, shape[1] = {len};
+    uint8_t *v1 = malloc(len), *v2 = malloc(len);
+    itest_fill(v1, len, 1);
+    itest_fill(v2, len, 2);
+    itc_connect(&r, &srv);
+    itc_connect(&w, &srv);
+    TW_ASSERT_OK(itc_handshake(&r, NULL));
+    TW_ASSERT_OK(itc_handshake(&w, NULL));
+    TW_ASSERT_EQ(itc_put(&w, "ver", TW_DTYPE_U8, 1, shape, v1, len, 0), 0);
+    uint64_t id = itc_id(&r);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_TENSOR_REQUEST;
+    m.hdr.request_id = id;
+    m.u.tensor_request.name.ptr = (const uint8_t *)"ver";
+    m.u.tensor_request.name.len = 3;
+    itc_send(&r, &m);
+    TW_ASSERT_OK(itc_recv(&r, &m)); /* TENSOR_INFO: the GET has started */
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_TENSOR_INFO);
+    TW_ASSERT_EQ(itc_put(&w, "ver", TW_DTYPE_U8, 1, shape, v2, len, 0), 0);
+    uint8_t *back;
+    uint64_t blen;
+    TW_ASSERT_EQ(itc_get(&w, "ver", &back, &blen, NULL), 0);
+    TW_ASSERT(memcmp(back, v2, len) == 0);
+    free(back);
+    TW_ASSERT_EQ(itc_delete(&w, "ver"), 0);
+    uint64_t got = 0;
+    for (;;) {
+        TW_ASSERT_OK(itc_recv(&r, &m));
+        TW_ASSERT_EQ(m.hdr.tag, TW_TAG_DATA);
+        TW_ASSERT(memcmp(m.u.data.bytes.ptr, v1 + got, m.u.data.bytes.len) == 0);
+        got += m.u.data.bytes.len;
+        if (!(m.hdr.flags & TW_FRAME_MORE))
+            break;
+    }
+    TW_ASSERT_EQ_U64(got, len);
+    TW_ASSERT_EQ(itc_stat(&r, "ver", NULL), TW_WIRE_NOT_FOUND);
+    TW_ASSERT_EQ_U64(itc_stat_value(&r, "reserved_bytes"), itc_stat_value(&r, "stored_bytes"));
+    free(v1);
+    free(v2);
+    itc_close(&r);
+    itc_close(&w);
+}
+
+static void test_half_close(void)
+{
+    /* Requests followed by shutdown(SHUT_WR): the replies still arrive. */
+    struct itc c;
+    struct tw_msg m;
+    itc_connect(&c, &srv);
+    TW_ASSERT_OK(itc_handshake(&c, NULL));
+    for (int i = 0; i < 20; i++) {
+        memset(&m, 0, sizeof(m));
+        m.hdr.tag = TW_TAG_PING;
+        m.hdr.request_id = itc_id(&c);
+        itc_send(&c, &m);
+    }
+    TW_ASSERT_EQ(shutdown(c.fd, SHUT_WR), 0);
+    for (int i = 0; i < 20; i++) {
+        TW_ASSERT_OK(itc_recv(&c, &m));
+        TW_ASSERT_EQ(m.hdr.tag, TW_TAG_PONG);
+        TW_ASSERT_EQ_U64(m.hdr.request_id, (uint64_t)i + 1);
+    }
+    TW_ASSERT_OK(itc_expect_eof(&c));
+    itc_close(&c);
+}
+
+static void test_client_goodbye(void)
+{
+    /* GOODBYE with a put in flight: the server finishes it, then closes. */
+    struct itc c;
+    struct tw_msg m;
+    uint64_t shape[1] = {1000};
+    uint8_t data[1000];
+    itest_fill(data, sizeof(data), 11);
+    itc_connect(&c, &srv);
+    TW_ASSERT_OK(itc_handshake(&c, NULL));
+    uint64_t id = itc_id(&c);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_TENSOR_PUT;
+    m.hdr.request_id = id;
+    itest_desc(&m.u.tensor_put.desc, "bye", TW_DTYPE_U8, 1, shape);
+    itc_send(&c, &m);
+    TW_ASSERT_OK(itc_recv(&c, &m));
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_PUT_ACCEPT);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_GOODBYE;
+    itc_send(&c, &m);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_DATA;
+    m.hdr.request_id = id;
+    m.u.data.bytes.ptr = data;
+    m.u.data.bytes.len = sizeof(data);
+    itc_send(&c, &m);
+    TW_ASSERT_OK(itc_recv(&c, &m));
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_OK);
+    TW_ASSERT_EQ_U64(m.hdr.request_id, id);
+    TW_ASSERT_OK(itc_expect_eof(&c));
+    itc_close(&c);
+    itc_connect(&c, &srv);
+    TW_ASSERT_OK(itc_handshake(&c, NULL));
+    uint8_t *back;
+    uint64_t len;
+    TW_ASSERT_EQ(itc_get(&c, "bye", &back, &len, NULL), 0);
+    TW_ASSERT_MEM_EQ(back, data, sizeof(data));
+    free(back);
+    itc_close(&c);
+}
+
 static void test_stats(void)
 {
     struct itc c;
@@ -267,6 +382,9 @@ int main(void)
     TW_RUN(test_list);
     TW_RUN(test_request_errors);
     TW_RUN(test_busy_inflight);
+    TW_RUN(test_readers_keep_old_version);
+    TW_RUN(test_half_close);
+    TW_RUN(test_client_goodbye);
     TW_RUN(test_stats);
     TW_ASSERT_EQ(itest_server_stop(&srv, SIGTERM, 10000), 0);
     TW_DONE();

@@ -108,16 +108,55 @@ static void *worker(void *arg)
 
 static void test_concurrent(void)
 {
+    /* A stalled reader: asks for 64 MiB and reads nothing while the
+     * workers run. It must not slow anyone down or lose its data. */
+    struct itc stalled;
+    struct tw_msg m;
+    uint64_t big = 64u << 20, shape[1] = {big};
+    uint8_t *bigdata = malloc(big);
+    itest_fill(bigdata, big, 77);
+    itc_connect(&stalled, &srv);
+    TW_ASSERT_OK(itc_handshake(&stalled, NULL));
+    TW_ASSERT_EQ(itc_put(&stalled, "stalled", TW_DTYPE_U8, 1, shape, bigdata, big, 0), 0);
+    uint64_t sid = itc_id(&stalled);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_TENSOR_REQUEST;
+    m.hdr.request_id = sid;
+    m.u.tensor_request.name.ptr = (const uint8_t *)"stalled";
+    m.u.tensor_request.name.len = 7;
+    itc_send(&stalled, &m);
+
     pthread_t th[THREADS];
+    uint64_t t0 = itest_now_ms();
     for (int t = 0; t < THREADS; t++)
         TW_ASSERT_EQ(pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t), 0);
     for (int t = 0; t < THREADS; t++)
         pthread_join(th[t], NULL);
+    fprintf(stderr, "  %d connections x %d puts + %d gets: %llu ms\n", THREADS, PER_THREAD,
+            PER_THREAD, (unsigned long long)(itest_now_ms() - t0));
+    /* Now the stalled reader drains its GET: every byte intact. */
+    uint64_t got = 0;
+    for (;;) {
+        TW_ASSERT_OK(itc_recv(&stalled, &m));
+        TW_ASSERT_EQ_U64(m.hdr.request_id, sid);
+        if (m.hdr.tag == TW_TAG_TENSOR_INFO)
+            continue;
+        TW_ASSERT_EQ(m.hdr.tag, TW_TAG_DATA);
+        TW_ASSERT_EQ_U64(m.u.data.offset, got);
+        TW_ASSERT(memcmp(m.u.data.bytes.ptr, bigdata + got, m.u.data.bytes.len) == 0);
+        got += m.u.data.bytes.len;
+        if (!(m.hdr.flags & TW_FRAME_MORE))
+            break;
+    }
+    TW_ASSERT_EQ_U64(got, big);
+    TW_ASSERT_EQ(itc_delete(&stalled, "stalled"), 0);
+    itc_close(&stalled);
+    free(bigdata);
     struct itc c;
     itc_connect(&c, &srv);
     TW_ASSERT_OK(itc_handshake(&c, NULL));
     TW_ASSERT_EQ_U64(itc_stat_value(&c, "tensors"), THREADS * PER_THREAD);
-    TW_ASSERT_EQ_U64(itc_stat_value(&c, "connections_total"), THREADS + 1);
+    TW_ASSERT_EQ_U64(itc_stat_value(&c, "connections_total"), THREADS + 2);
     itc_close(&c);
 }
 
