@@ -473,6 +473,10 @@ int tw__conn_next(struct tw_client *c, struct tw_msg *msg, int timeout_ms)
         return 0;
     }
 
+    /* Refuse from the header alone a control frame larger than its message
+     * can be, before buffering it. */
+    if (hdr.payload_len > tw__max_payload_len(hdr.tag))
+        return fatal_recv(c, TW_EFRAME_TOO_LARGE, hdr.tag);
     rc = rx_need(c, TW_FRAME_HEADER_LEN + (size_t)hdr.payload_len, timeout_ms);
     if (rc)
         return tw__conn_fail(c, rc, 0);
