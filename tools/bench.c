@@ -65,8 +65,8 @@ static int parse_count(const char *s, uint64_t *v, uint64_t max)
 
 int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
 {
-    const char *o_op = "get", *o_size = "4Ki", *o_count = NULL, *o_inflight = "16",
-               *o_json = NULL, *o_warmup = NULL, *o_sockbuf = NULL, *o_rounds = "3";
+    const char *o_op = "get", *o_size = "4Ki", *o_count = NULL, *o_inflight = "16", *o_json = NULL,
+               *o_warmup = NULL, *o_sockbuf = NULL, *o_rounds = "3";
     uint64_t size = 0, count = 0, inflight = 0, warmup = 0, sockbuf = 0, nbuf, elapsed = 0,
              raw_elapsed = 0;
     struct tw_batch_item *items = NULL;
@@ -76,7 +76,7 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     struct result tw_res, raw_res;
     struct tw_cli cli2 = *cli;
     char name_prefix[64];
-    char (*names)[80] = NULL;
+    char(*names)[80] = NULL;
     int op_put, rc, ret = TW_CLI_FAILED;
     tw_client *c = NULL;
 
@@ -116,7 +116,8 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
         parse_count(o_inflight, &inflight, 65536) || parse_count(o_rounds, &rounds, 100) ||
         (o_warmup && tw__cli_parse_size(o_warmup, &warmup)) ||
         (o_sockbuf && (tw__cli_parse_size(o_sockbuf, &sockbuf) || sockbuf > (1u << 30)))) {
-        fprintf(stderr, "tensorwire bench: bad --op, --size, --count, --inflight, --warmup or --sockbuf\n");
+        fprintf(stderr,
+                "tensorwire bench: bad --op, --size, --count, --inflight, --warmup or --sockbuf\n");
         fputs(usage_bench, stderr);
         return TW_CLI_USAGE;
     }

@@ -16,7 +16,7 @@
 #define TW_CLI_USAGE 2
 
 struct tw_cli {
-    const char *server;  /* HOST:PORT */
+    const char *server; /* HOST:PORT */
     struct tw_client_options opts;
 };
 

@@ -165,7 +165,9 @@ static void format_shape(const struct tw_tensor_desc *d, char *buf, size_t cap)
     n += (size_t)snprintf(buf, cap, "(");
     for (unsigned i = 0; i < d->ndim && n < cap; i++)
         n += (size_t)snprintf(buf + n, cap - n, "%llu%s", (unsigned long long)d->shape[i],
-                              d->ndim == 1 ? "," : i + 1 < d->ndim ? "," : "");
+                              d->ndim == 1      ? ","
+                              : i + 1 < d->ndim ? ","
+                                                : "");
     if (n < cap)
         snprintf(buf + n, cap - n, ")");
 }
@@ -175,8 +177,8 @@ static void format_shape(const struct tw_tensor_desc *d, char *buf, size_t cap)
 static int cmd_put(const struct tw_cli *cli, int argc, char **argv)
 {
     const char *pos[2], *o_dtype = NULL, *o_shape = NULL, *o_device = NULL;
-    const struct opt_spec specs[] = {{"dtype", 1, &o_dtype}, {"shape", 1, &o_shape},
-                                     {"device", 1, &o_device}, {NULL, 0, NULL}};
+    const struct opt_spec specs[] = {
+        {"dtype", 1, &o_dtype}, {"shape", 1, &o_shape}, {"device", 1, &o_device}, {NULL, 0, NULL}};
     struct tw_tensor_desc desc;
     int npos, rc, ret = TW_CLI_FAILED, dtype = 0;
     struct stat st;
@@ -211,7 +213,8 @@ static int cmd_put(const struct tw_cli *cli, int argc, char **argv)
 
     int fd = open(pos[1], O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &st) < 0) {
-        fprintf(stderr, "tensorwire: put %s: cannot read '%s': %s\n", pos[0], pos[1], strerror(errno));
+        fprintf(stderr, "tensorwire: put %s: cannot read '%s': %s\n", pos[0], pos[1],
+                strerror(errno));
         if (fd >= 0)
             close(fd);
         return TW_CLI_FAILED;
@@ -255,8 +258,7 @@ static int cmd_put(const struct tw_cli *cli, int argc, char **argv)
             goto out_unmap;
         }
         if (map_len - info.data_offset != info.byte_length) {
-            fprintf(stderr,
-                    "tensorwire: put %s: '%s' holds %zu data bytes, its header says %llu\n",
+            fprintf(stderr, "tensorwire: put %s: '%s' holds %zu data bytes, its header says %llu\n",
                     pos[0], pos[1], map_len - info.data_offset,
                     (unsigned long long)info.byte_length);
             goto out_unmap;
@@ -268,7 +270,8 @@ static int cmd_put(const struct tw_cli *cli, int argc, char **argv)
         len = info.byte_length;
     } else {
         if (!o_dtype || !o_shape) {
-            fprintf(stderr, "tensorwire put: '%s' is not .npy: raw files need --dtype and --shape\n",
+            fprintf(stderr,
+                    "tensorwire put: '%s' is not .npy: raw files need --dtype and --shape\n",
                     pos[1]);
             ret = TW_CLI_USAGE;
             goto out_unmap;
@@ -285,8 +288,7 @@ static int cmd_put(const struct tw_cli *cli, int argc, char **argv)
             goto out_unmap;
         }
         if (len != map_len) {
-            fprintf(stderr,
-                    "tensorwire: put %s: '%s' has %zu bytes; %s with shape %s needs %llu\n",
+            fprintf(stderr, "tensorwire: put %s: '%s' has %zu bytes; %s with shape %s needs %llu\n",
                     pos[0], pos[1], map_len, o_dtype, o_shape, (unsigned long long)len);
             goto out_unmap;
         }
@@ -358,10 +360,11 @@ static int cmd_get(const struct tw_cli *cli, int argc, char **argv)
     if (!o_raw) {
         uint8_t hdr[4096];
         int is_void = 0;
-        long h = tw__npy_write_header(desc.dtype, desc.ndim, desc.shape, hdr, sizeof(hdr), &is_void);
+        long h =
+            tw__npy_write_header(desc.dtype, desc.ndim, desc.shape, hdr, sizeof(hdr), &is_void);
         if (h < 0) {
-            fprintf(stderr, "tensorwire: get %s: cannot write a .npy header for dtype %u\n",
-                    pos[0], desc.dtype);
+            fprintf(stderr, "tensorwire: get %s: cannot write a .npy header for dtype %u\n", pos[0],
+                    desc.dtype);
             goto out_close_fd;
         }
         if (is_void)
@@ -404,8 +407,9 @@ static void print_desc_line(const char *name, const struct tw_tensor_desc *d)
 {
     char shape[512];
     format_shape(d, shape, sizeof(shape));
-    printf("%-32s %-7s %-20s %14llu %s\n", name, tw_dtype_name(d->dtype) ? tw_dtype_name(d->dtype) : "?",
-           shape, (unsigned long long)d->byte_length, d->device_tag);
+    printf("%-32s %-7s %-20s %14llu %s\n", name,
+           tw_dtype_name(d->dtype) ? tw_dtype_name(d->dtype) : "?", shape,
+           (unsigned long long)d->byte_length, d->device_tag);
 }
 
 static int cmd_ls(const struct tw_cli *cli, int argc, char **argv)

@@ -62,8 +62,8 @@ enum tw_dtype_code {
 #define TW_DTYPE_COUNT 15
 
 #define TW_TENSOR_MAX_NDIM 16
-#define TW_TENSOR_MAX_NAME 1024      /* bytes of UTF-8, no NUL */
-#define TW_TENSOR_MAX_DEVICE_TAG 32  /* bytes, [a-z0-9_:.-] */
+#define TW_TENSOR_MAX_NAME 1024     /* bytes of UTF-8, no NUL */
+#define TW_TENSOR_MAX_DEVICE_TAG 32 /* bytes, [a-z0-9_:.-] */
 
 /* Bytes per element of a dtype code, 0 when the code is unknown. */
 TW_EXTERN size_t tw_dtype_size(int dtype);
@@ -77,13 +77,13 @@ TW_EXTERN int tw_dtype_from_string(const char *name);
 
 /* What a tensor is, without its name. */
 struct tw_tensor_desc {
-    uint8_t dtype;                        /* enum tw_dtype_code */
-    uint8_t ndim;                         /* 0 = scalar (one element) */
-    uint64_t shape[TW_TENSOR_MAX_NDIM];   /* C order; first ndim used */
+    uint8_t dtype;                                 /* enum tw_dtype_code */
+    uint8_t ndim;                                  /* 0 = scalar (one element) */
+    uint64_t shape[TW_TENSOR_MAX_NDIM];            /* C order; first ndim used */
     char device_tag[TW_TENSOR_MAX_DEVICE_TAG + 1]; /* NUL-terminated; ""
                                                      means "cpu" on put */
-    uint64_t byte_length;                 /* filled by the library on every
-                                             output; ignored on input */
+    uint64_t byte_length;                          /* filled by the library on every
+                                                      output; ignored on input */
 };
 
 /* Byte length of desc (product of shape times element size) into *out.
@@ -94,24 +94,24 @@ TW_EXTERN int tw_tensor_desc_bytes(const struct tw_tensor_desc *desc, uint64_t *
  * only the fields you need; every pointer is read during tw_client_connect
  * only (nothing is kept). */
 struct tw_client_options {
-    const char *token;        /* shared secret (1..1024 bytes), or NULL */
-    const char *token_file;   /* read when token is NULL; trailing whitespace
-                                 and newlines are stripped */
-    int connect_timeout_ms;   /* TCP connect + handshake; default 10000 */
-    int request_timeout_ms;   /* longest wait without any progress (no byte
-                                 sent or received) inside one call; default
-                                 30000; <= 0 waits forever */
-    uint32_t max_inflight;    /* requests kept in flight by the batch calls,
-                                 1..65536; default 64 (the server may lower it) */
-    uint32_t max_frame;       /* largest frame payload announced, 64 KiB..1 GiB;
-                                 default 16 MiB (the server may lower it) */
-    int checksum;             /* non-zero: CRC32C of every put is sent and the
-                                 server verifies it; gets carrying a CRC32C
-                                 are verified (TW_ECHECKSUM). Default 0. */
-    const char *agent;        /* printable ASCII, <= 64 bytes; default
-                                 "libtensorwire/<version>" */
-    int socket_buffer_bytes;  /* SO_SNDBUF/SO_RCVBUF; 0 (default) leaves the
-                                 kernel's autotuning alone */
+    const char *token;       /* shared secret (1..1024 bytes), or NULL */
+    const char *token_file;  /* read when token is NULL; trailing whitespace
+                                and newlines are stripped */
+    int connect_timeout_ms;  /* TCP connect + handshake; default 10000 */
+    int request_timeout_ms;  /* longest wait without any progress (no byte
+                                sent or received) inside one call; default
+                                30000; <= 0 waits forever */
+    uint32_t max_inflight;   /* requests kept in flight by the batch calls,
+                                1..65536; default 64 (the server may lower it) */
+    uint32_t max_frame;      /* largest frame payload announced, 64 KiB..1 GiB;
+                                default 16 MiB (the server may lower it) */
+    int checksum;            /* non-zero: CRC32C of every put is sent and the
+                                server verifies it; gets carrying a CRC32C
+                                are verified (TW_ECHECKSUM). Default 0. */
+    const char *agent;       /* printable ASCII, <= 64 bytes; default
+                                "libtensorwire/<version>" */
+    int socket_buffer_bytes; /* SO_SNDBUF/SO_RCVBUF; 0 (default) leaves the
+                                kernel's autotuning alone */
 };
 
 TW_EXTERN void tw_client_options_init(struct tw_client_options *opts);
@@ -194,8 +194,7 @@ struct tw_tensor_info {
 /* Lists the tensors whose name starts with prefix (NULL or "" = all), sorted
  * by name bytewise. On success *out is one allocation holding *count entries
  * and their names (NULL when *count is 0); free it with tw_list_free. */
-TW_EXTERN int tw_list(tw_client *c, const char *prefix, struct tw_tensor_info **out,
-                      size_t *count);
+TW_EXTERN int tw_list(tw_client *c, const char *prefix, struct tw_tensor_info **out, size_t *count);
 TW_EXTERN void tw_list_free(struct tw_tensor_info *list);
 
 /* Round trip to the server; *rtt_ns (may be NULL) gets the time measured. */
@@ -229,9 +228,9 @@ TW_EXTERN void tw_stats_free(struct tw_stat_entry *stats);
 struct tw_batch_item {
     const char *name;
     struct tw_tensor_desc desc;
-    void *buf;      /* get: destination; put: source (not written) */
-    size_t len;     /* get: capacity in bytes; put: bytes to send */
-    int status;     /* out: 0 or a negative code */
+    void *buf;           /* get: destination; put: source (not written) */
+    size_t len;          /* get: capacity in bytes; put: bytes to send */
+    int status;          /* out: 0 or a negative code */
     uint64_t latency_ns; /* out: from sending the request to its last reply
                             (0 when it was never sent) */
 };

@@ -113,8 +113,8 @@ static int handshake_next(struct tw_client *c, struct tw_msg *msg, uint32_t want
     if (msg->hdr.tag == TW_TAG_ERROR) {
         uint32_t code = msg->u.error.code;
         int st = code >= 1 && code < 100 ? TW_ERR_FROM_WIRE(code) : TW_EINTERNAL;
-        tw__client_seterr(c, "server refused the connection: %.*s",
-                          (int)msg->u.error.message.len, (const char *)msg->u.error.message.ptr);
+        tw__client_seterr(c, "server refused the connection: %.*s", (int)msg->u.error.message.len,
+                          (const char *)msg->u.error.message.ptr);
         return tw__conn_fail(c, st, 0);
     }
     if (msg->hdr.tag != want_tag) {
@@ -238,8 +238,9 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
     if (o.max_inflight < 1 || o.max_inflight > 65536 || o.max_frame < TW_MIN_MAX_FRAME ||
         o.max_frame > TW_MAX_MAX_FRAME ||
         (o.agent && (strlen(o.agent) == 0 || strlen(o.agent) > TW_MAX_AGENT_LEN))) {
-        tw__client_seterr(c, "options out of range (max_inflight 1..65536, max_frame 64 KiB..1 GiB, "
-                             "agent 1..64 bytes)");
+        tw__client_seterr(c,
+                          "options out of range (max_inflight 1..65536, max_frame 64 KiB..1 GiB, "
+                          "agent 1..64 bytes)");
         rc = TW_EINVAL;
         goto out_free_client;
     }
@@ -337,7 +338,10 @@ static int run_one(struct tw_client *c, struct tw__creq *r)
 int tw_put(tw_client *c, const char *name, const struct tw_tensor_desc *desc, const void *data,
            size_t len)
 {
-    struct tw__creq r = {.op = TW__OP_PUT, .name = name, .buf = (uint8_t *)data, .len = len,
+    struct tw__creq r = {.op = TW__OP_PUT,
+                         .name = name,
+                         .buf = (uint8_t *)data,
+                         .len = len,
                          .desc = (struct tw_tensor_desc *)desc};
     if (!desc || (!data && len))
         return TW_EINVAL;
@@ -346,8 +350,8 @@ int tw_put(tw_client *c, const char *name, const struct tw_tensor_desc *desc, co
 
 int tw_get(tw_client *c, const char *name, void *buf, size_t cap, struct tw_tensor_desc *out_desc)
 {
-    struct tw__creq r = {.op = TW__OP_GET, .name = name, .buf = buf, .len = buf ? cap : 0,
-                         .desc = out_desc};
+    struct tw__creq r = {
+        .op = TW__OP_GET, .name = name, .buf = buf, .len = buf ? cap : 0, .desc = out_desc};
     return run_one(c, &r);
 }
 
@@ -442,7 +446,8 @@ int tw_list(tw_client *c, const char *prefix, struct tw_tensor_info **out, size_
     if (rc)
         goto out_free;
     if (k.count) {
-        *out = collect_pack(&k, sizeof(struct tw_tensor_info), offsetof(struct tw_tensor_info, name));
+        *out =
+            collect_pack(&k, sizeof(struct tw_tensor_info), offsetof(struct tw_tensor_info, name));
         if (!*out) {
             rc = -ENOMEM;
             goto out_free;

@@ -58,12 +58,11 @@ struct tw_client;
  * connection-fatal unless the plane finished the request itself.
  */
 struct tw__client_dp_ops {
-    const char *name;     /* "inline tcp" */
-    uint8_t wire_plane;   /* TW_DP_INLINE, TW_DP_RDMA */
-    uint8_t xfer_flags;   /* TENSOR_REQUEST/PUT flags to ask for it */
+    const char *name;   /* "inline tcp" */
+    uint8_t wire_plane; /* TW_DP_INLINE, TW_DP_RDMA */
+    uint8_t xfer_flags; /* TENSOR_REQUEST/PUT flags to ask for it */
     int (*get_start)(struct tw_client *c, struct tw__creq *r);
-    int (*get_data)(struct tw_client *c, struct tw__creq *r, uint64_t offset, uint32_t n,
-                    int more);
+    int (*get_data)(struct tw_client *c, struct tw__creq *r, uint64_t offset, uint32_t n, int more);
     int (*put_start)(struct tw_client *c, struct tw__creq *r);
     int (*on_message)(struct tw_client *c, struct tw__creq *r, const struct tw_msg *msg);
 };
@@ -72,33 +71,33 @@ extern const struct tw__client_dp_ops tw__client_dp_inline;
 
 /* Where a listing or stats reply is accumulated (tw_list / tw_stats). */
 struct tw__collect {
-    uint8_t *names;       /* all NUL-terminated names/keys, back to back */
+    uint8_t *names; /* all NUL-terminated names/keys, back to back */
     size_t names_len, names_cap;
-    void *entries;        /* struct tw_tensor_info[] or struct tw_stat_entry[] */
+    void *entries; /* struct tw_tensor_info[] or struct tw_stat_entry[] */
     size_t count, cap;
-    size_t *name_off;     /* offset of entry i's name in names */
+    size_t *name_off; /* offset of entry i's name in names */
 };
 
 struct tw__creq {
     enum tw__op op;
-    uint64_t id;             /* 0 until sent */
-    const char *name;        /* caller's, NUL-terminated; NULL for PING/STATS */
+    uint64_t id;      /* 0 until sent */
+    const char *name; /* caller's, NUL-terminated; NULL for PING/STATS */
     size_t name_len;
-    uint8_t *buf;            /* get: destination; put: source */
-    size_t len;              /* get: capacity; put: bytes */
+    uint8_t *buf;                /* get: destination; put: source */
+    size_t len;                  /* get: capacity; put: bytes */
     struct tw_tensor_desc *desc; /* put: input; get/stat: output (may be NULL) */
     const struct tw__client_dp_ops *dp;
-    uint64_t expect;         /* get: byte_length announced */
-    uint64_t received;       /* get: bytes so far; put: bytes queued */
+    uint64_t expect;   /* get: byte_length announced */
+    uint64_t received; /* get: bytes so far; put: bytes queued */
     uint32_t crc, crc_expected;
     int check_crc;
-    int alloc;               /* get: allocate buf (page-aligned) at TENSOR_INFO */
+    int alloc; /* get: allocate buf (page-aligned) at TENSOR_INFO */
     int started, finished;
     int status;
     uint8_t ping[TW_PING_PAYLOAD_LEN];
     struct tw__collect *collect; /* LIST, STATS */
-    size_t index;            /* position in the run, for error reporting */
-    uint64_t t_start, t_end; /* CLOCK_MONOTONIC ns: sent, finished */
+    size_t index;                /* position in the run, for error reporting */
+    uint64_t t_start, t_end;     /* CLOCK_MONOTONIC ns: sent, finished */
 };
 
 /* One segment of the send queue: bytes in the send buffer (ptr NULL, at
@@ -111,12 +110,12 @@ struct tw__txseg {
 
 struct tw_client {
     int fd;
-    int broken;          /* connection gone: every call fails -ENOTCONN */
-    int closing;         /* GOODBYE received: start nothing new */
+    int broken;  /* connection gone: every call fails -ENOTCONN */
+    int closing; /* GOODBYE received: start nothing new */
     struct tw_sm sm;
     int request_timeout_ms;
     uint32_t want_inflight;
-    int checksum;        /* option and capability both on */
+    int checksum; /* option and capability both on */
     uint64_t next_id;
 
     /* Receive buffer: bytes [rpos, rlen) are unread. rconsume is the size of
@@ -133,9 +132,9 @@ struct tw_client {
     /* The run in progress (engine.c): requests indexed by id - run_base. */
     struct tw__creq *run;
     size_t run_n;
-    size_t run_active;   /* started and not finished */
+    size_t run_active; /* started and not finished */
     uint64_t run_base;
-    size_t err_index;    /* index of the lowest failed request in the run */
+    size_t err_index; /* index of the lowest failed request in the run */
 
     char errmsg[TW__CLIENT_ERRMSG_LEN];
 };

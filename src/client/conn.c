@@ -429,9 +429,8 @@ int tw__conn_fail(struct tw_client *c, int err, int send_error)
  * 0)) and close. tag 0 means the header itself was bad. */
 static int fatal_recv(struct tw_client *c, int verdict, uint32_t tag)
 {
-    tw__client_seterr(c, "server sent an invalid %s frame: %s (%s)",
-                      tag ? tw__tag_name(tag) : "", tw_strerror(verdict),
-                      tw_strerror_name(verdict));
+    tw__client_seterr(c, "server sent an invalid %s frame: %s (%s)", tag ? tw__tag_name(tag) : "",
+                      tw_strerror(verdict), tw_strerror_name(verdict));
     return tw__conn_fail(c, verdict, 1);
 }
 

@@ -44,9 +44,11 @@ static int inline_get_data(struct tw_client *c, struct tw__creq *r, uint64_t off
     }
     if (r->check_crc && r->crc != r->crc_expected) {
         char why[200];
-        int k = snprintf(why, sizeof(why), "'%s': CRC32C of the received bytes is %08x, the server announced %08x",
+        int k = snprintf(why, sizeof(why),
+                         "'%s': CRC32C of the received bytes is %08x, the server announced %08x",
                          r->name, r->crc, r->crc_expected);
-        tw__engine_finish(c, r, TW_ECHECKSUM, why, (size_t)k < sizeof(why) ? (size_t)k : sizeof(why) - 1);
+        tw__engine_finish(c, r, TW_ECHECKSUM, why,
+                          (size_t)k < sizeof(why) ? (size_t)k : sizeof(why) - 1);
         return 0;
     }
     tw__engine_finish(c, r, 0, NULL, 0);
@@ -60,8 +62,8 @@ static int inline_put_start(struct tw_client *c, struct tw__creq *r)
     size_t off = 0;
     do {
         size_t n = r->len - off < chunk ? r->len - off : chunk;
-        struct tw_msg m = {.hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_DATA,
-                                   .request_id = r->id}};
+        struct tw_msg m = {
+            .hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_DATA, .request_id = r->id}};
         m.hdr.flags = off + n < r->len ? TW_FRAME_MORE : 0;
         m.u.data.offset = off;
         m.u.data.bytes.ptr = n ? r->buf + off : NULL;

@@ -167,8 +167,8 @@ static int on_stats_reply(struct tw_client *c, struct tw__creq *r, const struct 
 /* Sends ERROR(CANCELLED) for r: the server stops, late frames become stale. */
 static int cancel_request(struct tw_client *c, struct tw__creq *r, const char *why)
 {
-    struct tw_msg m = {.hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_ERROR,
-                               .request_id = r->id}};
+    struct tw_msg m = {
+        .hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_ERROR, .request_id = r->id}};
     m.u.error.code = TW_WIRE_CANCELLED;
     m.u.error.message.ptr = (const uint8_t *)why;
     m.u.error.message.len = (uint32_t)strlen(why);
@@ -210,10 +210,10 @@ static int on_tensor_info(struct tw_client *c, struct tw__creq *r, const struct 
         int rc = cancel_request(c, r, "client buffer too small");
         if (rc)
             return rc;
-        int n = snprintf(why, sizeof(why),
-                         "tensor '%s' needs %llu bytes; the buffer holds %zu", r->name,
-                         (unsigned long long)w->byte_length, r->len);
-        tw__engine_finish(c, r, -ENOBUFS, why, (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
+        int n = snprintf(why, sizeof(why), "tensor '%s' needs %llu bytes; the buffer holds %zu",
+                         r->name, (unsigned long long)w->byte_length, r->len);
+        tw__engine_finish(c, r, -ENOBUFS, why,
+                          (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
         return 0;
     }
     r->check_crc = c->checksum && (w->flags & TW_DESC_HAS_CRC32C);
@@ -400,11 +400,12 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
     }
     if (rc < 0) {
         char why[160];
-        int n = snprintf(why, sizeof(why), "%s%s%s: %s", r->name ? "'" : "",
-                         r->name ? r->name : "", r->name ? "'" : "", tw_strerror(rc));
+        int n = snprintf(why, sizeof(why), "%s%s%s: %s", r->name ? "'" : "", r->name ? r->name : "",
+                         r->name ? "'" : "", tw_strerror(rc));
         /* Local validation failures map to INVALID_ARGUMENT, like the
          * server's answer to the same request would. */
-        tw__engine_finish(c, r, TW_EINVAL, why, (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
+        tw__engine_finish(c, r, TW_EINVAL, why,
+                          (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
         return TW_EINVAL;
     }
     r->started = 1;
@@ -425,8 +426,8 @@ static int frame_buffered(const struct tw_client *c)
     if (have < TW_FRAME_HEADER_LEN)
         return 0;
     const uint8_t *p = c->rbuf + pos;
-    uint32_t plen = (uint32_t)p[12] | (uint32_t)p[13] << 8 | (uint32_t)p[14] << 16 |
-                    (uint32_t)p[15] << 24;
+    uint32_t plen =
+        (uint32_t)p[12] | (uint32_t)p[13] << 8 | (uint32_t)p[14] << 16 | (uint32_t)p[15] << 24;
     return have - TW_FRAME_HEADER_LEN >= plen;
 }
 
@@ -499,8 +500,7 @@ int tw__engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
                 if (!c->broken) {
                     tw__client_seterr(c, "server sent an unexpected %s for request %llu: %s",
                                       tw__tag_name(msg.hdr.tag),
-                                      (unsigned long long)msg.hdr.request_id,
-                                      tw_strerror_name(rc));
+                                      (unsigned long long)msg.hdr.request_id, tw_strerror_name(rc));
                     tw__conn_fail(c, rc, 1);
                 }
                 goto out_fail;

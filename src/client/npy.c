@@ -116,14 +116,17 @@ static int descr_dtype(const char *s, size_t n, int void_dtype, char *err, size_
     if (order != '<' && order != '|' && order != '=' && order != '>')
         return fail(err, cap, "unsupported dtype '%.*s'", (int)n, s);
     if (order == '>' && size > 1)
-        return fail(err, cap, "big-endian dtype '%.*s' is not supported: convert with "
-                              "arr.astype(arr.dtype.newbyteorder('<'))", (int)n, s);
+        return fail(err, cap,
+                    "big-endian dtype '%.*s' is not supported: convert with "
+                    "arr.astype(arr.dtype.newbyteorder('<'))",
+                    (int)n, s);
     if (kind == 'V') {
         if (size != 1 && size != 2)
             return fail(err, cap, "void dtype '%.*s' is not a tensor dtype", (int)n, s);
         if (!void_dtype)
-            return fail(err, cap, "dtype '%.*s' (raw %u-byte elements) is ambiguous: pass --dtype %s",
-                        (int)n, s, size, size == 2 ? "bf16" : "f8e4m3|f8e5m2");
+            return fail(err, cap,
+                        "dtype '%.*s' (raw %u-byte elements) is ambiguous: pass --dtype %s", (int)n,
+                        s, size, size == 2 ? "bf16" : "f8e4m3|f8e5m2");
         if (tw__dtype_size((uint8_t)void_dtype) != size)
             return fail(err, cap, "--dtype %s does not match '%.*s' (%u-byte elements)",
                         tw__dtype_name((uint8_t)void_dtype), (int)n, s, size);
@@ -135,7 +138,8 @@ static int descr_dtype(const char *s, size_t n, int void_dtype, char *err, size_
             *dt = map[i].dtype;
             return 0;
         }
-    return fail(err, cap, "unsupported dtype '%.*s' (supported: f2 f4 f8 i1..i8 u1..u8 b1)", (int)n, s);
+    return fail(err, cap, "unsupported dtype '%.*s' (supported: f2 f4 f8 i1..i8 u1..u8 b1)", (int)n,
+                s);
 }
 
 int tw__npy_parse(const uint8_t *buf, size_t len, int void_dtype, struct tw__npy_info *out,
@@ -188,8 +192,9 @@ int tw__npy_parse(const uint8_t *buf, size_t len, int void_dtype, struct tw__npy
             const char *d;
             size_t dlen;
             if (!parse_string(&c, &d, &dlen))
-                return fail(err, errcap, ".npy header: 'descr' is not a simple dtype string "
-                                         "(structured dtypes are not supported)");
+                return fail(err, errcap,
+                            ".npy header: 'descr' is not a simple dtype string "
+                            "(structured dtypes are not supported)");
             int rc = descr_dtype(d, dlen, void_dtype, err, errcap, &dtype);
             if (rc)
                 return rc;
@@ -197,8 +202,9 @@ int tw__npy_parse(const uint8_t *buf, size_t len, int void_dtype, struct tw__npy
         } else if (word_is(key, klen, "fortran_order")) {
             skip_ws(&c);
             if ((size_t)(c.end - c.p) >= 4 && memcmp(c.p, "True", 4) == 0)
-                return fail(err, errcap, "Fortran-order arrays are not supported: save a "
-                                         "C-order copy (np.ascontiguousarray)");
+                return fail(err, errcap,
+                            "Fortran-order arrays are not supported: save a "
+                            "C-order copy (np.ascontiguousarray)");
             if ((size_t)(c.end - c.p) < 5 || memcmp(c.p, "False", 5) != 0)
                 return fail(err, errcap, ".npy header: bad fortran_order value");
             c.p += 5;
@@ -209,7 +215,8 @@ int tw__npy_parse(const uint8_t *buf, size_t len, int void_dtype, struct tw__npy
             while (!expect_char(&c, ')')) {
                 uint64_t v;
                 if (out->ndim >= TW_TENSOR_MAX_NDIM)
-                    return fail(err, errcap, "arrays with more than %d dimensions are not supported",
+                    return fail(err, errcap,
+                                "arrays with more than %d dimensions are not supported",
                                 TW_TENSOR_MAX_NDIM);
                 if (!parse_u64(&c, &v))
                     return fail(err, errcap, ".npy header: bad shape");
@@ -231,9 +238,10 @@ int tw__npy_parse(const uint8_t *buf, size_t len, int void_dtype, struct tw__npy
         }
     }
     if (!have_descr || !have_order || !have_shape)
-        return fail(err, errcap, ".npy header lacks %s", !have_descr ? "descr"
-                                                         : !have_order ? "fortran_order"
-                                                                       : "shape");
+        return fail(err, errcap, ".npy header lacks %s",
+                    !have_descr   ? "descr"
+                    : !have_order ? "fortran_order"
+                                  : "shape");
     out->dtype = (uint8_t)dtype;
     if (tw__shape_bytes(out->dtype, out->ndim, out->shape, &out->byte_length) != 0)
         return fail(err, errcap, "array byte length overflows 64 bits");
@@ -245,22 +253,39 @@ static const char *descr_of(uint8_t dtype, int *is_void)
 {
     *is_void = 0;
     switch (dtype) {
-    case TW_F64: return "<f8";
-    case TW_F32: return "<f4";
-    case TW_F16: return "<f2";
-    case TW_I8: return "|i1";
-    case TW_I16: return "<i2";
-    case TW_I32: return "<i4";
-    case TW_I64: return "<i8";
-    case TW_U8: return "|u1";
-    case TW_U16: return "<u2";
-    case TW_U32: return "<u4";
-    case TW_U64: return "<u8";
-    case TW_BOOL: return "|b1";
-    case TW_BF16: *is_void = 1; return "|V2";
+    case TW_F64:
+        return "<f8";
+    case TW_F32:
+        return "<f4";
+    case TW_F16:
+        return "<f2";
+    case TW_I8:
+        return "|i1";
+    case TW_I16:
+        return "<i2";
+    case TW_I32:
+        return "<i4";
+    case TW_I64:
+        return "<i8";
+    case TW_U8:
+        return "|u1";
+    case TW_U16:
+        return "<u2";
+    case TW_U32:
+        return "<u4";
+    case TW_U64:
+        return "<u8";
+    case TW_BOOL:
+        return "|b1";
+    case TW_BF16:
+        *is_void = 1;
+        return "|V2";
     case TW_F8E4M3:
-    case TW_F8E5M2: *is_void = 1; return "|V1";
-    default: return NULL;
+    case TW_F8E5M2:
+        *is_void = 1;
+        return "|V1";
+    default:
+        return NULL;
     }
 }
 
@@ -279,7 +304,9 @@ long tw__npy_write_header(uint8_t dtype, uint8_t ndim, const uint64_t *shape, ui
     for (unsigned i = 0; i < ndim; i++)
         /* NumPy's spelling: "(5,)", "(2, 3)", "()". */
         n += snprintf(dict + n, sizeof(dict) - (size_t)n, "%llu%s", (unsigned long long)shape[i],
-                      ndim == 1 ? "," : i + 1 < ndim ? ", " : "");
+                      ndim == 1      ? ","
+                      : i + 1 < ndim ? ", "
+                                     : "");
     n += snprintf(dict + n, sizeof(dict) - (size_t)n, "), }");
     dlen = (size_t)n;
     /* Version 1.0 unless the padded header exceeds its u16 length. */
@@ -314,8 +341,14 @@ int tw__cli_parse_size(const char *s, uint64_t *out)
         uint64_t mult;
     } units[] = {
         {"", 1},
-        {"K", 1000ull}, {"M", 1000000ull}, {"G", 1000000000ull}, {"T", 1000000000000ull},
-        {"Ki", 1ull << 10}, {"Mi", 1ull << 20}, {"Gi", 1ull << 30}, {"Ti", 1ull << 40},
+        {"K", 1000ull},
+        {"M", 1000000ull},
+        {"G", 1000000000ull},
+        {"T", 1000000000000ull},
+        {"Ki", 1ull << 10},
+        {"Mi", 1ull << 20},
+        {"Gi", 1ull << 30},
+        {"Ti", 1ull << 40},
     };
     uint64_t v = 0;
     const char *p = s;
@@ -333,8 +366,7 @@ int tw__cli_parse_size(const char *s, uint64_t *out)
         rest--;
     for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
         size_t ul = strlen(units[i].suffix);
-        if (ul == rest && strncasecmp(p, units[i].suffix, ul) == 0 &&
-            (ul < 2 || p[1] == 'i')) {
+        if (ul == rest && strncasecmp(p, units[i].suffix, ul) == 0 && (ul < 2 || p[1] == 'i')) {
             if (units[i].mult > 1 && v > UINT64_MAX / units[i].mult)
                 return TW_EINVAL;
             *out = v * units[i].mult;

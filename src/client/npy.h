@@ -20,15 +20,15 @@
 #include "tensorwire/client.h"
 
 #define TW__NPY_MAGIC_LEN 6
-#define TW__NPY_PREAMBLE_MAX 12 /* magic + version + u32 header length */
+#define TW__NPY_PREAMBLE_MAX 12   /* magic + version + u32 header length */
 #define TW__NPY_HEADER_MAX 65536u /* we refuse larger headers */
 
 struct tw__npy_info {
-    uint8_t dtype;       /* enum tw_dtype_code */
+    uint8_t dtype; /* enum tw_dtype_code */
     uint8_t ndim;
     uint64_t shape[TW_TENSOR_MAX_NDIM];
     uint64_t byte_length;
-    size_t data_offset;  /* where the array bytes start in the file */
+    size_t data_offset; /* where the array bytes start in the file */
 };
 
 /*

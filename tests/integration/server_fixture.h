@@ -74,7 +74,8 @@ static void tw_test_server_start(struct tw_test_server *s, const char *const *ar
     for (;;) {
         struct pollfd pf = {.fd = s->out_fd, .events = POLLIN};
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        int left = 10000 - (int)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000);
+        int left =
+            10000 - (int)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000);
         if (left <= 0 || poll(&pf, 1, left) <= 0) {
             fprintf(stderr, "tensorwired printed no 'listening on' line within 10 s\n");
             kill(s->pid, SIGKILL);

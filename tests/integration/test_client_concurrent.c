@@ -60,8 +60,8 @@ static void *worker_main(void *arg)
             snprintf(names[i], sizeof(names[i]), "conc/t%d/i%d", w->id, i);
             for (size_t k = 0; k < len; k++)
                 src[(size_t)i * MAXLEN + k] = pattern(w->id, round, i, k);
-            items[i] = (struct tw_batch_item){.name = names[i], .buf = src + (size_t)i * MAXLEN,
-                                              .len = len};
+            items[i] = (struct tw_batch_item){
+                .name = names[i], .buf = src + (size_t)i * MAXLEN, .len = len};
             items[i].desc.dtype = TW_U8;
             items[i].desc.ndim = 1;
             items[i].desc.shape[0] = len;

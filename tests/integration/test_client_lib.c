@@ -181,13 +181,14 @@ static void test_batch_statuses(void)
     tw_client *c = connect_default();
     struct tw_batch_item *items = calloc(N, sizeof(*items));
     uint8_t *src = malloc((size_t)N * 3000), *dst = calloc(N, 3000);
-    char (*names)[32] = calloc(N, 32);
+    char(*names)[32] = calloc(N, 32);
     TW_ASSERT(items && src && dst && names);
     for (int i = 0; i < N; i++) {
         size_t len = (size_t)(i * 13 % 3000);
         snprintf(names[i], 32, "batch/%03d", i);
         fill(src + (size_t)i * 3000, len, (uint32_t)i);
-        items[i] = (struct tw_batch_item){.name = names[i], .buf = src + (size_t)i * 3000, .len = len};
+        items[i] =
+            (struct tw_batch_item){.name = names[i], .buf = src + (size_t)i * 3000, .len = len};
         items[i].desc.dtype = TW_U8;
         items[i].desc.ndim = 1;
         items[i].desc.shape[0] = len;

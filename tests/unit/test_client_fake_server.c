@@ -18,12 +18,12 @@
 #include "tw_test.h"
 
 enum script {
-    BAD_AUTH_OK,    /* HMAC handshake, AUTH_OK with a wrong MAC */
-    BAD_MAGIC,      /* after the handshake, a frame with bad magic */
-    DATA_TOO_LONG,  /* TENSOR_INFO says 4 bytes, DATA carries 8 */
-    SILENT,         /* reads requests, never answers */
-    GOODBYE_CLOSE,  /* GOODBYE then close with a request in flight */
-    ERROR_ID0       /* ERROR(INTERNAL, 0) with a message */
+    BAD_AUTH_OK,   /* HMAC handshake, AUTH_OK with a wrong MAC */
+    BAD_MAGIC,     /* after the handshake, a frame with bad magic */
+    DATA_TOO_LONG, /* TENSOR_INFO says 4 bytes, DATA carries 8 */
+    SILENT,        /* reads requests, never answers */
+    GOODBYE_CLOSE, /* GOODBYE then close with a request in flight */
+    ERROR_ID0      /* ERROR(INTERNAL, 0) with a message */
 };
 
 struct fake {
