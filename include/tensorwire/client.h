@@ -218,9 +218,10 @@ TW_EXTERN void tw_stats_free(struct tw_stat_entry *stats);
  * tw_batch_get: for each item, name and buf/len (capacity) are inputs; desc
  *   and status are outputs (status -ENOBUFS with desc.byte_length when len is
  *   too small). tw_batch_put: name, desc, buf, len are inputs, status output.
- * Items and their buffers must stay valid until the call returns; the same
- * name may not appear twice in one tw_batch_put (the order of commits between
- * them would be unspecified).
+ * Items and their buffers must stay valid until the call returns. Buffers
+ * of gets in one batch must not overlap. A name that appears twice in one
+ * tw_batch_put is stored twice, in an unspecified order: the tensor ends as
+ * one of the two (each commit is atomic), never a mix.
  * Returns 0 when every item succeeded, otherwise the status of the first
  * failed item (by index). Argument errors (NULL items with n > 0) return
  * TW_EINVAL without touching the connection.
