@@ -6,6 +6,12 @@
  * a put it swallows the 16-byte request and its size bytes and answers 16
  * bytes. Both ends use blocking sockets with TCP_NODELAY and read straight
  * into their buffers, the most direct loop the kernel allows.
+ *
+ * Each side keeps a buffer as large as one tensor (up to 1 GiB, beyond that
+ * it cycles through 1 GiB), so the loop reads and writes as much distinct
+ * memory per request as a real transfer does; a small reused buffer would
+ * stay in cache and measure the cache, not the transfer. Both buffers are
+ * allocated and touched before the clock starts.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -20,10 +26,11 @@
 #include "tools/cli.h"
 
 #define RAW_REQ_LEN 16
-#define RAW_CHUNK (16u << 20) /* largest buffer either side keeps */
+#define RAW_CHUNK (1u << 30) /* largest buffer either side keeps */
 
 struct raw_server {
     int listen_fd;
+    uint8_t *buf; /* chunk bytes, allocated and touched by the caller */
     int op_put;
     uint64_t size;
     int sockbuf;
@@ -102,14 +109,13 @@ static void *raw_server_main(void *arg)
     struct raw_server *s = arg;
     size_t chunk = s->size < RAW_CHUNK ? (size_t)s->size : RAW_CHUNK;
     uint8_t req[RAW_REQ_LEN];
-    uint8_t *buf = malloc(chunk ? chunk : 1);
+    uint8_t *buf = s->buf;
     int fd = accept(s->listen_fd, NULL, NULL);
-    if (fd < 0 || !buf) {
-        s->rc = fd < 0 ? -errno : -ENOMEM;
-        goto out_free;
+    if (fd < 0) {
+        s->rc = -errno;
+        return NULL;
     }
     tune(fd, s->sockbuf);
-    memset(buf, 0x5a, chunk);
     for (;;) {
         int rc = recv_all(fd, req, sizeof(req));
         if (rc)
@@ -135,8 +141,6 @@ static void *raw_server_main(void *arg)
     }
 out_close:
     close(fd);
-out_free:
-    free(buf);
     return NULL;
 }
 
@@ -162,11 +166,13 @@ int tw_raw_loop(int op_put, uint64_t size, uint64_t count, uint32_t inflight, in
     }
     t_send = calloc(count ? count : 1, sizeof(*t_send));
     buf = malloc(chunk ? chunk : 1);
-    if (!t_send || !buf) {
+    srv.buf = malloc(chunk ? chunk : 1);
+    if (!t_send || !buf || !srv.buf) {
         rc = -ENOMEM;
         goto out_free;
     }
     memset(buf, 0xa5, chunk);
+    memset(srv.buf, 0x5a, chunk);
     if ((rc = pthread_create(&th, NULL, raw_server_main, &srv)) != 0) {
         rc = -rc;
         goto out_free;
@@ -226,6 +232,7 @@ out_join:
     pthread_join(th, NULL);
 out_free:
     free(buf);
+    free(srv.buf);
     free(t_send);
 out_close_listen:
     close(srv.listen_fd);

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "client/client_internal.h"
@@ -148,6 +149,21 @@ int tw__conn_open(struct tw_client *c, const char *addr, int timeout_ms, int soc
             tw__client_seterr(c, "cannot connect to %s within %d ms", addr, timeout_ms);
         return fd;
     }
+    /* From here the socket is blocking, and every call that must not block
+     * says MSG_DONTWAIT. Only the receive of a large DATA payload blocks in
+     * the kernel (MSG_WAITALL), bounded by SO_RCVTIMEO: one system call per
+     * frame instead of a poll + recv pair per socket-buffer's worth. */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    if (c->request_timeout_ms > 0) {
+        struct timeval tv = {.tv_sec = c->request_timeout_ms / 1000,
+                             .tv_usec = (c->request_timeout_ms % 1000) * 1000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    }
     c->fd = fd;
     return 0;
 }
@@ -246,7 +262,7 @@ int tw__conn_flush(struct tw_client *c, int timeout_ms)
             iov[niov].iov_len = t->len - skip;
         }
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
-        ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+        ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -292,7 +308,7 @@ out_fail:
 static int rx_fill_once(struct tw_client *c, int timeout_ms)
 {
     for (;;) {
-        ssize_t r = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
+        ssize_t r = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, MSG_DONTWAIT);
         if (r > 0) {
             c->rlen += (size_t)r;
             return (int)r;
@@ -374,9 +390,10 @@ int tw__conn_recv_payload(struct tw_client *c, uint8_t *dst, size_t n, int timeo
         }
         return 0;
     }
-    /* Large remainder: straight into the destination, no copy. */
+    /* Large remainder: straight into the destination, no copy, waiting in
+     * the kernel for all of it (SO_RCVTIMEO bounds each wait). */
     while (n > 0) {
-        ssize_t r = recv(c->fd, dst, n, 0);
+        ssize_t r = recv(c->fd, dst, n, MSG_WAITALL);
         if (r > 0) {
             dst += r;
             n -= (size_t)r;
@@ -393,9 +410,9 @@ int tw__conn_recv_payload(struct tw_client *c, uint8_t *dst, size_t n, int timeo
             tw__client_seterr(c, "receive failed: %s", strerror(errno));
             return e;
         }
-        int rc = wait_fd(c, POLLIN, timeout_ms);
-        if (rc)
-            return rc;
+        /* EAGAIN from a blocking socket: SO_RCVTIMEO passed without a byte. */
+        tw__client_seterr(c, "no progress from the server within %d ms", timeout_ms);
+        return TW_ETIMEDOUT;
     }
     return 0;
 }
