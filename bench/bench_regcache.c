@@ -106,8 +106,7 @@ static uint64_t bench_hits(size_t regions, size_t batches)
         /* lookup + release, as a transfer does it */
         t0 = now_ns();
         for (size_t i = 0; i < batch; i++) {
-            tw__regcache_lookup(c, buf + o[i] * page + 64, 256, ACC, TW_MEMKIND_HOST, &r, NULL,
-                                0);
+            tw__regcache_lookup(c, buf + o[i] * page + 64, 256, ACC, TW_MEMKIND_HOST, &r, NULL, 0);
             tw__regcache_release(c, r);
         }
         pair_ns[b] = (now_ns() - t0) / batch;
@@ -198,8 +197,8 @@ static void bench_fabric(int transfers)
     struct fi_info *hints = fi_allocinfo(), *info = NULL;
     hints->caps = FI_RMA | FI_MSG;
     hints->ep_attr->type = FI_EP_RDM;
-    hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
-                                  FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+    hints->domain_attr->mr_mode =
+        FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
     hints->fabric_attr->prov_name = strdup("tcp");
     int rc = fi_getinfo(FI_VERSION(1, 17), "127.0.0.1", NULL, FI_SOURCE, hints, &info);
     fi_freeinfo(hints);

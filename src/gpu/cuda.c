@@ -36,8 +36,8 @@ static void load_driver(void)
 #define TW_CUDA_RESOLVE(field, sym, ret, params)                                                   \
     *(void **)&api_table.field = dlsym(lib, sym);                                                  \
     if (!api_table.field) {                                                                        \
-        snprintf(load_reason, sizeof(load_reason),                                                 \
-                 "CUDA driver too old: libcuda.so.1 lacks %s", sym);                               \
+        snprintf(load_reason, sizeof(load_reason), "CUDA driver too old: libcuda.so.1 lacks %s",   \
+                 sym);                                                                             \
         goto out_close_lib;                                                                        \
     }
     TW_CUDA_SYMBOLS(TW_CUDA_RESOLVE)
@@ -53,8 +53,7 @@ static void load_driver(void)
     if (api_table.cuDriverGetVersion(&api_table.driver_version) != CUDA_SUCCESS)
         api_table.driver_version = 0;
     load_status = 0;
-    snprintf(load_reason, sizeof(load_reason), "CUDA driver %d loaded",
-             api_table.driver_version);
+    snprintf(load_reason, sizeof(load_reason), "CUDA driver %d loaded", api_table.driver_version);
     return;
 
 out_close_lib:

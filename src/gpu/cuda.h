@@ -31,11 +31,11 @@ typedef struct CUctx_st *CUcontext;
 
 typedef enum {
     CU_POINTER_ATTRIBUTE_CONTEXT = 1,
-    CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,        /* unsigned int (CUmemorytype) */
-    CU_POINTER_ATTRIBUTE_BUFFER_ID = 7,          /* unsigned long long, process-unique */
-    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,     /* int */
-    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11,  /* CUdeviceptr */
-    CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,        /* size_t */
+    CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,       /* unsigned int (CUmemorytype) */
+    CU_POINTER_ATTRIBUTE_BUFFER_ID = 7,         /* unsigned long long, process-unique */
+    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,    /* int */
+    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11, /* CUdeviceptr */
+    CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,       /* size_t */
 } CUpointer_attribute;
 
 typedef enum {
@@ -63,7 +63,7 @@ typedef enum {
     X(cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId", CUresult, (char *bus_id, int len, CUdevice dev)) \
     X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", CUresult,                              \
       (CUcontext * ctx, CUdevice dev))                                                             \
-    X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", CUresult, (CUdevice dev))        \
+    X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", CUresult, (CUdevice dev))         \
     X(cuCtxGetCurrent, "cuCtxGetCurrent", CUresult, (CUcontext * ctx))                             \
     X(cuCtxSetCurrent, "cuCtxSetCurrent", CUresult, (CUcontext ctx))                               \
     X(cuCtxPushCurrent, "cuCtxPushCurrent_v2", CUresult, (CUcontext ctx))                          \
@@ -71,7 +71,7 @@ typedef enum {
     X(cuPointerGetAttribute, "cuPointerGetAttribute", CUresult,                                    \
       (void *data, CUpointer_attribute attr, CUdeviceptr ptr))                                     \
     X(cuPointerGetAttributes, "cuPointerGetAttributes", CUresult,                                  \
-      (unsigned int n, CUpointer_attribute * attrs, void **data, CUdeviceptr ptr))                 \
+      (unsigned int n, CUpointer_attribute *attrs, void **data, CUdeviceptr ptr))                  \
     X(cuMemGetAddressRange, "cuMemGetAddressRange_v2", CUresult,                                   \
       (CUdeviceptr * base, size_t * size, CUdeviceptr ptr))                                        \
     X(cuMemGetHandleForAddressRange, "cuMemGetHandleForAddressRange", CUresult,                    \
@@ -83,7 +83,7 @@ typedef enum {
     X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", CUresult, (void *dst, CUdeviceptr src, size_t n))
 
 struct tw_cuda_api {
-#define TW_CUDA_FIELD(field, sym, ret, params) ret (*field) params;
+#define TW_CUDA_FIELD(field, sym, ret, params) ret(*field) params;
     TW_CUDA_SYMBOLS(TW_CUDA_FIELD)
 #undef TW_CUDA_FIELD
     int driver_version; /* e.g. 13000 for CUDA 13.0 */

@@ -13,7 +13,7 @@
 #include "tensorwire/error.h"
 
 struct nvml_api {
-#define TW_NVML_FIELD(field, sym, ret, params) ret (*field) params;
+#define TW_NVML_FIELD(field, sym, ret, params) ret(*field) params;
     TW_NVML_SYMBOLS(TW_NVML_FIELD)
 #undef TW_NVML_FIELD
 };
@@ -28,8 +28,8 @@ static void load_nvml(void)
     void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         const char *why = dlerror();
-        snprintf(load_reason, sizeof(load_reason),
-                 "no NVML: dlopen(libnvidia-ml.so.1) failed: %s", why ? why : "unknown");
+        snprintf(load_reason, sizeof(load_reason), "no NVML: dlopen(libnvidia-ml.so.1) failed: %s",
+                 why ? why : "unknown");
         return;
     }
 #define TW_NVML_RESOLVE(field, sym, ret, params)                                                   \

@@ -28,7 +28,7 @@ typedef struct {
     X(nvmlShutdown, "nvmlShutdown", nvmlReturn_t, (void))                                          \
     X(nvmlErrorString, "nvmlErrorString", const char *, (nvmlReturn_t r))                          \
     X(nvmlDeviceGetHandleByIndex, "nvmlDeviceGetHandleByIndex_v2", nvmlReturn_t,                   \
-      (unsigned int index, nvmlDevice_t * dev))                                                    \
+      (unsigned int index, nvmlDevice_t *dev))                                                     \
     X(nvmlDeviceGetHandleByPciBusId, "nvmlDeviceGetHandleByPciBusId_v2", nvmlReturn_t,             \
       (const char *bus_id, nvmlDevice_t *dev))                                                     \
     X(nvmlDeviceGetBAR1MemoryInfo, "nvmlDeviceGetBAR1MemoryInfo", nvmlReturn_t,                    \

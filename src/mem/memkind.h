@@ -32,11 +32,11 @@ enum tw_memkind {
 /* What a kind says about one range. Plain data, copied freely. */
 struct tw_mem_attr {
     enum tw_memkind kind;
-    uint32_t flags;       /* TW_MEM_ATTR_* */
-    int device;           /* CUDA ordinal; -1 for host memory */
-    uint64_t buffer_id;   /* CUDA: CU_POINTER_ATTRIBUTE_BUFFER_ID; host: 0 */
-    uintptr_t alloc_base; /* the allocation holding the range (CUDA: driver */
-    size_t alloc_len;     /* range; host: the tracked buffer), 0/0 if unknown */
+    uint32_t flags;        /* TW_MEM_ATTR_* */
+    int device;            /* CUDA ordinal; -1 for host memory */
+    uint64_t buffer_id;    /* CUDA: CU_POINTER_ATTRIBUTE_BUFFER_ID; host: 0 */
+    uintptr_t alloc_base;  /* the allocation holding the range (CUDA: driver */
+    size_t alloc_len;      /* range; host: the tracked buffer), 0/0 if unknown */
     uint64_t lifetime_gen; /* host: tw__hostmem_generation() when queried */
 };
 

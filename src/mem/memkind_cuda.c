@@ -31,8 +31,8 @@ static int cuda_query(uintptr_t addr, size_t len, struct tw_mem_attr *attr, char
     CUdeviceptr range_start = 0;
     size_t range_size = 0;
     CUpointer_attribute which[] = {
-        CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      CU_POINTER_ATTRIBUTE_BUFFER_ID,
-        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,   CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE,    CU_POINTER_ATTRIBUTE_BUFFER_ID,
+        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
         CU_POINTER_ATTRIBUTE_RANGE_SIZE,
     };
     void *data[] = {&memtype, &buffer_id, &ordinal, &range_start, &range_size};
@@ -80,8 +80,8 @@ static size_t cuda_granularity(void)
  * share the mapping, so regions are rounded out to 64 KiB; but a dma-buf
  * export (and a peer-memory registration) must stay inside one allocation,
  * so the rounded range is clamped to it. */
-static void cuda_round(const struct tw_mem_attr *attr, uintptr_t addr, size_t len,
-                       uintptr_t *start, uintptr_t *end)
+static void cuda_round(const struct tw_mem_attr *attr, uintptr_t addr, size_t len, uintptr_t *start,
+                       uintptr_t *end)
 {
     tw__memkind_round_out(addr, len, TW_CUDA_GPU_PAGE, start, end);
     if (attr->alloc_len) {

@@ -33,8 +33,8 @@ static size_t host_granularity(void)
 
 /* Page rounding never touches an unmapped page (a page holding any byte of
  * the buffer is mapped) so no clamp is needed, unlike GPU allocations. */
-static void host_round(const struct tw_mem_attr *attr, uintptr_t addr, size_t len,
-                       uintptr_t *start, uintptr_t *end)
+static void host_round(const struct tw_mem_attr *attr, uintptr_t addr, size_t len, uintptr_t *start,
+                       uintptr_t *end)
 {
     tw__memkind_round_out(addr, len, host_granularity(), start, end);
 }

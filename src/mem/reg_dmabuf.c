@@ -19,8 +19,8 @@ static int dmabuf_reg(void *ctx, const struct tw_reg_request *req, void **handle
     struct tw_dmabuf_handle *h = malloc(sizeof(*h));
     if (!h)
         return -ENOMEM;
-    int rc = req->kind->export_dmabuf(req->addr, req->len, &req->attr, &h->fd, &h->offset, err,
-                                      errlen);
+    int rc =
+        req->kind->export_dmabuf(req->addr, req->len, &req->attr, &h->fd, &h->offset, err, errlen);
     if (rc)
         goto out_free_handle;
     h->addr = req->addr;

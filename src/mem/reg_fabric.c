@@ -39,8 +39,7 @@ static int fabric_reg(void *ctx, const struct tw_reg_request *req, void **handle
         .mr_iov = &iov,
         .iov_count = 1,
         .access = tw__fabric_access(req->access),
-        .requested_key =
-            (fr->mr_mode & FI_MR_PROV_KEY) ? 0 : atomic_fetch_add(&fr->next_key, 1),
+        .requested_key = (fr->mr_mode & FI_MR_PROV_KEY) ? 0 : atomic_fetch_add(&fr->next_key, 1),
         .iface = FI_HMEM_SYSTEM,
     };
     if (req->attr.kind == TW_MEMKIND_CUDA) {

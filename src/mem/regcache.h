@@ -73,7 +73,9 @@ struct tw_reg_request {
 /*
  * The backend that really registers memory (libfabric fi_mr_regattr, a
  * dma-buf export, a fake in tests). Both calls run with no cache lock held,
- * possibly on several threads at once.
+ * possibly on several threads at once. They may call
+ * tw__regcache_invalidate(), but not tw_mem_register/tw_mem_unregister
+ * (dereg can run inside an unregistration's invalidation hook).
  */
 struct tw_registrar_ops {
     const char *name;

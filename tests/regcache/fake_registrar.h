@@ -41,11 +41,11 @@ struct fake_registrar {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     long live, regs, deregs;
-    long capacity;   /* live registrations allowed; 0 = unlimited */
-    int fail_next;   /* this many reg calls fail with fail_code */
+    long capacity; /* live registrations allowed; 0 = unlimited */
+    int fail_next; /* this many reg calls fail with fail_code */
     int fail_code;
-    int block;       /* reg waits while set */
-    int blocked;     /* a reg call is waiting */
+    int block;   /* reg waits while set */
+    int blocked; /* a reg call is waiting */
     uintptr_t last_reg_addr, last_dereg_addr;
     size_t last_reg_len;
     uint32_t last_reg_access;

@@ -61,11 +61,12 @@ static void *worker(void *arg)
             fake_cuda_set(0, GPU_BASE, 4 << 20, id, 0);
             break;
         }
-        case 2: case 3: { /* GPU lookup */
+        case 2:
+        case 3: { /* GPU lookup */
             struct tw_regcache_region *r = NULL;
             size_t off = ((x >> 8) % 60) * 65536 + ((x >> 20) % 100);
-            if (tw__regcache_lookup(cache, (void *)(GPU_BASE + off), 1000,
-                                    TW_ACCESS_REMOTE_READ, TW_MEMKIND_CUDA, &r, NULL, 0) == 0)
+            if (tw__regcache_lookup(cache, (void *)(GPU_BASE + off), 1000, TW_ACCESS_REMOTE_READ,
+                                    TW_MEMKIND_CUDA, &r, NULL, 0) == 0)
                 held[slot] = r;
             break;
         }
@@ -98,8 +99,8 @@ static void *unregisterer(void *arg)
     while (!atomic_load(&stop)) {
         if (tw_mem_register(b2, 8 * page, 0) == 0) {
             struct tw_regcache_region *r = NULL;
-            if (tw__regcache_lookup(cache, b2 + 10, page, TW_ACCESS_LOCAL_READ, TW_MEMKIND_HOST,
-                                    &r, NULL, 0) == 0)
+            if (tw__regcache_lookup(cache, b2 + 10, page, TW_ACCESS_LOCAL_READ, TW_MEMKIND_HOST, &r,
+                                    NULL, 0) == 0)
                 tw__regcache_release(cache, r);
             TW_ASSERT_OK(tw_mem_unregister(b2));
         }
@@ -117,8 +118,8 @@ static void stress_lookup_release_invalidate(void)
     fake_init(&fr);
     fr.capacity = 20; /* forces evict-and-retry under load */
     fake_cuda_set(0, GPU_BASE, 4 << 20, 1, 0);
-    struct tw_regcache_config cfg = {.max_entries = 24, .max_host_bytes = 16 * page,
-                                     .max_gpu_bytes = 8 << 20};
+    struct tw_regcache_config cfg = {
+        .max_entries = 24, .max_host_bytes = 16 * page, .max_gpu_bytes = 8 << 20};
     cfg.memkinds[TW_MEMKIND_CUDA] = fake_cuda_ops();
     TW_ASSERT_OK(tw__regcache_create(&cfg, &fake_registrar_ops, &fr, &cache));
 

@@ -323,9 +323,9 @@ static void evict_and_retry_on_pressure(void)
     struct tw_regcache_region *h1 = get(c, b + page, page, RW, TW_MEMKIND_HOST);
     struct tw_regcache_region *h2 = get(c, b + 2 * page, page, RW, TW_MEMKIND_HOST);
     struct tw_regcache_region *x = NULL;
-    TW_ASSERT_ERR(tw__regcache_lookup(c, b + 6 * page, page, RW, TW_MEMKIND_HOST, &x, errbuf,
-                                      sizeof(errbuf)),
-                  -ENOSPC);
+    TW_ASSERT_ERR(
+        tw__regcache_lookup(c, b + 6 * page, page, RW, TW_MEMKIND_HOST, &x, errbuf, sizeof(errbuf)),
+        -ENOSPC);
     TW_ASSERT_STR_EQ(errbuf, "fake registrar refused: ENOSPC");
     s = stats(c);
     TW_ASSERT_EQ(s.reg_failures, 1);
@@ -337,9 +337,9 @@ static void evict_and_retry_on_pressure(void)
     fr.capacity = 0;
     fr.fail_next = 1;
     fr.fail_code = -EACCES;
-    TW_ASSERT_ERR(tw__regcache_lookup(c, b + 6 * page, page, RW, TW_MEMKIND_HOST, &x, errbuf,
-                                      sizeof(errbuf)),
-                  -EACCES);
+    TW_ASSERT_ERR(
+        tw__regcache_lookup(c, b + 6 * page, page, RW, TW_MEMKIND_HOST, &x, errbuf, sizeof(errbuf)),
+        -EACCES);
     TW_ASSERT_EQ(stats(c).retries, 1);
     TW_ASSERT_EQ(stats(c).entries, 3);
     untrack(b);

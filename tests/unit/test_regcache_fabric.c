@@ -25,14 +25,13 @@ static void open_tcp(void)
     TW_ASSERT(hints != NULL);
     hints->caps = FI_RMA | FI_MSG;
     hints->ep_attr->type = FI_EP_RDM;
-    hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
-                                  FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+    hints->domain_attr->mr_mode =
+        FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
     hints->fabric_attr->prov_name = strdup("tcp");
     int rc = fi_getinfo(FI_VERSION(1, 17), "127.0.0.1", NULL, FI_SOURCE, hints, &info);
     fi_freeinfo(hints);
     if (rc)
-        TW_SKIP("libfabric tcp provider with FI_RMA unavailable: fi_getinfo: %s",
-                fi_strerror(-rc));
+        TW_SKIP("libfabric tcp provider with FI_RMA unavailable: fi_getinfo: %s", fi_strerror(-rc));
     fprintf(stderr, "provider %s, domain %s, mr_mode %#x\n", info->fabric_attr->prov_name,
             info->domain_attr->name, info->domain_attr->mr_mode);
     rc = fi_fabric(info->fabric_attr, &fabric, NULL);
@@ -68,8 +67,8 @@ static void real_registrations_are_cached(void)
             (unsigned long long)fi_mr_key(mr), fi_mr_desc(mr));
     tw__regcache_release(c, r1);
 
-    TW_ASSERT_OK(tw__regcache_lookup(c, buf + 4096, 8192, acc, TW_MEMKIND_HOST, &r2, err,
-                                     sizeof(err)));
+    TW_ASSERT_OK(
+        tw__regcache_lookup(c, buf + 4096, 8192, acc, TW_MEMKIND_HOST, &r2, err, sizeof(err)));
     TW_ASSERT(tw__regcache_region_handle(r2) == mr);
     tw__regcache_release(c, r2);
 

@@ -27,7 +27,7 @@
 
 static const struct tw_cuda_api *cu;
 static struct tw_dmabuf_registrar dr;
-static int no_dmabuf;            /* export unsupported: count only */
+static int no_dmabuf; /* export unsupported: count only */
 static char no_dmabuf_why[256];
 static _Atomic long counted_live;
 
