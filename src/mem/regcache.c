@@ -262,6 +262,8 @@ static unsigned evict_for_pressure(struct tw_regcache *c, int pool, size_t want,
 
 /* ---- registration (no lock held on entry or exit of reg calls) ---- */
 
+#define MAX_PRESSURE_RETRIES 32
+
 static int is_pressure(int rc)
 {
     return rc == -ENOMEM || rc == -ENOSPC || rc == -EAGAIN;
@@ -277,7 +279,7 @@ static int do_register(struct tw_regcache *c, struct tw_regcache_region *r, char
         .kind = r->kind,
         .attr = r->attr,
     };
-    for (;;) {
+    for (int round = 0;; round++) {
         uint64_t t0 = now_ns();
         int rc = c->reg->reg(c->reg_ctx, &req, &r->handle, err, errlen);
         uint64_t dt = now_ns() - t0;
@@ -288,7 +290,7 @@ static int do_register(struct tw_regcache *c, struct tw_regcache_region *r, char
         c->st.reg_ns += dt;
         if (rc == 0)
             c->st.registrations++;
-        else if (is_pressure(rc))
+        else if (is_pressure(rc) && round < MAX_PRESSURE_RETRIES)
             evicted = evict_for_pressure(c, r->pool, req.len, &dead);
         if (rc != 0 && evicted == 0)
             c->st.reg_failures++;
@@ -298,8 +300,8 @@ static int do_register(struct tw_regcache *c, struct tw_regcache_region *r, char
         run_deregs(c, dead);
         if (rc == 0 || evicted == 0)
             return rc;
-        /* Something was released: try again (bounded: each round evicts at
-         * least one region and the cache is finite). */
+        /* Something was released: try again. Bounded, because other
+         * threads may keep refilling the cache while we retry. */
     }
 }
 
