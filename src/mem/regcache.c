@@ -2,11 +2,34 @@
  * Registration cache (see regcache.h for the policy and the lock order).
  *
  * Index: one sorted array of disjoint ranges per key (memory kind x access
- * rights), searched by binary search. A hit is one mutex round trip plus a
- * ~14-step search over 10,000 regions in contiguous memory; an insert is a
- * memmove, which is noise next to the registration it follows. Ranges in a
- * key never overlap: a miss that overlaps cached regions merges them into
- * the new one and unlinks them.
+ * rights). Ranges in a key never overlap: a miss that overlaps cached
+ * regions merges them into the new one and unlinks them. The array is laid
+ * out for the hit path, which must stay well under 100 ns with 10,000
+ * regions on big multi-socket hosts where every cache miss costs:
+ *  - `starts` holds only the start addresses, 8 to a 64-byte line, padded
+ *    with UINTPTR_MAX; `fence` holds the first start of each line (1/8 of
+ *    the size, so it stays in L1). A lookup is a branch-free binary search
+ *    over `fence`, then a branch-free count over ONE line of `starts`: one
+ *    line outside L1 instead of ~14 dependent, mispredicted probes.
+ *  - `slots` holds {end, region} in 16 bytes: one more line.
+ *  - The region keeps everything a hit or a release touches in its first
+ *    cache line (it is 64-byte aligned).
+ * An insert is a memmove plus a rebuild of the fences after it, noise next
+ * to the registration it follows.
+ *
+ * LRU. A hit does no list surgery (that touched two random neighbours per
+ * lookup and per release). Instead a release that makes a linked region
+ * idle stamps it (`stamp` = ++clock, in its first line) and appends
+ * {id, stamp} to an append-only log. The log is in release order, so its
+ * oldest entry whose stamp still matches its region, and whose region is
+ * idle, is exactly the least recently released idle region; every other
+ * entry is stale (the region was used or released again, unlinked, or is
+ * in use) and is dropped when met. Regions are named by `id`, an index into
+ * `ids` allocated while the region is linked, so a stale entry never
+ * points at freed memory. The log is compacted when full; its capacity is
+ * reserved when a region is linked (at least twice the linked regions),
+ * so a release never allocates and compaction runs at most once per
+ * cap/2 releases.
  *
  * Region states:
  *   PENDING  being registered by the thread that inserted it (which holds a
@@ -32,36 +55,68 @@
 
 enum region_state { REGION_PENDING, REGION_READY };
 
+#define CACHE_LINE 64
+
 struct tw_regcache_region {
-    uintptr_t start, end;
-    uint32_t access;
-    const struct tw_memkind_ops *kind;
-    struct tw_mem_attr attr;
-    void *handle;
+    /* First cache line: all that a hit or a release reads or writes. */
+    _Alignas(CACHE_LINE) uintptr_t start;
+    uintptr_t end;
+    uint64_t stamp; /* LRU clock at the last release while linked; 0: none */
     unsigned refcnt;
+    uint32_t id; /* index in c->ids while linked */
     enum region_state state;
     int linked; /* findable in the index */
     int cached; /* 0: one-shot registration (untracked host memory) */
     int pool;   /* byte-limit pool: 0 host, 1 + device for GPUs */
-    struct tw_regcache_region *lru_prev, *lru_next;
+    void *handle;
+    uint32_t access;
+    /* Cold: misses, GPU hits (same_backing), deregistration. */
+    const struct tw_memkind_ops *kind;
+    struct tw_mem_attr attr;
     struct tw_regcache_region *dead_next; /* on a local deregistration list */
 };
 
 struct slot {
-    uintptr_t start, end;
+    uintptr_t start;
     struct tw_regcache_region *r;
 };
 
+#define SLOTS_PER_LINE (CACHE_LINE / sizeof(struct slot))
+#define FANOUT (CACHE_LINE / sizeof(uintptr_t))
+#define MAX_LEVELS 16
+
+/*
+ * A static B+-tree over a sorted array. Level 0 of `key` holds the first
+ * start of each line of slots, level k+1 the first key of each line of
+ * level k; every level is padded with UINTPTR_MAX to whole lines. With
+ * 10,000 slots: 2500, 313, 40 and 5 keys, so a search reads 5 lines, the
+ * upper ones hot in L1.
+ */
 struct part {
-    struct slot *v;
-    size_t n, cap;
+    struct slot *v; /* n slots sorted by start, then {UINTPTR_MAX, NULL} up to cap */
+    uintptr_t *key[MAX_LEVELS];
+    size_t key_len[MAX_LEVELS]; /* allocated entries, a multiple of FANOUT */
+    size_t n, cap;              /* cap: a multiple of SLOTS_PER_LINE */
+    int levels;                 /* allocated (for cap) */
+    int depth;                  /* searched (for n) */
 };
+
+/* One release in the LRU log (see the top of this file). */
+struct lru_ent {
+    uint32_t id;
+    uint64_t stamp;
+};
+
+#define ID_NONE UINT32_MAX
 
 #define NPOOLS (1 + TW_REGCACHE_MAX_GPUS)
 #define NACCESS ((int)TW_ACCESS_ALL + 1)
 
 struct tw_regcache {
-    pthread_mutex_t lock;
+    /* The lock and the counters a hit changes share one line. */
+    _Alignas(CACHE_LINE) pthread_mutex_t lock;
+    uint64_t hits;       /* st.hits, kept here */
+    uint64_t in_use;     /* st.in_use, kept here */
     pthread_cond_t cond; /* broadcast when a PENDING region settles */
     const struct tw_registrar_ops *reg;
     void *reg_ctx;
@@ -73,8 +128,17 @@ struct tw_regcache {
     size_t pool_limit[NPOOLS]; /* 0: not known yet (GPU pools) */
     uint64_t pool_bytes[NPOOLS];
     struct part parts[TW_MEMKIND_MAX][NACCESS];
-    struct tw_regcache_region lru; /* sentinel: next = most recent */
-    struct tw_regcache_stats st;
+    /* Linked regions by id (NULL: free or quarantined). Ids of unlinked
+     * regions are quarantined until the next log compaction. */
+    struct tw_regcache_region **ids;
+    uint32_t *free_ids, *quar_ids;
+    uint64_t *seen, *quarantined; /* bitmaps over ids, for log_compact */
+    size_t nids, nfree, nquar, ids_cap, nlinked;
+    /* LRU log: entries [log_head, log_tail) of log_cap, oldest first. */
+    struct lru_ent *log;
+    size_t log_head, log_tail, log_cap;
+    uint64_t clock;
+    struct tw_regcache_stats st; /* hits and in_use live above */
 };
 
 static uint64_t now_ns(void)
@@ -90,23 +154,6 @@ static void seterr(char *err, size_t errlen, const char *fmt, const char *a)
         snprintf(err, errlen, fmt, a);
 }
 
-/* ---- LRU (lock held) ---- */
-
-static void lru_remove(struct tw_regcache_region *r)
-{
-    r->lru_prev->lru_next = r->lru_next;
-    r->lru_next->lru_prev = r->lru_prev;
-    r->lru_prev = r->lru_next = NULL;
-}
-
-static void lru_push_front(struct tw_regcache *c, struct tw_regcache_region *r)
-{
-    r->lru_next = c->lru.lru_next;
-    r->lru_prev = &c->lru;
-    c->lru.lru_next->lru_prev = r;
-    c->lru.lru_next = r;
-}
-
 /* ---- index (lock held) ---- */
 
 static struct part *part_of(struct tw_regcache *c, enum tw_memkind kind, uint32_t access)
@@ -114,34 +161,130 @@ static struct part *part_of(struct tw_regcache *c, enum tw_memkind kind, uint32_
     return &c->parts[kind][access];
 }
 
-/* Number of slots with start <= addr. */
+/* Keys <= addr among the FANOUT keys of one line; the padding (UINTPTR_MAX)
+ * never counts. Independent compares: no branch, no dependent load. */
+static size_t count_line(const uintptr_t *k, uintptr_t addr)
+{
+    _Static_assert(FANOUT == 8, "count_line is unrolled for 8 keys a line");
+    return (size_t)(k[0] <= addr) + (k[1] <= addr) + (k[2] <= addr) + (k[3] <= addr) +
+           (k[4] <= addr) + (k[5] <= addr) + (k[6] <= addr) + (k[7] <= addr);
+}
+
+/*
+ * Number of slots with start <= addr (addr < UINTPTR_MAX, which lookups
+ * and invalidations guarantee). From the top level down, each step counts
+ * the keys <= addr in one line, which names the line to read one level
+ * below: `depth` + 1 lines, no data-dependent branch.
+ */
 static size_t count_le(const struct part *p, uintptr_t addr)
 {
-    size_t lo = 0, hi = p->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (p->v[mid].start <= addr)
-            lo = mid + 1;
-        else
-            hi = mid;
+    if (p->n == 0)
+        return 0;
+    int k = p->depth - 1;
+    size_t idx = count_line(p->key[k], addr);
+    if (idx == 0)
+        return 0; /* below the first start */
+    /* key[k][idx - 1] <= addr < key[k][idx]: descend into that line. */
+    while (k-- > 0) {
+        size_t base = (idx - 1) * FANOUT;
+        idx = base + count_line(p->key[k] + base, addr);
     }
-    return lo;
+    _Static_assert(SLOTS_PER_LINE == 4, "count_le is unrolled for 4 slots a line");
+    size_t base = (idx - 1) * SLOTS_PER_LINE;
+    const struct slot *s = p->v + base;
+    return base + (size_t)(s[0].start <= addr) + (s[1].start <= addr) + (s[2].start <= addr) +
+           (s[3].start <= addr);
+}
+
+/* Entries of each key level for n slots, and the levels a search needs. */
+static size_t level_entries(size_t below, int k)
+{
+    size_t stride = k == 0 ? SLOTS_PER_LINE : FANOUT;
+    return (below + stride - 1) / stride;
+}
+
+static int depth_for(size_t n)
+{
+    int d = 1;
+    for (size_t m = level_entries(n, 0); m > FANOUT; m = level_entries(m, 1))
+        d++;
+    return d;
+}
+
+/* Rewrite the keys derived from slots >= from (after an insert or a
+ * removal there; n changed by at most one). */
+static void part_rekey(struct part *p, size_t from)
+{
+    size_t below = p->n;
+    for (int k = 0; k < p->levels; k++) {
+        size_t stride = k == 0 ? SLOTS_PER_LINE : FANOUT;
+        size_t m = level_entries(below, k);
+        from /= stride;
+        for (size_t b = from; b < m; b++)
+            p->key[k][b] = k == 0 ? p->v[b * SLOTS_PER_LINE].start : p->key[k - 1][b * FANOUT];
+        if (m < p->key_len[k])
+            p->key[k][m] = UINTPTR_MAX; /* the entry a removal vacated */
+        below = m;
+    }
+    p->depth = depth_for(p->n);
+}
+
+static void part_free_keys(struct part *p)
+{
+    for (int k = 0; k < p->levels; k++)
+        free(p->key[k]);
+    p->levels = 0;
+}
+
+static int part_grow(struct part *p)
+{
+    size_t cap = p->cap ? p->cap * 2 : 64;
+    struct part np = {.n = p->n, .cap = cap};
+    np.v = aligned_alloc(CACHE_LINE, cap * sizeof(*np.v));
+    if (!np.v)
+        return -ENOMEM;
+    /* Levels sized for cap: each a whole number of lines of padding. */
+    size_t below = cap;
+    do {
+        if (np.levels == MAX_LEVELS)
+            goto out_free;
+        size_t m = level_entries(below, np.levels);
+        size_t len = (m + FANOUT - 1) / FANOUT * FANOUT;
+        uintptr_t *key = aligned_alloc(CACHE_LINE, len * sizeof(*key));
+        if (!key)
+            goto out_free;
+        for (size_t i = 0; i < len; i++)
+            key[i] = UINTPTR_MAX;
+        np.key[np.levels] = key;
+        np.key_len[np.levels++] = len;
+        below = m;
+    } while (below > FANOUT);
+    if (p->n)
+        memcpy(np.v, p->v, p->n * sizeof(*np.v));
+    for (size_t i = p->n; i < cap; i++)
+        np.v[i] = (struct slot){.start = UINTPTR_MAX, .r = NULL};
+    part_rekey(&np, 0);
+    free(p->v);
+    part_free_keys(p);
+    *p = np;
+    return 0;
+
+out_free:
+    part_free_keys(&np);
+    free(np.v);
+    return -ENOMEM;
 }
 
 static int part_insert(struct part *p, struct tw_regcache_region *r)
 {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 64;
-        struct slot *v = realloc(p->v, cap * sizeof(*v));
-        if (!v)
-            return -ENOMEM;
-        p->v = v;
-        p->cap = cap;
-    }
+    if (p->n == p->cap && part_grow(p))
+        return -ENOMEM;
     size_t i = count_le(p, r->start);
+    /* v[n] is padding: the shift overwrites it, v[n+1..] stay padding. */
     memmove(&p->v[i + 1], &p->v[i], (p->n - i) * sizeof(*p->v));
-    p->v[i] = (struct slot){.start = r->start, .end = r->end, .r = r};
+    p->v[i] = (struct slot){.start = r->start, .r = r};
     p->n++;
+    part_rekey(p, i);
     return 0;
 }
 
@@ -153,6 +296,148 @@ static void part_remove(struct part *p, const struct tw_regcache_region *r)
         abort(); /* index corrupted: continuing would deregister live memory */
     memmove(&p->v[i - 1], &p->v[i], (p->n - i) * sizeof(*p->v));
     p->n--;
+    p->v[p->n] = (struct slot){.start = UINTPTR_MAX, .r = NULL};
+    part_rekey(p, i - 1);
+}
+
+/* ---- ids and the LRU log (lock held) ---- */
+
+static void bit_set(uint64_t *map, uint32_t i)
+{
+    map[i / 64] |= (uint64_t)1 << (i % 64);
+}
+
+static void bit_clear(uint64_t *map, uint32_t i)
+{
+    map[i / 64] &= ~((uint64_t)1 << (i % 64));
+}
+
+/*
+ * Drop stale log entries, keeping the order, without touching a region:
+ * walking backwards, an entry is kept only if it is the last one of its
+ * id (`seen`) and its id was not detached since the last compaction
+ * (`quarantined`; such ids are not reused before this point, so every id
+ * in the log names its current region or none). Keeps at most one entry
+ * per linked region, so at most half of log_cap (see reserve_link), then
+ * frees the quarantined ids.
+ */
+static void log_compact(struct tw_regcache *c)
+{
+    /* One sequential backward pass, free of data-dependent branches
+     * (entries already marked ID_NONE are rare: see lru_victim). Kept
+     * entries are packed at the back, at w - 1 >= i, so no unread entry is
+     * overwritten; then moved to the front. */
+    size_t w = c->log_tail;
+    for (size_t i = c->log_tail; i-- > c->log_head;) {
+        struct lru_ent e = c->log[i];
+        if (e.id == ID_NONE)
+            continue;
+        uint64_t bit = (uint64_t)1 << (e.id % 64);
+        uint64_t keep = !((c->quarantined[e.id / 64] | c->seen[e.id / 64]) & bit);
+        c->seen[e.id / 64] |= bit;
+        c->log[w - 1] = e;
+        w -= keep;
+    }
+    size_t kept = c->log_tail - w;
+    memmove(c->log, c->log + w, kept * sizeof(*c->log));
+    memset(c->seen, 0, c->ids_cap / 8);
+    c->log_head = 0;
+    c->log_tail = kept;
+    while (c->nquar) {
+        uint32_t id = c->quar_ids[--c->nquar];
+        bit_clear(c->quarantined, id);
+        c->free_ids[c->nfree++] = id;
+    }
+}
+
+static int grow_array(void **p, size_t n, size_t size)
+{
+    void *q = realloc(*p, n * size);
+    if (!q)
+        return -ENOMEM;
+    *p = q;
+    return 0;
+}
+
+/*
+ * Make room for one more linked region: an id, and log capacity of at
+ * least twice the linked regions (so compaction always frees half the
+ * log). The only place the LRU allocates, so a release never has to.
+ */
+static int reserve_link(struct tw_regcache *c)
+{
+    if (c->nfree == 0 && c->nids == c->ids_cap && c->nquar)
+        log_compact(c); /* frees the quarantined ids */
+    if (c->nfree == 0 && c->nids == c->ids_cap) {
+        size_t cap = c->ids_cap ? c->ids_cap * 2 : 64; /* a multiple of 64 */
+        if (cap >= ID_NONE)
+            return -ENOMEM;
+        if (grow_array((void **)&c->ids, cap, sizeof(*c->ids)) ||
+            grow_array((void **)&c->free_ids, cap, sizeof(*c->free_ids)) ||
+            grow_array((void **)&c->quar_ids, cap, sizeof(*c->quar_ids)) ||
+            grow_array((void **)&c->seen, cap / 64, sizeof(*c->seen)) ||
+            grow_array((void **)&c->quarantined, cap / 64, sizeof(*c->quarantined)))
+            return -ENOMEM; /* the arrays that did grow are still valid */
+        memset(c->seen + c->ids_cap / 64, 0, (cap - c->ids_cap) / 8);
+        memset(c->quarantined + c->ids_cap / 64, 0, (cap - c->ids_cap) / 8);
+        c->ids_cap = cap;
+    }
+    size_t want = 2 * (c->nlinked + 1) + 64;
+    if (c->log_cap < want) {
+        size_t cap = want + want / 2; /* amortized growth, at most 3x */
+        struct lru_ent *log = malloc(cap * sizeof(*log));
+        if (!log)
+            return -ENOMEM;
+        size_t n = c->log_tail - c->log_head;
+        if (n)
+            memcpy(log, c->log + c->log_head, n * sizeof(*log));
+        free(c->log);
+        c->log = log;
+        c->log_head = 0;
+        c->log_tail = n;
+        c->log_cap = cap;
+    }
+    return 0;
+}
+
+/* Give r an id (after reserve_link succeeded). */
+static void id_attach(struct tw_regcache *c, struct tw_regcache_region *r)
+{
+    uint32_t id = c->nfree ? c->free_ids[--c->nfree] : (uint32_t)c->nids++;
+    c->ids[id] = r;
+    r->id = id;
+    r->stamp = 0;
+    c->nlinked++;
+}
+
+/* r leaves the index: its log entries are stale from now on. */
+static void id_detach(struct tw_regcache *c, struct tw_regcache_region *r)
+{
+    c->ids[r->id] = NULL;
+    bit_set(c->quarantined, r->id);
+    c->quar_ids[c->nquar++] = r->id;
+    r->id = ID_NONE;
+    c->nlinked--;
+}
+
+/* The idle linked region an entry stands for, or NULL if it is stale. */
+static struct tw_regcache_region *log_region(const struct tw_regcache *c, struct lru_ent e)
+{
+    if (e.id == ID_NONE)
+        return NULL;
+    struct tw_regcache_region *r = c->ids[e.id];
+    if (!r || r->stamp != e.stamp || r->refcnt)
+        return NULL;
+    return r;
+}
+
+/* A linked region just became idle: it is now the most recently used. */
+static void lru_release(struct tw_regcache *c, struct tw_regcache_region *r)
+{
+    if (c->log_tail == c->log_cap)
+        log_compact(c);
+    r->stamp = ++c->clock;
+    c->log[c->log_tail++] = (struct lru_ent){.id = r->id, .stamp = r->stamp};
 }
 
 /* ---- accounting and unlinking (lock held) ---- */
@@ -190,11 +475,10 @@ static void unlink_region(struct tw_regcache *c, struct tw_regcache_region *r,
                           struct tw_regcache_region **dead)
 {
     part_remove(part_of(c, r->attr.kind, r->access), r);
+    id_detach(c, r); /* its LRU log entries are stale from now on */
     r->linked = 0;
-    if (r->state == REGION_READY && r->refcnt == 0) {
-        lru_remove(r);
+    if (r->state == REGION_READY && r->refcnt == 0)
         schedule_dereg(c, r, dead);
-    }
 }
 
 static void run_deregs(struct tw_regcache *c, struct tw_regcache_region *dead)
@@ -215,12 +499,25 @@ static size_t pool_limit(const struct tw_regcache *c, int pool)
     return lim ? lim : SIZE_MAX;
 }
 
-/* Least recently used idle region, of `pool` unless pool < 0. */
+/*
+ * Least recently used idle region, of `pool` unless pool < 0: the oldest
+ * live log entry. Stale entries met on the way are dropped (at the head)
+ * or marked (behind a live entry of another pool), so each is paid once.
+ */
 static struct tw_regcache_region *lru_victim(struct tw_regcache *c, int pool)
 {
-    for (struct tw_regcache_region *r = c->lru.lru_prev; r != &c->lru; r = r->lru_prev)
+    for (size_t i = c->log_head; i < c->log_tail; i++) {
+        struct tw_regcache_region *r = log_region(c, c->log[i]);
+        if (!r) {
+            if (i == c->log_head)
+                c->log_head++;
+            else
+                c->log[i].id = ID_NONE;
+            continue;
+        }
         if (pool < 0 || r->pool == pool)
             return r;
+    }
     return NULL;
 }
 
@@ -348,9 +645,11 @@ int tw__regcache_create(const struct tw_regcache_config *cfg, const struct tw_re
 {
     if (!reg || !reg->reg || !reg->dereg)
         return TW_EINVAL;
-    struct tw_regcache *c = calloc(1, sizeof(*c));
+    /* sizeof is a multiple of the alignment, as aligned_alloc wants. */
+    struct tw_regcache *c = aligned_alloc(_Alignof(struct tw_regcache), sizeof(*c));
     if (!c)
         return -ENOMEM;
+    memset(c, 0, sizeof(*c));
     int rc = -ENOMEM;
     if (pthread_mutex_init(&c->lock, NULL) != 0)
         goto out_free;
@@ -371,7 +670,6 @@ int tw__regcache_create(const struct tw_regcache_config *cfg, const struct tw_re
     c->pool_limit[0] = d.max_host_bytes;
     c->max_gpu_bytes = d.max_gpu_bytes;
     c->bar1_percent = d.gpu_bar1_percent && d.gpu_bar1_percent <= 100 ? d.gpu_bar1_percent : 50;
-    c->lru.lru_next = c->lru.lru_prev = &c->lru;
 
     rc = tw__hostmem_subscribe(hostmem_hook, c);
     if (rc)
@@ -393,7 +691,7 @@ int tw__regcache_destroy(struct tw_regcache *c)
     if (!c)
         return 0;
     pthread_mutex_lock(&c->lock);
-    int busy = c->st.in_use != 0;
+    int busy = c->in_use != 0;
     pthread_mutex_unlock(&c->lock);
     if (busy)
         return TW_EBUSY;
@@ -407,10 +705,17 @@ int tw__regcache_destroy(struct tw_regcache *c)
             while (p->n)
                 unlink_region(c, p->v[p->n - 1].r, &dead);
             free(p->v);
+            part_free_keys(p);
         }
     }
     pthread_mutex_unlock(&c->lock);
     run_deregs(c, dead);
+    free(c->ids);
+    free(c->free_ids);
+    free(c->quar_ids);
+    free(c->seen);
+    free(c->quarantined);
+    free(c->log);
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->lock);
     free(c);
@@ -421,9 +726,11 @@ static struct tw_regcache_region *new_region(uintptr_t start, uintptr_t end, uin
                                              const struct tw_memkind_ops *kind,
                                              const struct tw_mem_attr *attr, int cached)
 {
-    struct tw_regcache_region *r = calloc(1, sizeof(*r));
+    struct tw_regcache_region *r = aligned_alloc(_Alignof(struct tw_regcache_region), sizeof(*r));
     if (!r)
         return NULL;
+    memset(r, 0, sizeof(*r));
+    r->id = ID_NONE;
     r->start = start;
     r->end = end;
     r->access = access;
@@ -439,33 +746,31 @@ static struct tw_regcache_region *new_region(uintptr_t start, uintptr_t end, uin
 /* A region that never registered: uncount and free it (lock held). */
 static void drop_failed(struct tw_regcache *c, struct tw_regcache_region *r)
 {
-    if (r->linked)
+    if (r->linked) {
         part_remove(part_of(c, r->attr.kind, r->access), r);
+        id_detach(c, r);
+    }
     account_sub(c, r);
-    c->st.in_use--;
+    c->in_use--;
     free(r);
 }
 
-int tw__regcache_lookup(struct tw_regcache *c, const void *addr, size_t len, uint32_t access,
-                        enum tw_memkind hint, struct tw_regcache_region **out, char *err,
-                        size_t errlen)
+/*
+ * Everything but the host fast path of tw__regcache_lookup: GPU hits,
+ * misses, waits. Entered with the cache lock held iff `locked` (the fast
+ * path missed; the hint then has no check_on_hit). Kept out of line so the
+ * fast path needs no big stack frame.
+ */
+__attribute__((noinline)) static int lookup_slow(struct tw_regcache *c, uintptr_t a, size_t len,
+                                                 uint32_t access, enum tw_memkind hint, int locked,
+                                                 struct tw_regcache_region **out, char *err,
+                                                 size_t errlen)
 {
-    uintptr_t a = (uintptr_t)addr;
-    if (access == 0 || (access & ~TW_ACCESS_ALL) || len == 0 || a + len < a) {
-        seterr(err, errlen, "%s", "invalid lookup: empty/wrapping range or bad access flags");
-        return TW_EINVAL;
-    }
-    if ((unsigned)hint >= TW_MEMKIND_MAX) {
-        seterr(err, errlen, "%s", "invalid memory kind");
-        return TW_EINVAL;
-    }
-
     const struct tw_memkind_ops *kind = NULL;
     struct tw_mem_attr attr;
     int have_attr = 0;
-    /* A host hint with no check_on_hit needs no query for a hit: try the
-     * index first and describe the memory only on a miss. */
-    if (hint != TW_MEMKIND_AUTO && !c->kinds[hint]->check_on_hit) {
+    if (locked) {
+        /* Described only if it misses for good (query below). */
         kind = c->kinds[hint];
         attr = (struct tw_mem_attr){.kind = hint, .device = -1};
     } else {
@@ -473,28 +778,28 @@ int tw__regcache_lookup(struct tw_regcache *c, const void *addr, size_t len, uin
         if (rc)
             return rc;
         have_attr = 1;
+        pthread_mutex_lock(&c->lock);
     }
 
     struct tw_regcache_region *dead = NULL;
     struct tw_regcache_region *r = NULL;
     int rc = 0;
-    pthread_mutex_lock(&c->lock);
     for (;;) {
         struct part *p = part_of(c, attr.kind, access);
         size_t i = count_le(p, a);
-        if (i > 0 && p->v[i - 1].end >= a + len) {
-            struct tw_regcache_region *hit = p->v[i - 1].r;
+        struct tw_regcache_region *hit = i > 0 ? p->v[i - 1].r : NULL;
+        if (hit && hit->end >= a + len) {
             if (!kind->check_on_hit || kind->same_backing(&hit->attr, &attr)) {
                 if (hit->state == REGION_PENDING) {
                     c->st.waits++;
                     pthread_cond_wait(&c->cond, &c->lock);
                     continue;
                 }
-                if (hit->refcnt++ == 0) {
-                    lru_remove(hit);
-                    c->st.in_use++;
-                }
-                c->st.hits++;
+                /* No LRU work: an idle region's log entry goes stale by
+                 * itself (refcnt), and release appends a fresh one. */
+                if (hit->refcnt++ == 0)
+                    c->in_use++;
+                c->hits++;
                 r = hit;
                 goto out_unlock;
             }
@@ -527,7 +832,7 @@ int tw__regcache_lookup(struct tw_regcache *c, const void *addr, size_t len, uin
             }
             c->st.misses++;
             c->st.uncached++;
-            c->st.in_use++;
+            c->in_use++;
             account_add(c, r);
             break;
         }
@@ -543,7 +848,7 @@ int tw__regcache_lookup(struct tw_regcache *c, const void *addr, size_t len, uin
          * wait if one of them is still being registered. */
         struct slot *v = p->v;
         size_t lo = count_le(p, s), first = lo;
-        while (first > 0 && v[first - 1].end > s)
+        while (first > 0 && v[first - 1].r->end > s)
             first--;
         size_t last = lo;
         while (last < p->n && v[last].start < e)
@@ -555,6 +860,10 @@ int tw__regcache_lookup(struct tw_regcache *c, const void *addr, size_t len, uin
             c->st.waits++;
             pthread_cond_wait(&c->cond, &c->lock);
             continue;
+        }
+        if (reserve_link(c)) {
+            rc = -ENOMEM;
+            goto out_unlock;
         }
         while (last > first) {
             struct tw_regcache_region *o = v[--last].r;
@@ -581,9 +890,10 @@ int tw__regcache_lookup(struct tw_regcache *c, const void *addr, size_t len, uin
             rc = -ENOMEM;
             goto out_unlock;
         }
+        id_attach(c, r);
         r->linked = 1;
         c->st.misses++;
-        c->st.in_use++;
+        c->in_use++;
         account_add(c, r);
         break;
     }
@@ -618,6 +928,39 @@ out_unlock:
     return r ? 0 : rc;
 }
 
+int tw__regcache_lookup(struct tw_regcache *c, const void *addr, size_t len, uint32_t access,
+                        enum tw_memkind hint, struct tw_regcache_region **out, char *err,
+                        size_t errlen)
+{
+    uintptr_t a = (uintptr_t)addr;
+    if (access == 0 || (access & ~TW_ACCESS_ALL) || len == 0 || a + len < a) {
+        seterr(err, errlen, "%s", "invalid lookup: empty/wrapping range or bad access flags");
+        return TW_EINVAL;
+    }
+    if ((unsigned)hint >= TW_MEMKIND_MAX) {
+        seterr(err, errlen, "%s", "invalid memory kind");
+        return TW_EINVAL;
+    }
+    /* The hot path. A hint whose kind has no check_on_hit (host) needs no
+     * query for a hit: one lock round trip, the index search, one line of
+     * the region, no LRU work (see the top of this file). */
+    if (hint == TW_MEMKIND_AUTO || c->kinds[hint]->check_on_hit)
+        return lookup_slow(c, a, len, access, hint, 0, out, err, errlen);
+    pthread_mutex_lock(&c->lock);
+    const struct part *p = part_of(c, hint, access);
+    size_t i = count_le(p, a);
+    struct tw_regcache_region *hit = i > 0 ? p->v[i - 1].r : NULL;
+    if (hit && hit->end >= a + len && hit->state == REGION_READY) {
+        if (hit->refcnt++ == 0)
+            c->in_use++;
+        c->hits++;
+        pthread_mutex_unlock(&c->lock);
+        *out = hit;
+        return 0;
+    }
+    return lookup_slow(c, a, len, access, hint, 1, out, err, errlen); /* lock held */
+}
+
 void tw__regcache_release(struct tw_regcache *c, struct tw_regcache_region *r)
 {
     struct tw_regcache_region *dead = NULL;
@@ -625,11 +968,11 @@ void tw__regcache_release(struct tw_regcache *c, struct tw_regcache_region *r)
     if (r->refcnt == 0)
         abort(); /* double release: the caller would use a dead handle */
     if (--r->refcnt == 0) {
-        c->st.in_use--;
+        c->in_use--;
         if (!r->linked) {
             schedule_dereg(c, r, &dead); /* invalidated, evicted or one-shot */
         } else {
-            lru_push_front(c, r);
+            lru_release(c, r);
             evict_over_limits(c, r->pool, &dead);
         }
     }
@@ -648,7 +991,7 @@ void tw__regcache_invalidate(struct tw_regcache *c, uintptr_t addr, size_t len)
         for (int acc = 0; acc < NACCESS; acc++) {
             struct part *p = &c->parts[k][acc];
             size_t last = count_le(p, end - 1);
-            while (last > 0 && p->v[last - 1].end > addr) {
+            while (last > 0 && p->v[last - 1].r->end > addr) {
                 struct tw_regcache_region *o = p->v[--last].r;
                 c->st.invalidations++;
                 unlink_region(c, o, &dead);
@@ -663,6 +1006,8 @@ void tw__regcache_stats(struct tw_regcache *c, struct tw_regcache_stats *out)
 {
     pthread_mutex_lock(&c->lock);
     *out = c->st;
+    out->hits = c->hits;
+    out->in_use = c->in_use;
     pthread_mutex_unlock(&c->lock);
 }
 

@@ -270,6 +270,132 @@ static void lru_order_and_count_limit(void)
     finish(c);
 }
 
+/*
+ * Exact LRU across many releases: the cache's LRU log is compacted many
+ * times over (its capacity is a few times max_entries), ids are detached
+ * by evictions and invalidations and reused. A model that keeps each
+ * page's last release time predicts every victim.
+ */
+static void lru_order_matches_model(void)
+{
+    enum { N = 64, M = 40, OPS = 20000, HELD = 3 };
+    struct tw_regcache *c = make((struct tw_regcache_config){.max_entries = M});
+    char *b = tracked(N);
+    uint64_t last[N] = {0}; /* 0: not cached */
+    unsigned refs[N] = {0};
+    struct tw_regcache_region *held[HELD] = {0};
+    int held_page[HELD];
+    uint64_t clock = 0, hits = 0, evictions = 0, invalidations = 0;
+    unsigned seed = 7;
+    for (int op = 0; op < OPS; op++) {
+        int p = rand_r(&seed) % N;
+        int what = rand_r(&seed) % 16;
+        if (what == 0 && last[p] && !refs[p]) {
+            tw__regcache_invalidate(c, (uintptr_t)(b + p * page), page);
+            last[p] = 0;
+            invalidations++;
+            TW_ASSERT_EQ_U64(fr.last_dereg_addr, (uintptr_t)(b + p * page));
+            continue;
+        }
+        int cached = last[p] != 0;
+        struct tw_regcache_region *r = get(c, b + p * page + 1, page - 1, RW, TW_MEMKIND_HOST);
+        TW_ASSERT_EQ_U64(tw__regcache_region_start(r), (uintptr_t)(b + p * page));
+        refs[p]++;
+        if (cached) {
+            hits++;
+        } else {
+            last[p] = UINT64_MAX; /* cached, in use */
+            int n = 0;
+            for (int i = 0; i < N; i++)
+                n += last[i] != 0;
+            if (n > M) {
+                int v = -1;
+                for (int i = 0; i < N; i++)
+                    if (last[i] && !refs[i] && (v < 0 || last[i] < last[v]))
+                        v = i;
+                TW_ASSERT(v >= 0);
+                last[v] = 0;
+                evictions++;
+                TW_ASSERT_EQ_U64(fr.last_dereg_addr, (uintptr_t)(b + v * page));
+            }
+        }
+        int slot = rand_r(&seed) % (HELD + 1);
+        if (slot < HELD) {
+            /* Keep it a while: in use, so never a victim. */
+            if (held[slot]) {
+                tw__regcache_release(c, held[slot]);
+                int q = held_page[slot];
+                if (--refs[q] == 0)
+                    last[q] = ++clock;
+            }
+            held[slot] = r;
+            held_page[slot] = p;
+        } else {
+            tw__regcache_release(c, r);
+            if (--refs[p] == 0)
+                last[p] = ++clock;
+        }
+        struct tw_regcache_stats s = stats(c);
+        TW_ASSERT_EQ_U64(s.hits, hits);
+        TW_ASSERT_EQ_U64(s.evictions, evictions);
+        TW_ASSERT_EQ_U64(s.invalidations, invalidations);
+    }
+    for (int i = 0; i < HELD; i++)
+        if (held[i])
+            tw__regcache_release(c, held[i]);
+    TW_ASSERT(evictions > 1000); /* the log was compacted many times over */
+    untrack(b);
+    finish(c);
+}
+
+/*
+ * The index with thousands of regions (a search tree four levels deep),
+ * inserted and removed at random positions: every lookup finds its own
+ * region, removals shrink the tree, re-inserted regions are found again.
+ */
+static void index_many_regions(void)
+{
+    enum { N = 3000 };
+    struct tw_regcache *c = make((struct tw_regcache_config){.max_entries = 2 * N});
+    char *b = tracked(N);
+    static int perm[N];
+    unsigned seed = 11;
+    for (int i = 0; i < N; i++)
+        perm[i] = i;
+    for (int i = N - 1; i > 0; i--) {
+        int j = rand_r(&seed) % (i + 1), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int i = 0; i < N; i++)
+        tw__regcache_release(c, get(c, b + perm[i] * page, page, RW, TW_MEMKIND_HOST));
+    TW_ASSERT_EQ_U64(stats(c).misses, N);
+    for (int i = 0; i < 3 * N; i++) {
+        int k = rand_r(&seed) % N;
+        size_t off = (size_t)rand_r(&seed) % page;
+        struct tw_regcache_region *r = get(c, b + k * page + off, page - off, RW, TW_MEMKIND_HOST);
+        TW_ASSERT_EQ_U64(tw__regcache_region_start(r), (uintptr_t)(b + k * page));
+        tw__regcache_release(c, r);
+    }
+    TW_ASSERT_EQ_U64(stats(c).misses, N);
+    /* Remove two thirds, in random order: the tree shrinks. */
+    for (int i = 0; i < N; i++)
+        if (perm[i] % 3)
+            tw__regcache_invalidate(c, (uintptr_t)(b + perm[i] * page), page);
+    TW_ASSERT_EQ_U64(stats(c).entries, N / 3);
+    /* Downwards: the first lookups fall past the last remaining region. */
+    for (int k = N - 1; k >= 0; k--) {
+        struct tw_regcache_region *r = get(c, b + k * page + 7, 1, RW, TW_MEMKIND_HOST);
+        TW_ASSERT_EQ_U64(tw__regcache_region_start(r), (uintptr_t)(b + k * page));
+        tw__regcache_release(c, r);
+    }
+    struct tw_regcache_stats s = stats(c);
+    TW_ASSERT_EQ_U64(s.misses, N + N - N / 3); /* the removed ones missed again */
+    TW_ASSERT_EQ_U64(s.entries, N);
+    untrack(b);
+    finish(c);
+}
+
 static void byte_limit_evicts(void)
 {
     struct tw_regcache *c = make((struct tw_regcache_config){.max_host_bytes = 4 * page});
@@ -537,6 +663,8 @@ int main(void)
     TW_RUN(gpu_rounds_to_64k_at_both_edges);
     TW_RUN(gpu_address_reuse_misses);
     TW_RUN(lru_order_and_count_limit);
+    TW_RUN(lru_order_matches_model);
+    TW_RUN(index_many_regions);
     TW_RUN(byte_limit_evicts);
     TW_RUN(in_use_regions_exceed_limits_until_released);
     TW_RUN(evict_and_retry_on_pressure);
