@@ -16,7 +16,7 @@
  *    requested access rights (the key includes them, so a key handed to a
  *    peer never grants more than the transfer needs). Overlapping regions
  *    of the same key are merged into one on the next miss.
- *  - Released regions stay registered, on an LRU list. When live
+ *  - Released regions stay registered, in LRU order. When live
  *    registrations pass max_entries, or a pool's bytes (host; each GPU) pass
  *    its limit, the least recently used idle regions are deregistered.
  *    A registration that fails for lack of resources (-ENOMEM, -ENOSPC,
@@ -33,7 +33,7 @@
  *    inserts an in-progress region, the others wait for it on a condition
  *    variable and then hit.
  *
- * Locking. One mutex per cache protects the index, the LRU list, the
+ * Locking. One mutex per cache protects the index, the LRU order, the
  * reference counts and the counters. The registrar is NEVER called with it
  * held (reg and dereg may block, take the registrar's own locks, or call
  * tw__regcache_invalidate). Lock order, outermost first:
