@@ -106,6 +106,9 @@ struct part {
     size_t n, cap;              /* cap: a multiple of SLOTS_PER_LINE */
     int levels;                 /* allocated (for cap) */
     int depth;                  /* searched (for n) */
+    /* A copy of the top level (key[depth - 1], at most FANOUT keys), so
+     * the first step of a search needs no load that depends on another. */
+    _Alignas(CACHE_LINE) uintptr_t top[FANOUT];
 };
 
 /* One release in the LRU log (see the top of this file). */
@@ -122,8 +125,11 @@ struct lru_ent {
 struct tw_regcache {
     /* The lock and the counters a hit changes share one line. */
     _Alignas(CACHE_LINE) pthread_mutex_t lock;
-    uint64_t hits;       /* st.hits, kept here */
-    uint64_t in_use;     /* st.in_use, kept here */
+    uint64_t hits;   /* st.hits, kept here */
+    uint64_t in_use; /* st.in_use, kept here */
+    /* kinds[k] is set and has no check_on_hit: lookups with hint k take
+     * the fast path (a copy, so the hit reads no ops table). */
+    unsigned char fast_hint[TW_MEMKIND_MAX];
     pthread_cond_t cond; /* broadcast when a PENDING region settles */
     const struct tw_registrar_ops *reg;
     void *reg_ctx;
@@ -187,7 +193,7 @@ static size_t count_le(const struct part *p, uintptr_t addr)
     if (p->n == 0)
         return 0;
     int k = p->depth - 1;
-    size_t idx = count_line(p->key[k], addr);
+    size_t idx = count_line(p->top, addr);
     if (idx == 0)
         return 0; /* below the first start */
     /* key[k][idx - 1] <= addr < key[k][idx]: descend into that line. */
@@ -233,6 +239,7 @@ static void part_rekey(struct part *p, size_t from)
         below = m;
     }
     p->depth = depth_for(p->n);
+    memcpy(p->top, p->key[p->depth - 1], sizeof(p->top));
 }
 
 static void part_free_keys(struct part *p)
@@ -668,8 +675,10 @@ int tw__regcache_create(const struct tw_regcache_config *cfg, const struct tw_re
     struct tw_regcache_config d = cfg ? *cfg : (struct tw_regcache_config){0};
     c->reg = reg;
     c->reg_ctx = ctx;
-    for (int k = 0; k < TW_MEMKIND_MAX; k++)
+    for (int k = 0; k < TW_MEMKIND_MAX; k++) {
         c->kinds[k] = d.memkinds[k] ? d.memkinds[k] : tw__memkind_ops((enum tw_memkind)k);
+        c->fast_hint[k] = k != TW_MEMKIND_AUTO && c->kinds[k] && !c->kinds[k]->check_on_hit;
+    }
     c->max_entries = d.max_entries ? d.max_entries : 4096;
     if (!d.max_host_bytes) {
         long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
@@ -953,7 +962,7 @@ int tw__regcache_lookup(struct tw_regcache *c, const void *addr, size_t len, uin
     /* The hot path. A hint whose kind has no check_on_hit (host) needs no
      * query for a hit: one lock round trip, the index search, one line of
      * the region, no LRU work (see the top of this file). */
-    if (hint == TW_MEMKIND_AUTO || c->kinds[hint]->check_on_hit)
+    if (!c->fast_hint[hint])
         return lookup_slow(c, a, len, access, hint, 0, out, err, errlen);
     pthread_mutex_lock(&c->lock);
     const struct part *p = part_of(c, hint, access);
