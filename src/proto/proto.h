@@ -246,6 +246,11 @@ const char *tw__dtype_name(uint8_t dtype);
 uint8_t tw__dtype_from_name(const char *name);
 /* Message tag name ("RDMA_REGISTER"), "UNKNOWN" otherwise. */
 const char *tw__tag_name(uint32_t tag);
+/* Largest payload_len a valid frame of this tag can have (docs/protocol.md,
+ * "Limits"): e.g. 1212 for TENSOR_PUT. UINT32_MAX for DATA, LIST_REPLY and
+ * STATS_REPLY (bounded only by max_frame), 0 for an unknown tag. A reader
+ * may refuse a larger frame from its header alone, before buffering it. */
+uint32_t tw__max_payload_len(uint32_t tag);
 
 /*
  * Header decoding, step one of the reader's order: frame complete,
@@ -293,7 +298,11 @@ int tw__msg_decode_data_prefix(const struct tw_frame_header *hdr,
  *   small, or a verdict. For DATA, msg->u.data.bytes is copied when its ptr
  *   is non-NULL; with ptr == NULL only the header and offset are written
  *   (TW_FRAME_HEADER_LEN + TW_DATA_PREFIX_LEN bytes) and the caller sends
- *   bytes.len data bytes after them (writev / sendmsg).
+ *   bytes.len data bytes after them (writev / sendmsg); the return value is
+ *   then the number of bytes written (32), not the frame length.
+ * The version byte is always TW_PROTO_VERSION; msg->hdr.version is ignored.
+ * HELLO / HELLO_ACK caps with reserved bits set are refused (TW_EBAD_CAPS):
+ * senders MUST send them as 0 (receivers mask them off).
  */
 ssize_t tw__msg_encoded_len(const struct tw_msg *msg);
 ssize_t tw__msg_encode(const struct tw_msg *msg, uint8_t *buf, size_t cap);
@@ -307,7 +316,8 @@ ssize_t tw__msg_encode(const struct tw_msg *msg, uint8_t *buf, size_t cap);
 int tw__descriptor_check(const struct tw_descriptor *d);
 int tw__shape_bytes(uint8_t dtype, uint8_t ndim, const uint64_t *shape,
                    uint64_t *out_bytes);
-/* UTF-8 validity (RFC 3629: no overlongs, no surrogates, <= U+10FFFF). */
+/* UTF-8 validity (RFC 3629: no overlongs, no surrogates, <= U+10FFFF).
+ * Returns 1 when s[0..len) is valid UTF-8 (an empty string is), else 0. */
 int tw__utf8_valid(const uint8_t *s, size_t len);
 /* Tensor name rule: 1..TW_MAX_NAME_LEN bytes of valid UTF-8, no NUL. */
 int tw__name_check(const uint8_t *s, size_t len);
@@ -324,8 +334,10 @@ int tw__stats_next(const struct tw_msg *msg, size_t *cursor,
                   struct tw_bytes *key, uint64_t *value);
 /* Encoded size of one descriptor; to pack LIST_REPLY/STATS_REPLY bodies. */
 size_t tw__descriptor_encoded_len(const struct tw_descriptor *d);
-/* Appends one descriptor / stats pair at buf; returns bytes written or
- * -ENOBUFS. Callers build list_reply.entries / stats_reply.entries with these. */
+/* Appends one descriptor / stats pair at buf; returns bytes written,
+ * -ENOBUFS, or the verdict of the descriptor / key rules (an invalid entry
+ * is never written). Callers build list_reply.entries / stats_reply.entries
+ * with these; LIST_REPLY entries must be sorted by name, bytewise, unique. */
 ssize_t tw__descriptor_encode(const struct tw_descriptor *d, uint8_t *buf,
                              size_t cap);
 ssize_t tw__stats_entry_encode(const char *key, uint64_t value, uint8_t *buf,
@@ -334,5 +346,9 @@ ssize_t tw__stats_entry_encode(const char *key, uint64_t value, uint8_t *buf,
 /* CRC32C (Castagnoli), as carried in descriptors with TW_DESC_HAS_CRC32C.
  * crc starts at 0; tw__crc32c(tw__crc32c(0, a, n), b, m) == crc of a||b. */
 uint32_t tw__crc32c(uint32_t crc, const void *buf, size_t len);
+
+/* 1 when a and b are the same message: header fields and every payload
+ * field equal, byte strings compared by content (not by pointer). */
+int tw__msg_equal(const struct tw_msg *a, const struct tw_msg *b);
 
 #endif

@@ -7,13 +7,24 @@
  * sequence and a TW_E* verdict otherwise (docs/protocol.md, "Sequences" and
  * "Error handling"). Receive verdicts tell the caller how to react:
  *
- *   tw__sm_verdict_is_fatal(v) != 0  send ERROR(PROTOCOL_ERROR, request_id 0)
- *                                   and close the connection;
+ *   tw__sm_verdict_is_fatal(v) != 0  send ERROR(tw__sm_fatal_wire_code(v),
+ *                                   request_id 0) -- PROTOCOL_ERROR for all
+ *                                   but EBAD_VERSION -- and close;
  *   otherwise                       answer ERROR(tw__sm_verdict_wire_code(v))
  *                                   for that request id; connection lives.
  *
+ * After a fatal receive verdict the machine is in TW_PHASE_DEAD and accepts
+ * only the sending of ERROR with request id 0. After a request-level receive
+ * verdict the id is already consumed (a request-opening frame) or the request
+ * already ended (RDMA_REGISTER length mismatch): do not call
+ * tw__sm_reject_request, just send the ERROR. On_send verdicts change
+ * nothing: they report a bug of this side, and the frame must not be sent.
+ *
  * A return of TW_SM_STALE (positive) from tw__sm_on_recv means "a message for
- * a request this side already ended (it crossed an ERROR): discard it".
+ * a request this side already ended (it crossed an ERROR, or a cancel crossed
+ * the last reply): discard it". Any id at or below the highest id seen that
+ * is not in flight is stale. Sending ERROR for such an id is legal (that is
+ * how a rejected request is answered); sending anything else is not.
  *
  * Ownership: the state machine owns its request table (allocated by
  * tw__sm_init, freed by tw__sm_destroy). It keeps no pointer into messages.
@@ -29,10 +40,11 @@
 enum tw_role { TW_ROLE_CLIENT = 0, TW_ROLE_SERVER = 1 };
 
 enum tw_conn_phase {
+    /* Each handshake phase names the next handshake message on the wire. */
     TW_PHASE_HELLO = 0, /* server: awaiting HELLO; client: HELLO to send */
-    TW_PHASE_HELLO_ACK, /* client sent HELLO, awaiting HELLO_ACK */
+    TW_PHASE_HELLO_ACK, /* client awaits HELLO_ACK; server has it to send */
     TW_PHASE_AUTH,      /* awaiting AUTH (server) / AUTH to send (client) */
-    TW_PHASE_AUTH_OK,   /* client sent AUTH, awaiting AUTH_OK */
+    TW_PHASE_AUTH_OK,   /* client awaits AUTH_OK; server has it to send */
     TW_PHASE_READY,     /* requests may flow */
     TW_PHASE_CLOSING,   /* GOODBYE sent or received: no new requests */
     TW_PHASE_DEAD       /* fatal error: nothing more is legal */
@@ -66,10 +78,17 @@ struct tw_sm {
     uint32_t inflight;
     uint32_t table_cap;
     struct tw_sm_req *table;
+    /* Handshake bookkeeping (additive to the original layout). */
+    uint32_t local_max_inflight; /* what tw__sm_init was given */
+    uint64_t hello_caps;         /* caps announced in HELLO (masked) */
+    uint32_t hello_max_frame;    /* limits announced in HELLO */
+    uint32_t hello_max_inflight;
+    uint32_t negotiated_max_frame; /* from HELLO_ACK; becomes max_frame at READY */
 };
 
 /* max_inflight_local: the most requests this side will track (what it
- * announces in HELLO / HELLO_ACK). Returns 0 or -ENOMEM. */
+ * announces in HELLO / HELLO_ACK, 1..65536). Returns 0, -EINVAL for a
+ * value outside that range, or -ENOMEM. */
 int tw__sm_init(struct tw_sm *sm, enum tw_role role, uint32_t max_inflight_local);
 void tw__sm_destroy(struct tw_sm *sm);
 
@@ -83,10 +102,18 @@ int tw__sm_on_recv(struct tw_sm *sm, const struct tw_msg *msg);
  * LIST, STAT, DELETE) is request-level: the frame's bounds were intact. */
 int tw__sm_verdict_is_fatal(int verdict, uint32_t tag);
 uint32_t tw__sm_verdict_wire_code(int verdict);
+/* Code for the ERROR(id 0) that answers a fatal verdict: UNSUPPORTED_VERSION
+ * for TW_EBAD_VERSION, UNAUTHORIZED for TW_EUNAUTHORIZED, else
+ * PROTOCOL_ERROR. */
+uint32_t tw__sm_fatal_wire_code(int verdict);
 
-/* A request-opening frame whose payload failed a request-level rule: the
- * request id is consumed (must still be increasing: EDUP_REQUEST otherwise)
- * without opening a request. The caller answers ERROR(code, id). */
+/* A request-opening frame whose payload failed a request-level rule of the
+ * *codec* (tw__msg_decode returned a verdict for which
+ * tw__sm_verdict_is_fatal(v, hdr->tag) == 0): the request id is consumed
+ * (must still be increasing: EDUP_REQUEST otherwise) without opening a
+ * request. Server side only. Returns 0, then the caller answers
+ * ERROR(tw__sm_verdict_wire_code(v), id); or a fatal verdict (the machine
+ * is then DEAD). Not needed for verdicts of tw__sm_on_recv itself. */
 int tw__sm_reject_request(struct tw_sm *sm, const struct tw_frame_header *hdr);
 
 /* Introspection for callers and tests. */

@@ -1,0 +1,100 @@
+/*
+ * Text rules of the protocol: UTF-8 validity, tensor names, device tags.
+ *
+ * Names travel between hosts and end up in logs and file systems, so the
+ * rules are strict: RFC 3629 UTF-8 only (no overlong forms, which would let
+ * two byte strings spell one name; no UTF-16 surrogates; nothing above
+ * U+10FFFF) and no NUL, which C callers would silently truncate at.
+ */
+#include <string.h>
+
+#include "proto/proto.h"
+
+int tw__utf8_valid(const uint8_t *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t n;
+        uint32_t cp, min;
+        if (c >= 0xC2 && c <= 0xDF) {
+            n = 1;
+            cp = c & 0x1F;
+            min = 0x80;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            n = 2;
+            cp = c & 0x0F;
+            min = 0x800;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            n = 3;
+            cp = c & 0x07;
+            min = 0x10000;
+        } else {
+            return 0; /* continuation byte, C0/C1 overlong lead, or > U+10FFFF lead */
+        }
+        if (len - i - 1 < n)
+            return 0;
+        for (size_t k = 1; k <= n; k++) {
+            uint8_t cc = s[i + k];
+            if ((cc & 0xC0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (cc & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += n + 1;
+    }
+    return 1;
+}
+
+static int has_nul(const uint8_t *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (s[i] == 0)
+            return 1;
+    return 0;
+}
+
+int tw__name_check(const uint8_t *s, size_t len)
+{
+    if (len == 0 || len > TW_MAX_NAME_LEN || !s)
+        return TW_EBAD_NAME;
+    if (has_nul(s, len) || !tw__utf8_valid(s, len))
+        return TW_EBAD_NAME;
+    return 0;
+}
+
+static int tag_char_ok(uint8_t c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == ':' || c == '.' ||
+           c == '-';
+}
+
+int tw__device_tag_check(const uint8_t *s, size_t len)
+{
+    if (len == 0 || len > TW_MAX_DEVICE_TAG_LEN || !s)
+        return TW_EBAD_DEVICE_TAG;
+    for (size_t i = 0; i < len; i++)
+        if (!tag_char_ok(s[i]))
+            return TW_EBAD_DEVICE_TAG;
+    /* Anything that starts with "cuda" names a CUDA device and must be
+     * exactly "cuda:N", N in 0..255 without leading zeros, so that one device
+     * has one spelling. */
+    if (len >= 4 && memcmp(s, "cuda", 4) == 0) {
+        if (len < 6 || s[4] != ':' || len > 8)
+            return TW_EBAD_DEVICE_TAG;
+        unsigned n = 0;
+        for (size_t i = 5; i < len; i++) {
+            if (s[i] < '0' || s[i] > '9')
+                return TW_EBAD_DEVICE_TAG;
+            n = n * 10 + (unsigned)(s[i] - '0');
+        }
+        if ((len > 6 && s[5] == '0') || n > 255)
+            return TW_EBAD_DEVICE_TAG;
+    }
+    return 0;
+}
