@@ -178,7 +178,8 @@ static inline struct tw_msg fx_endpoint(uint8_t status)
         return m;
     }
     m.u.rdma_endpoint.count = status == TW_EP_OFFER ? 2 : 1;
-    m.u.rdma_endpoint.entries[0].provider = fx_str(status == TW_EP_OFFER ? "verbs;ofi_rxm" : "tcp;ofi_rxm");
+    m.u.rdma_endpoint.entries[0].provider =
+        fx_str(status == TW_EP_OFFER ? "verbs;ofi_rxm" : "tcp;ofi_rxm");
     m.u.rdma_endpoint.entries[0].addr_format = 2; /* FI_SOCKADDR_IN */
     m.u.rdma_endpoint.entries[0].addr.ptr = status == TW_EP_OFFER ? addr_a : addr_b;
     m.u.rdma_endpoint.entries[0].addr.len = 16;

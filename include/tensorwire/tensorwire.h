@@ -8,6 +8,7 @@
 #define TENSORWIRE_H
 
 #include "tensorwire/error.h"
+#include "tensorwire/mem.h"
 #include "tensorwire/version.h"
 #include "tensorwire/client.h"
 

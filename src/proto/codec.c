@@ -432,8 +432,8 @@ int tw__msg_decode_payload(const struct tw_frame_header *hdr, const uint8_t *pay
             break;
         if ((msg->u.tensor_request.flags & ~TW_XFER_WANT_RDMA) || res1)
             rd_check(&r, TW_EBAD_FLAGS);
-        rd_check(&r, tw__name_check(msg->u.tensor_request.name.ptr,
-                                    msg->u.tensor_request.name.len));
+        rd_check(&r,
+                 tw__name_check(msg->u.tensor_request.name.ptr, msg->u.tensor_request.name.len));
         break;
     }
     case TW_TAG_TENSOR_PUT:
@@ -575,8 +575,7 @@ int tw__list_next(const struct tw_msg *msg, size_t *cursor, struct tw_descriptor
     return 1;
 }
 
-int tw__stats_next(const struct tw_msg *msg, size_t *cursor, struct tw_bytes *key,
-                   uint64_t *value)
+int tw__stats_next(const struct tw_msg *msg, size_t *cursor, struct tw_bytes *key, uint64_t *value)
 {
     const struct tw_bytes *e = &msg->u.stats_reply.entries;
     if (*cursor >= e->len)
@@ -648,8 +647,7 @@ static int64_t payload_len_of(const struct tw_msg *m)
     case TW_TAG_AUTH_OK:
         return TW_AUTH_MAC_LEN;
     case TW_TAG_TENSOR_REQUEST:
-        if (m->u.tensor_request.name.len > TW_MAX_NAME_LEN ||
-            !bytes_ok(&m->u.tensor_request.name))
+        if (m->u.tensor_request.name.len > TW_MAX_NAME_LEN || !bytes_ok(&m->u.tensor_request.name))
             return TW_EBAD_NAME;
         return 4 + (int64_t)m->u.tensor_request.name.len;
     case TW_TAG_TENSOR_PUT:

@@ -106,7 +106,7 @@ uint32_t tw__crc32c_sw(uint32_t crc, const void *buf, size_t len)
 
 #ifdef TW_HAVE_SSE42_PATH
 __attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, const void *buf,
-                                                                size_t len)
+                                                               size_t len)
 {
     const uint8_t *p = buf;
     uint64_t c = ~crc;

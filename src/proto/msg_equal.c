@@ -68,7 +68,8 @@ int tw__msg_equal(const struct tw_msg *a, const struct tw_msg *b)
     case TW_TAG_RDMA_ENDPOINT: {
         const __typeof__(a->u.rdma_endpoint) *x = &a->u.rdma_endpoint, *y = &b->u.rdma_endpoint;
         if (x->status != y->status || x->count != y->count ||
-            memcmp(x->host_id, y->host_id, TW_HOST_ID_LEN) != 0 || !bytes_eq(&x->reason, &y->reason))
+            memcmp(x->host_id, y->host_id, TW_HOST_ID_LEN) != 0 ||
+            !bytes_eq(&x->reason, &y->reason))
             return 0;
         for (unsigned i = 0; i < x->count && i < TW_MAX_FABRIC_ENTRIES; i++)
             if (!bytes_eq(&x->entries[i].provider, &y->entries[i].provider) ||

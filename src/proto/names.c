@@ -81,7 +81,8 @@ const char *tw__tag_name(uint32_t tag)
 
 /* The largest valid instance of each message: fixed part plus every
  * variable field at its maximum (docs/protocol.md, "Limits"). */
-#define DESC_MAX (TW_DESCRIPTOR_FIXED_LEN + 8u * TW_MAX_NDIM + TW_MAX_NAME_LEN + TW_MAX_DEVICE_TAG_LEN)
+#define DESC_MAX                                                                                   \
+    (TW_DESCRIPTOR_FIXED_LEN + 8u * TW_MAX_NDIM + TW_MAX_NAME_LEN + TW_MAX_DEVICE_TAG_LEN)
 static const uint32_t max_payload[TW_TAG_MAX + 1] = {
     [TW_TAG_HELLO] = 18 + TW_MAX_AGENT_LEN,
     [TW_TAG_HELLO_ACK] = 54 + TW_MAX_AGENT_LEN,
@@ -92,8 +93,9 @@ static const uint32_t max_payload[TW_TAG_MAX + 1] = {
     [TW_TAG_TENSOR_INFO] = 4 + DESC_MAX,
     [TW_TAG_DATA] = UINT32_MAX,
     [TW_TAG_PUT_ACCEPT] = 4,
-    [TW_TAG_RDMA_ENDPOINT] = 20 + TW_MAX_REASON_LEN +
-                             TW_MAX_FABRIC_ENTRIES * (8 + TW_MAX_PROVIDER_LEN + TW_MAX_FABRIC_ADDR_LEN),
+    [TW_TAG_RDMA_ENDPOINT] =
+        20 + TW_MAX_REASON_LEN +
+        TW_MAX_FABRIC_ENTRIES * (8 + TW_MAX_PROVIDER_LEN + TW_MAX_FABRIC_ADDR_LEN),
     [TW_TAG_RDMA_DONE] = 16,
     [TW_TAG_RDMA_REGISTER] = 24,
     [TW_TAG_RDMA_READY] = 0,

@@ -207,7 +207,8 @@ uint32_t tw__sm_verdict_wire_code(int verdict)
 {
     if (verdict >= 0)
         return 0;
-    if (verdict <= -(TW_WIRE_ERROR_BASE + 1) && verdict >= -(TW_WIRE_ERROR_BASE + TW_WIRE_ERROR_MAX))
+    if (verdict <= -(TW_WIRE_ERROR_BASE + 1) &&
+        verdict >= -(TW_WIRE_ERROR_BASE + TW_WIRE_ERROR_MAX))
         return (uint32_t)(-verdict - TW_WIRE_ERROR_BASE);
     switch (verdict) {
     case TW_ETOO_MANY_INFLIGHT:

@@ -113,8 +113,14 @@ static void pdesc(struct fb *f, const struct dspec *d)
 
 static struct dspec good_desc(void)
 {
-    struct dspec d = {.dtype = TW_DTYPE_F32, .ndim = 2, .name = "w", .tag = "cpu",
-                      .name_len = -1, .tag_len = -1, .byte_length = 24, .shape = {2, 3}};
+    struct dspec d = {.dtype = TW_DTYPE_F32,
+                      .ndim = 2,
+                      .name = "w",
+                      .tag = "cpu",
+                      .name_len = -1,
+                      .tag_len = -1,
+                      .byte_length = 24,
+                      .shape = {2, 3}};
     return d;
 }
 
@@ -290,10 +296,10 @@ static void length_mismatches(void)
         uint64_t id;
         size_t len;
     } fixed[] = {
-        {TW_TAG_AUTH, 0, 64},         {TW_TAG_AUTH_OK, 0, 32},   {TW_TAG_PUT_ACCEPT, 1, 4},
-        {TW_TAG_RDMA_DONE, 1, 16},    {TW_TAG_RDMA_REGISTER, 1, 24}, {TW_TAG_RDMA_READY, 1, 0},
-        {TW_TAG_OK, 1, 0},            {TW_TAG_PING, 1, 8},       {TW_TAG_PONG, 1, 8},
-        {TW_TAG_GOODBYE, 0, 4},       {TW_TAG_STATS, 1, 0},
+        {TW_TAG_AUTH, 0, 64},      {TW_TAG_AUTH_OK, 0, 32},       {TW_TAG_PUT_ACCEPT, 1, 4},
+        {TW_TAG_RDMA_DONE, 1, 16}, {TW_TAG_RDMA_REGISTER, 1, 24}, {TW_TAG_RDMA_READY, 1, 0},
+        {TW_TAG_OK, 1, 0},         {TW_TAG_PING, 1, 8},           {TW_TAG_PONG, 1, 8},
+        {TW_TAG_GOODBYE, 0, 4},    {TW_TAG_STATS, 1, 0},
     };
     for (unsigned i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
         hdr(&f, fixed[i].tag, fixed[i].id, 0);
@@ -560,12 +566,24 @@ static void device_tags(void)
         const char *tag;
         int verdict;
     } rows[] = {
-        {"cpu", 0},          {"cuda:0", 0},         {"cuda:7", 0},          {"cuda:255", 0},
-        {"rocm:0", 0},       {"host_pinned", 0},    {"", TW_EBAD_DEVICE_TAG}, {"CPU", TW_EBAD_DEVICE_TAG},
-        {"cuda", TW_EBAD_DEVICE_TAG}, {"cuda:", TW_EBAD_DEVICE_TAG}, {"cuda:01", TW_EBAD_DEVICE_TAG},
-        {"cuda:256", TW_EBAD_DEVICE_TAG}, {"cuda:1000", TW_EBAD_DEVICE_TAG},
-        {"cuda0", TW_EBAD_DEVICE_TAG}, {"cuda:-1", TW_EBAD_DEVICE_TAG}, {"cuda:a", TW_EBAD_DEVICE_TAG},
-        {"gpu 0", TW_EBAD_DEVICE_TAG}, {"cpu\n", TW_EBAD_DEVICE_TAG},
+        {"cpu", 0},
+        {"cuda:0", 0},
+        {"cuda:7", 0},
+        {"cuda:255", 0},
+        {"rocm:0", 0},
+        {"host_pinned", 0},
+        {"", TW_EBAD_DEVICE_TAG},
+        {"CPU", TW_EBAD_DEVICE_TAG},
+        {"cuda", TW_EBAD_DEVICE_TAG},
+        {"cuda:", TW_EBAD_DEVICE_TAG},
+        {"cuda:01", TW_EBAD_DEVICE_TAG},
+        {"cuda:256", TW_EBAD_DEVICE_TAG},
+        {"cuda:1000", TW_EBAD_DEVICE_TAG},
+        {"cuda0", TW_EBAD_DEVICE_TAG},
+        {"cuda:-1", TW_EBAD_DEVICE_TAG},
+        {"cuda:a", TW_EBAD_DEVICE_TAG},
+        {"gpu 0", TW_EBAD_DEVICE_TAG},
+        {"cpu\n", TW_EBAD_DEVICE_TAG},
         {"abcdefghijklmnopqrstuvwxyz012345", 0},
         {"abcdefghijklmnopqrstuvwxyz0123456", TW_EBAD_DEVICE_TAG},
     };
@@ -850,8 +868,8 @@ static void list_and_stats_replies(void)
 
 static void verdict_classification(void)
 {
-    static const int request_level[] = {TW_EBAD_NAME, TW_EBAD_DTYPE, TW_EBAD_SHAPE, TW_EOVERFLOW,
-                                        TW_EBAD_DEVICE_TAG, TW_ENOT_NEGOTIATED};
+    static const int request_level[] = {TW_EBAD_NAME, TW_EBAD_DTYPE,      TW_EBAD_SHAPE,
+                                        TW_EOVERFLOW, TW_EBAD_DEVICE_TAG, TW_ENOT_NEGOTIATED};
     static const uint32_t opening[] = {TW_TAG_TENSOR_REQUEST, TW_TAG_TENSOR_PUT, TW_TAG_LIST,
                                        TW_TAG_STAT, TW_TAG_DELETE};
     for (unsigned i = 0; i < 6; i++) {
@@ -860,15 +878,15 @@ static void verdict_classification(void)
         TW_ASSERT(tw__sm_verdict_is_fatal(request_level[i], TW_TAG_TENSOR_INFO));
         TW_ASSERT_EQ(tw__sm_verdict_wire_code(request_level[i]), TW_WIRE_INVALID_ARGUMENT);
     }
-    static const int fatal[] = {TW_EBAD_MAGIC, TW_EBAD_VERSION, TW_EUNKNOWN_TAG,
-                                TW_EFRAME_TOO_LARGE, TW_EBAD_FLAGS, TW_EBAD_LENGTH,
-                                TW_EBAD_CAPS, TW_EBAD_DIRECTION, TW_EOUT_OF_ORDER,
-                                TW_EUNKNOWN_REQUEST, TW_EDUP_REQUEST, TW_EBAD_REQUEST_ID};
+    static const int fatal[] = {TW_EBAD_MAGIC,       TW_EBAD_VERSION,   TW_EUNKNOWN_TAG,
+                                TW_EFRAME_TOO_LARGE, TW_EBAD_FLAGS,     TW_EBAD_LENGTH,
+                                TW_EBAD_CAPS,        TW_EBAD_DIRECTION, TW_EOUT_OF_ORDER,
+                                TW_EUNKNOWN_REQUEST, TW_EDUP_REQUEST,   TW_EBAD_REQUEST_ID};
     for (unsigned i = 0; i < sizeof(fatal) / sizeof(fatal[0]); i++) {
         TW_ASSERT(tw__sm_verdict_is_fatal(fatal[i], TW_TAG_TENSOR_PUT));
-        TW_ASSERT_EQ(tw__sm_fatal_wire_code(fatal[i]),
-                     fatal[i] == TW_EBAD_VERSION ? TW_WIRE_UNSUPPORTED_VERSION
-                                                 : TW_WIRE_PROTOCOL_ERROR);
+        TW_ASSERT_EQ(tw__sm_fatal_wire_code(fatal[i]), fatal[i] == TW_EBAD_VERSION
+                                                           ? TW_WIRE_UNSUPPORTED_VERSION
+                                                           : TW_WIRE_PROTOCOL_ERROR);
     }
     TW_ASSERT(tw__sm_verdict_is_fatal(TW_EBAD_FIELD, TW_TAG_TENSOR_PUT));
     TW_ASSERT(!tw__sm_verdict_is_fatal(TW_EBAD_FIELD, TW_TAG_RDMA_REGISTER));

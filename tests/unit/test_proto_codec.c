@@ -262,10 +262,10 @@ static void max_payload_lengths(void)
     m = fx_name_msg(TW_TAG_DELETE, 1, name);
     TW_ASSERT_EQ(payload_of(&m), tw__max_payload_len(TW_TAG_DELETE));
     /* Fixed-size messages. */
-    static const uint32_t fixed[] = {TW_TAG_AUTH, TW_TAG_AUTH_OK, TW_TAG_PUT_ACCEPT,
+    static const uint32_t fixed[] = {TW_TAG_AUTH,      TW_TAG_AUTH_OK,       TW_TAG_PUT_ACCEPT,
                                      TW_TAG_RDMA_DONE, TW_TAG_RDMA_REGISTER, TW_TAG_RDMA_READY,
-                                     TW_TAG_OK, TW_TAG_PING, TW_TAG_PONG, TW_TAG_GOODBYE,
-                                     TW_TAG_STATS};
+                                     TW_TAG_OK,        TW_TAG_PING,          TW_TAG_PONG,
+                                     TW_TAG_GOODBYE,   TW_TAG_STATS};
     for (unsigned i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
         m = fx_msg(fixed[i], fixed[i] == TW_TAG_AUTH || fixed[i] == TW_TAG_AUTH_OK ||
                                      fixed[i] == TW_TAG_GOODBYE

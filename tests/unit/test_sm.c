@@ -39,7 +39,8 @@ static void ready(struct sm_pair *p, uint64_t caps, int auth, int rdma)
     TW_ASSERT_OK(pair_init(p, 8, 8));
     TW_ASSERT_EQ(p->s.max_frame, TW_PREAUTH_MAX_FRAME);
     OK_SEND(p, C, fx_hello(caps, 16u << 20, 8, "client"));
-    OK_SEND(p, S, fx_hello_ack(caps, 16u << 20, 4, auth ? TW_AUTH_HMAC_SHA256 : TW_AUTH_NONE, "srv"));
+    OK_SEND(p, S,
+            fx_hello_ack(caps, 16u << 20, 4, auth ? TW_AUTH_HMAC_SHA256 : TW_AUTH_NONE, "srv"));
     if (auth) {
         TW_ASSERT_EQ(p->c.phase, TW_PHASE_AUTH);
         TW_ASSERT_EQ(p->s.max_frame, TW_PREAUTH_MAX_FRAME);
@@ -150,7 +151,6 @@ static void legal_gpudirect_push_put(void)
     both_idle(&p, 1);
     pair_destroy(&p);
 }
-
 
 /* ---- more legal sequences ---------------------------------------------- */
 

@@ -227,10 +227,11 @@ static void other_vectors(void)
 static void every_tag_has_a_vector(void)
 {
     static const char *const names[] = {
-        "hello", "hello_ack", "auth", "auth_ok", "tensor_request", "tensor_put", "tensor_info",
-        "data", "put_accept", "rdma_endpoint_offer", "rdma_done", "rdma_register", "rdma_ready",
-        "error", "ok", "list", "list_reply", "stat", "delete", "ping", "pong", "goodbye", "stats",
-        "stats_reply"};
+        "hello",      "hello_ack",     "auth",       "auth_ok",    "tensor_request",
+        "tensor_put", "tensor_info",   "data",       "put_accept", "rdma_endpoint_offer",
+        "rdma_done",  "rdma_register", "rdma_ready", "error",      "ok",
+        "list",       "list_reply",    "stat",       "delete",     "ping",
+        "pong",       "goodbye",       "stats",      "stats_reply"};
     for (uint32_t tag = 1; tag <= TW_TAG_MAX; tag++) {
         size_t n = load_vector(names[tag - 1]);
         struct tw_frame_header h;

@@ -1,0 +1,144 @@
+/*
+ * CUDA driver loader. One pthread_once per process: the table is filled
+ * before anyone sees it and never written again, so readers need no lock.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gpu/cuda.h"
+#include "tensorwire/error.h"
+
+#define TW_CUDA_MAX_DEVICES 64
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static struct tw_cuda_api api_table;
+static int load_status = TW_EDEVICE;
+static char load_reason[256] = "CUDA driver not loaded";
+
+/* Primary contexts retained per device; retained once, kept for the process. */
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUcontext primary_ctx[TW_CUDA_MAX_DEVICES];
+
+static void load_driver(void)
+{
+    /* RTLD_NODELETE would not help: we never dlclose on success, and on
+     * failure nothing from the library is referenced any more. */
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *why = dlerror();
+        snprintf(load_reason, sizeof(load_reason),
+                 "no CUDA driver: dlopen(libcuda.so.1) failed: %s", why ? why : "unknown");
+        return;
+    }
+#define TW_CUDA_RESOLVE(field, sym, ret, params)                                                   \
+    *(void **)&api_table.field = dlsym(lib, sym);                                                  \
+    if (!api_table.field) {                                                                        \
+        snprintf(load_reason, sizeof(load_reason), "CUDA driver too old: libcuda.so.1 lacks %s",   \
+                 sym);                                                                             \
+        goto out_close_lib;                                                                        \
+    }
+    TW_CUDA_SYMBOLS(TW_CUDA_RESOLVE)
+#undef TW_CUDA_RESOLVE
+
+    CUresult r = api_table.cuInit(0);
+    if (r != CUDA_SUCCESS) {
+        char buf[128];
+        snprintf(load_reason, sizeof(load_reason), "cuInit failed: %s",
+                 tw__cuda_strerror(r, buf, sizeof(buf)));
+        goto out_close_lib;
+    }
+    if (api_table.cuDriverGetVersion(&api_table.driver_version) != CUDA_SUCCESS)
+        api_table.driver_version = 0;
+    load_status = 0;
+    snprintf(load_reason, sizeof(load_reason), "CUDA driver %d loaded", api_table.driver_version);
+    return;
+
+out_close_lib:
+    memset(&api_table, 0, sizeof(api_table));
+    dlclose(lib);
+}
+
+int tw__cuda_get(const struct tw_cuda_api **api, char *err, size_t errlen)
+{
+    pthread_once(&load_once, load_driver);
+    if (load_status != 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s", load_reason);
+        *api = NULL;
+        return load_status;
+    }
+    *api = &api_table;
+    return 0;
+}
+
+const char *tw__cuda_strerror(CUresult r, char *buf, size_t len)
+{
+    const char *name = NULL, *text = NULL;
+    /* Only usable once the symbols resolved; before that print the number. */
+    if (api_table.cuGetErrorName)
+        api_table.cuGetErrorName(r, &name);
+    if (api_table.cuGetErrorString)
+        api_table.cuGetErrorString(r, &text);
+    snprintf(buf, len, "%s (%d%s%s)", name ? name : "CUresult", r, text ? ": " : "",
+             text ? text : "");
+    return buf;
+}
+
+int tw__cuda_to_err(CUresult r)
+{
+    switch (r) {
+    case CUDA_SUCCESS:
+        return 0;
+    case CUDA_ERROR_OUT_OF_MEMORY:
+        return -ENOMEM;
+    case CUDA_ERROR_INVALID_VALUE:
+        return TW_EINVAL;
+    case CUDA_ERROR_NOT_INITIALIZED:
+    case CUDA_ERROR_NO_DEVICE:
+        return TW_EDEVICE;
+    default:
+        return TW_EINTERNAL;
+    }
+}
+
+int tw__cuda_use_device(int ordinal, char *err, size_t errlen)
+{
+    const struct tw_cuda_api *cu;
+    char buf[128];
+    int rc = tw__cuda_get(&cu, err, errlen);
+    if (rc)
+        return rc;
+    if (ordinal < 0 || ordinal >= TW_CUDA_MAX_DEVICES) {
+        if (err && errlen)
+            snprintf(err, errlen, "CUDA device ordinal %d out of range", ordinal);
+        return TW_EINVAL;
+    }
+    pthread_mutex_lock(&ctx_lock);
+    CUcontext ctx = primary_ctx[ordinal];
+    if (!ctx) {
+        CUdevice dev;
+        CUresult r = cu->cuDeviceGet(&dev, ordinal);
+        if (r == CUDA_SUCCESS)
+            r = cu->cuDevicePrimaryCtxRetain(&ctx, dev);
+        if (r != CUDA_SUCCESS) {
+            pthread_mutex_unlock(&ctx_lock);
+            if (err && errlen)
+                snprintf(err, errlen, "CUDA device %d: primary context: %s", ordinal,
+                         tw__cuda_strerror(r, buf, sizeof(buf)));
+            return tw__cuda_to_err(r);
+        }
+        primary_ctx[ordinal] = ctx;
+    }
+    pthread_mutex_unlock(&ctx_lock);
+    CUresult r = cu->cuCtxSetCurrent(ctx);
+    if (r != CUDA_SUCCESS) {
+        if (err && errlen)
+            snprintf(err, errlen, "cuCtxSetCurrent(device %d): %s", ordinal,
+                     tw__cuda_strerror(r, buf, sizeof(buf)));
+        return tw__cuda_to_err(r);
+    }
+    return 0;
+}

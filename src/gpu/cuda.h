@@ -1,0 +1,117 @@
+/*
+ * CUDA driver API through dlopen("libcuda.so.1").
+ *
+ * No CUDA header is needed (or available) at build time: the few types and
+ * enum values tensorwire uses are declared here, with the values of the
+ * public cuda.h (checked against CUDA 12/13 headers). Every symbol is listed
+ * once in TW_CUDA_SYMBOLS; the loader resolves all of them or none.
+ *
+ * "No GPU here" is a normal outcome, never an abort: tw__cuda_get() returns
+ * TW_EDEVICE and writes why (library missing, symbol missing, cuInit failed)
+ * into the caller's buffer. The library is loaded once per process
+ * (pthread_once) and never unloaded; the returned table is immutable and may
+ * be used from any thread.
+ */
+#ifndef TW_GPU_CUDA_H
+#define TW_GPU_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_OUT_OF_MEMORY 2
+#define CUDA_ERROR_NOT_INITIALIZED 3
+#define CUDA_ERROR_NO_DEVICE 100
+
+typedef enum {
+    CU_POINTER_ATTRIBUTE_CONTEXT = 1,
+    CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,       /* unsigned int (CUmemorytype) */
+    CU_POINTER_ATTRIBUTE_BUFFER_ID = 7,         /* unsigned long long, process-unique */
+    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,    /* int */
+    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11, /* CUdeviceptr */
+    CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,       /* size_t */
+} CUpointer_attribute;
+
+typedef enum {
+    CU_MEMORYTYPE_HOST = 1,
+    CU_MEMORYTYPE_DEVICE = 2,
+    CU_MEMORYTYPE_ARRAY = 3,
+    CU_MEMORYTYPE_UNIFIED = 4,
+} CUmemorytype;
+
+typedef enum {
+    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1,
+} CUmemRangeHandleType;
+
+/*
+ * X(field, "exported symbol", return type, (parameters)).
+ * Versioned names (_v2) are the ones cuda.h maps the plain names to.
+ */
+#define TW_CUDA_SYMBOLS(X)                                                                         \
+    X(cuInit, "cuInit", CUresult, (unsigned int flags))                                            \
+    X(cuDriverGetVersion, "cuDriverGetVersion", CUresult, (int *version))                          \
+    X(cuGetErrorName, "cuGetErrorName", CUresult, (CUresult err, const char **name))               \
+    X(cuGetErrorString, "cuGetErrorString", CUresult, (CUresult err, const char **text))           \
+    X(cuDeviceGet, "cuDeviceGet", CUresult, (CUdevice * dev, int ordinal))                         \
+    X(cuDeviceGetCount, "cuDeviceGetCount", CUresult, (int *count))                                \
+    X(cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId", CUresult, (char *bus_id, int len, CUdevice dev)) \
+    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", CUresult,                              \
+      (CUcontext * ctx, CUdevice dev))                                                             \
+    X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", CUresult, (CUdevice dev))         \
+    X(cuCtxGetCurrent, "cuCtxGetCurrent", CUresult, (CUcontext * ctx))                             \
+    X(cuCtxSetCurrent, "cuCtxSetCurrent", CUresult, (CUcontext ctx))                               \
+    X(cuCtxPushCurrent, "cuCtxPushCurrent_v2", CUresult, (CUcontext ctx))                          \
+    X(cuCtxPopCurrent, "cuCtxPopCurrent_v2", CUresult, (CUcontext * ctx))                          \
+    X(cuPointerGetAttribute, "cuPointerGetAttribute", CUresult,                                    \
+      (void *data, CUpointer_attribute attr, CUdeviceptr ptr))                                     \
+    X(cuPointerGetAttributes, "cuPointerGetAttributes", CUresult,                                  \
+      (unsigned int n, CUpointer_attribute *attrs, void **data, CUdeviceptr ptr))                  \
+    X(cuMemGetAddressRange, "cuMemGetAddressRange_v2", CUresult,                                   \
+      (CUdeviceptr * base, size_t * size, CUdeviceptr ptr))                                        \
+    X(cuMemGetHandleForAddressRange, "cuMemGetHandleForAddressRange", CUresult,                    \
+      (void *handle, CUdeviceptr ptr, size_t size, CUmemRangeHandleType type,                      \
+       unsigned long long flags))                                                                  \
+    X(cuMemAlloc, "cuMemAlloc_v2", CUresult, (CUdeviceptr * ptr, size_t size))                     \
+    X(cuMemFree, "cuMemFree_v2", CUresult, (CUdeviceptr ptr))                                      \
+    X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", CUresult, (CUdeviceptr dst, const void *src, size_t n))     \
+    X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", CUresult, (void *dst, CUdeviceptr src, size_t n))
+
+struct tw_cuda_api {
+#define TW_CUDA_FIELD(field, sym, ret, params) ret(*field) params;
+    TW_CUDA_SYMBOLS(TW_CUDA_FIELD)
+#undef TW_CUDA_FIELD
+    int driver_version; /* e.g. 13000 for CUDA 13.0 */
+};
+
+/*
+ * Loads libcuda.so.1 and calls cuInit(0) on first use. Returns 0 and stores
+ * a pointer to the process-wide table in *api (valid until exit, never
+ * freed by the caller), or TW_EDEVICE with the reason in err (may be NULL).
+ */
+int tw__cuda_get(const struct tw_cuda_api **api, char *err, size_t errlen);
+
+/* "CUDA_ERROR_OUT_OF_MEMORY (out of memory)" style text for a CUresult;
+ * writes into buf and returns it. */
+const char *tw__cuda_strerror(CUresult r, char *buf, size_t len);
+
+/*
+ * Maps a CUresult to a tensorwire code: out-of-memory to -ENOMEM, invalid
+ * value to TW_EINVAL, no device / not initialized to TW_EDEVICE, anything
+ * else to TW_EINTERNAL.
+ */
+int tw__cuda_to_err(CUresult r);
+
+/*
+ * Makes the primary context of device `ordinal` current on the calling
+ * thread (retaining it once per process; released at exit by the driver).
+ * Returns 0 or a negative code with the reason in err.
+ */
+int tw__cuda_use_device(int ordinal, char *err, size_t errlen);
+
+#endif

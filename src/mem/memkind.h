@@ -1,0 +1,121 @@
+/*
+ * Memory kinds: host and CUDA memory behind one ops table.
+ *
+ * A memory kind answers the questions the registration cache and the data
+ * plane ask about a pointer: what is it (query), at which granularity must it
+ * be registered (round), is the memory behind a cached address still the
+ * memory it was (same_backing), and how to copy to and from it. A later
+ * backend (GPUDirect through dma-buf, another accelerator) is one more table:
+ * nothing in the cache switches on the kind.
+ *
+ * Tables are static and immutable; every op may be called from any thread
+ * with no lock held by the caller. Ops never keep pointers to their arguments.
+ */
+#ifndef TW_MEM_MEMKIND_H
+#define TW_MEM_MEMKIND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum tw_memkind {
+    TW_MEMKIND_AUTO = 0, /* lookup hint only: ask the drivers what it is */
+    TW_MEMKIND_HOST = 1,
+    TW_MEMKIND_CUDA = 2,
+    TW_MEMKIND_MAX = 3,
+};
+
+/* TW_MEM_ATTR_TRACKED: the lifetime of the memory is known to tensorwire
+ * (library allocation, tw_mem_register, or a driver-managed GPU buffer whose
+ * identity is checked on every lookup), so a registration may be cached. */
+#define TW_MEM_ATTR_TRACKED 0x1u
+
+/* What a kind says about one range. Plain data, copied freely. */
+struct tw_mem_attr {
+    enum tw_memkind kind;
+    uint32_t flags;        /* TW_MEM_ATTR_* */
+    int device;            /* CUDA ordinal; -1 for host memory */
+    uint64_t buffer_id;    /* CUDA: CU_POINTER_ATTRIBUTE_BUFFER_ID; host: 0 */
+    uintptr_t alloc_base;  /* the allocation holding the range (CUDA: driver */
+    size_t alloc_len;      /* range; host: the tracked buffer), 0/0 if unknown */
+    uint64_t lifetime_gen; /* host: tw__hostmem_generation() when queried */
+};
+
+struct tw_memkind_ops {
+    enum tw_memkind kind;
+    const char *name; /* "host", "cuda" */
+
+    /* Non-zero when a cached region may only be reused after query() and
+     * same_backing() confirm the memory is still the same (CUDA: addresses
+     * are reused by the driver without notice). Zero when invalidation
+     * hooks already guarantee it (tracked host memory), which keeps a host
+     * cache hit free of any extra lookup. */
+    int check_on_hit;
+
+    /*
+     * Describe [addr, addr+len). Returns 0 and fills *attr when the whole
+     * range is memory of this kind inside one allocation; TW_EINVAL when it
+     * is not (another kind, or spanning allocations); TW_EDEVICE when the
+     * kind is unavailable here (no driver). Reason in err (may be NULL).
+     * Cost: host, one lock + binary search; CUDA, one cuPointerGetAttributes.
+     */
+    int (*query)(uintptr_t addr, size_t len, struct tw_mem_attr *attr, char *err, size_t errlen);
+
+    /* Registration granularity in bytes, a power of two (host: the page
+     * size; CUDA: 64 KiB, the GPU BAR page). */
+    size_t (*granularity)(void);
+
+    /*
+     * The range to register for [addr, addr+len): rounded out to the
+     * granularity, and for kinds whose registrations must stay inside one
+     * allocation (CUDA, dma-buf export), clamped to attr's allocation.
+     * Pure function.
+     */
+    void (*round)(const struct tw_mem_attr *attr, uintptr_t addr, size_t len, uintptr_t *start,
+                  uintptr_t *end);
+
+    /* Non-zero when a registration made for `cached` is still valid for
+     * memory now described by `now` (same device and buffer id for CUDA).
+     * Pure function. */
+    int (*same_backing)(const struct tw_mem_attr *cached, const struct tw_mem_attr *now);
+
+    /* Copy helpers (synchronous). Return 0 or a negative code with reason. */
+    int (*copy_to_host)(void *dst, uintptr_t src, size_t len, const struct tw_mem_attr *attr,
+                        char *err, size_t errlen);
+    int (*copy_from_host)(uintptr_t dst, const void *src, size_t len,
+                          const struct tw_mem_attr *attr, char *err, size_t errlen);
+
+    /*
+     * Optional (NULL when the kind has none): export [addr, addr+len) as a
+     * dma-buf file descriptor for peer-to-peer DMA registration (libfabric
+     * FI_MR_DMABUF, ibv_reg_dmabuf_mr). addr and len must come from round().
+     * On success *fd is owned by the caller (close it after deregistering)
+     * and *offset is addr's offset inside the dma-buf.
+     */
+    int (*export_dmabuf)(uintptr_t addr, size_t len, const struct tw_mem_attr *attr, int *fd,
+                         uint64_t *offset, char *err, size_t errlen);
+};
+
+extern const struct tw_memkind_ops tw__memkind_host;
+extern const struct tw_memkind_ops tw__memkind_cuda;
+
+/* The built-in table for a kind, NULL for AUTO or out of range. */
+const struct tw_memkind_ops *tw__memkind_ops(enum tw_memkind kind);
+
+/*
+ * Classify [addr, addr+len) against `table` (indexed by enum tw_memkind;
+ * NULL entries fall back to the built-in ones). With TW_MEMKIND_AUTO, CUDA
+ * is asked first when its driver is loaded, and anything it does not claim
+ * is host memory. Returns 0 with *ops and *attr set, or the kind's error.
+ */
+int tw__memkind_classify(const struct tw_memkind_ops *const table[TW_MEMKIND_MAX], uintptr_t addr,
+                         size_t len, enum tw_memkind hint, const struct tw_memkind_ops **ops,
+                         struct tw_mem_attr *attr, char *err, size_t errlen);
+
+/* Round [addr, addr+len) out to `gran` (a power of two): a pure helper for
+ * round() implementations. */
+void tw__memkind_round_out(uintptr_t addr, size_t len, size_t gran, uintptr_t *start,
+                           uintptr_t *end);
+
+#define TW_CUDA_GPU_PAGE ((size_t)64 * 1024)
+
+#endif
