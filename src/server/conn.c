@@ -578,8 +578,18 @@ static void conn_update_events(struct tw_srv_conn *c)
     uint32_t ev = 0;
     if (c->state == TW_CONN_DEAD)
         return;
-    if ((c->state == TW_CONN_OPEN && c->out_ctl_bytes < TW_SRV_OUT_CTL_HIGH) ||
-        c->state == TW_CONN_DRAINING)
+    /* Hysteresis: pause at the high mark, resume below half of it. */
+    int paused = c->state == TW_CONN_OPEN &&
+                 c->out_ctl_bytes >= (c->input_paused ? TW_SRV_OUT_CTL_HIGH / 2
+                                                      : TW_SRV_OUT_CTL_HIGH);
+    if (paused != c->input_paused) {
+        c->input_paused = paused;
+        if (paused)
+            c->srv->stats.input_pauses++;
+        TW_LOGD("conn %llu %s: %s input (%zu bytes of replies unread)", (unsigned long long)c->id,
+                c->peer, paused ? "pausing" : "resuming", c->out_ctl_bytes);
+    }
+    if ((c->state == TW_CONN_OPEN && !paused) || c->state == TW_CONN_DRAINING)
         ev |= EPOLLIN;
     if (c->out_head || (c->state == TW_CONN_OPEN && c->pump_head))
         ev |= EPOLLOUT;
@@ -832,7 +842,8 @@ static void conn_read(struct tw_srv_conn *c)
         return;
     }
     while (c->state == TW_CONN_OPEN && budget > 0) {
-        if (c->out_ctl_bytes >= TW_SRV_OUT_CTL_HIGH)
+        if (c->out_ctl_bytes >= TW_SRV_OUT_CTL_HIGH ||
+            (c->input_paused && c->out_ctl_bytes >= TW_SRV_OUT_CTL_HIGH / 2))
             break; /* the peer is not reading its replies: stop taking requests */
         ssize_t n;
         if (c->body.active) {

@@ -327,6 +327,7 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"bytes_out", srv->stats.bytes_out},
         {"puts", srv->stats.puts},
         {"gets", srv->stats.gets},
+        {"input_pauses", srv->stats.input_pauses},
         {"tensors", srv->store.count},
         {"stored_bytes", srv->store.stored_bytes},
         {"reserved_bytes", srv->store.reserved},

@@ -74,6 +74,7 @@ struct tw_srv_conn {
     int rejecting;       /* over max_connections: ERROR(BUSY) then close */
     int peer_goodbye;    /* client sent GOODBYE: close when idle */
     int in_io;           /* inside this connection's own I/O callback */
+    int input_paused;    /* too many unread replies: not reading */
     char close_reason[256];
 
     struct tw_sm sm;
@@ -118,6 +119,7 @@ struct tw_srv_stats {
     uint64_t bytes_in;
     uint64_t bytes_out;
     uint64_t puts, gets;
+    uint64_t input_pauses; /* times a connection stopped reading (backpressure) */
 };
 
 struct tw_srv {

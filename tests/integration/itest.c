@@ -150,7 +150,7 @@ void itc_connect(struct itc *c, const struct itest_server *s)
     struct timeval tv = {.tv_sec = IO_TIMEOUT_S};
     setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    c->cap = (16u << 20) + 4096;
+    c->cap = 1u << 16; /* grows to the largest frame received */
     c->buf = malloc(c->cap);
     TW_ASSERT(c->buf != NULL);
     c->next_id = 1;
