@@ -429,12 +429,32 @@ int tw__conn_send_data(struct tw_srv_conn *c, uint64_t id, struct tw_tensor *t, 
     return 0;
 }
 
+/* ERROR messages must be valid UTF-8 (the encoder refuses anything else),
+ * but they quote peer-chosen names that may have been cut mid-character to
+ * keep them short: every byte that does not start a valid sequence becomes
+ * '?'. */
+static void utf8_sanitize(char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        unsigned char ch = (unsigned char)s[i];
+        size_t len = ch < 0x80 ? 1 : (ch & 0xE0) == 0xC0 ? 2 : (ch & 0xF0) == 0xE0 ? 3
+                                   : (ch & 0xF8) == 0xF0 ? 4 : 0;
+        if (len && i + len <= n && tw__utf8_valid((const uint8_t *)s + i, len)) {
+            i += len;
+            continue;
+        }
+        s[i++] = '?';
+    }
+}
+
 static int vsend_error(struct tw_srv_conn *c, uint64_t id, uint32_t code, const char *fmt,
                        va_list ap)
 {
     char text[TW_MAX_ERROR_MSG_LEN + 1];
     struct tw_msg m;
     vsnprintf(text, sizeof(text), fmt, ap);
+    utf8_sanitize(text);
     memset(&m, 0, sizeof(m));
     m.hdr.tag = TW_TAG_ERROR;
     m.hdr.request_id = id;
