@@ -432,7 +432,7 @@ int tw__conn_send_data(struct tw_srv_conn *c, uint64_t id, struct tw_tensor *t, 
 /* ERROR messages must be valid UTF-8 (the encoder refuses anything else),
  * but they quote peer-chosen names that may have been cut mid-character to
  * keep them short: every byte that does not start a valid sequence becomes
- * '?'. */
+ * '?', and so does every control character (the text is also logged). */
 static void utf8_sanitize(char *s)
 {
     size_t n = strlen(s);
@@ -440,6 +440,10 @@ static void utf8_sanitize(char *s)
         unsigned char ch = (unsigned char)s[i];
         size_t len = ch < 0x80 ? 1 : (ch & 0xE0) == 0xC0 ? 2 : (ch & 0xF0) == 0xE0 ? 3
                                    : (ch & 0xF8) == 0xF0 ? 4 : 0;
+        if (ch < 0x20 || ch == 0x7f) {
+            s[i++] = '?'; /* no newlines or escapes from names into logs */
+            continue;
+        }
         if (len && i + len <= n && tw__utf8_valid((const uint8_t *)s + i, len)) {
             i += len;
             continue;
