@@ -179,11 +179,17 @@ static void free_dead(struct tw_srv *srv)
     }
 }
 
+int tw__srv_poll(struct tw_srv *srv, int max_wait_ms)
+{
+    int rc = tw__loop_run_once(&srv->loop, max_wait_ms);
+    free_dead(srv);
+    return rc;
+}
+
 int tw__srv_run(struct tw_srv *srv)
 {
     while (!(srv->shutting_down && !srv->conns)) {
-        int rc = tw__loop_run_once(&srv->loop, -1);
-        free_dead(srv);
+        int rc = tw__srv_poll(srv, -1);
         if (rc < 0) {
             TW_LOGE("event loop: %s", tw_strerror(rc));
             return rc;

@@ -148,6 +148,10 @@ struct tw_srv {
  * why on failure. Returns 0 or a negative code. */
 int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errbuf,
                  size_t errlen);
+/* One loop iteration (waiting at most max_wait_ms, -1 = until the next
+ * timer), then frees the connections it closed. Returns the number of
+ * callbacks run or a negated errno. For tests and fuzzers. */
+int tw__srv_poll(struct tw_srv *srv, int max_wait_ms);
 /* Serves until shutdown completes. Returns 0 or a negated errno. */
 int tw__srv_run(struct tw_srv *srv);
 /* Stops accepting, fails in-flight requests with SHUTTING_DOWN, says
