@@ -67,12 +67,28 @@ int tw__parse_size(const char *s, uint64_t *out)
         uint64_t base = 1000;
         int exp;
         switch (*p) {
-        case 'k': case 'K': exp = 1; break;
-        case 'm': case 'M': exp = 2; break;
-        case 'g': case 'G': exp = 3; break;
-        case 't': case 'T': exp = 4; break;
-        case 'b': case 'B': exp = 0; break;
-        default: return -EINVAL;
+        case 'k':
+        case 'K':
+            exp = 1;
+            break;
+        case 'm':
+        case 'M':
+            exp = 2;
+            break;
+        case 'g':
+        case 'G':
+            exp = 3;
+            break;
+        case 't':
+        case 'T':
+            exp = 4;
+            break;
+        case 'b':
+        case 'B':
+            exp = 0;
+            break;
+        default:
+            return -EINVAL;
         }
         p++;
         if (exp > 0 && *p == 'i') {
@@ -211,8 +227,7 @@ static char *trim(char *s)
     return s;
 }
 
-int tw__srv_config_load_file(struct tw_srv_config *c, const char *path, char *errbuf,
-                             size_t errlen)
+int tw__srv_config_load_file(struct tw_srv_config *c, const char *path, char *errbuf, size_t errlen)
 {
     char line[4352], err[256];
     unsigned lineno = 0;

@@ -17,12 +17,12 @@
 
 struct tw_srv_config {
     char listen[256];
-    char token_file[4096];     /* "" = no authentication */
-    uint64_t capacity;         /* bytes; 0 = unlimited */
-    int log_level;             /* enum tw_log_level */
+    char token_file[4096]; /* "" = no authentication */
+    uint64_t capacity;     /* bytes; 0 = unlimited */
+    int log_level;         /* enum tw_log_level */
     uint32_t max_connections;
-    uint32_t max_inflight;     /* per connection, announced in HELLO_ACK */
-    uint32_t max_frame;        /* announced in HELLO_ACK */
+    uint32_t max_inflight; /* per connection, announced in HELLO_ACK */
+    uint32_t max_frame;    /* announced in HELLO_ACK */
     uint64_t handshake_timeout_ms;
     uint64_t idle_timeout_ms;
     uint64_t transfer_timeout_ms;

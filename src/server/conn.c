@@ -438,8 +438,11 @@ static void utf8_sanitize(char *s)
     size_t n = strlen(s);
     for (size_t i = 0; i < n;) {
         unsigned char ch = (unsigned char)s[i];
-        size_t len = ch < 0x80 ? 1 : (ch & 0xE0) == 0xC0 ? 2 : (ch & 0xF0) == 0xE0 ? 3
-                                   : (ch & 0xF8) == 0xF0 ? 4 : 0;
+        size_t len = ch < 0x80             ? 1
+                     : (ch & 0xE0) == 0xC0 ? 2
+                     : (ch & 0xF0) == 0xE0 ? 3
+                     : (ch & 0xF8) == 0xF0 ? 4
+                                           : 0;
         if (ch < 0x20 || ch == 0x7f) {
             s[i++] = '?'; /* no newlines or escapes from names into logs */
             continue;
@@ -569,8 +572,8 @@ static void conn_flush(struct tw_srv_conn *c)
         c->srv->stats.bytes_out += left;
         c->last_io_ms = tw__loop_now(&c->srv->loop);
         budget = left >= budget ? 0 : budget - left;
-        while (left > 0 || (c->out_head && c->out_head->sent == c->out_head->hdr_len +
-                                                                  c->out_head->body_len)) {
+        while (left > 0 ||
+               (c->out_head && c->out_head->sent == c->out_head->hdr_len + c->out_head->body_len)) {
             struct tw_out_chunk *ch = c->out_head;
             size_t total = ch->hdr_len + ch->body_len;
             size_t take = total - ch->sent < left ? total - ch->sent : left;
@@ -603,9 +606,9 @@ static void conn_update_events(struct tw_srv_conn *c)
     if (c->state == TW_CONN_DEAD)
         return;
     /* Hysteresis: pause at the high mark, resume below half of it. */
-    int paused = c->state == TW_CONN_OPEN &&
-                 c->out_ctl_bytes >= (c->input_paused ? TW_SRV_OUT_CTL_HIGH / 2
-                                                      : TW_SRV_OUT_CTL_HIGH);
+    int paused =
+        c->state == TW_CONN_OPEN &&
+        c->out_ctl_bytes >= (c->input_paused ? TW_SRV_OUT_CTL_HIGH / 2 : TW_SRV_OUT_CTL_HIGH);
     if (paused != c->input_paused) {
         c->input_paused = paused;
         if (paused)
@@ -732,10 +735,9 @@ static int begin_data(struct tw_srv_conn *c, const struct tw_frame_header *hdr)
             tw__conn_fail(c, TW_WIRE_PROTOCOL_ERROR,
                           "DATA for request %llu: offset %llu, %u bytes: %s (tensor '%s' has "
                           "%llu bytes, %llu received)",
-                          (unsigned long long)hdr->request_id,
-                          (unsigned long long)m->u.data.offset, m->u.data.bytes.len,
-                          tw_strerror(v), x->t->name, (unsigned long long)x->t->byte_length,
-                          (unsigned long long)x->done);
+                          (unsigned long long)hdr->request_id, (unsigned long long)m->u.data.offset,
+                          m->u.data.bytes.len, tw_strerror(v), x->t->name,
+                          (unsigned long long)x->t->byte_length, (unsigned long long)x->done);
             return -1;
         }
         c->body.x = x;
@@ -773,8 +775,8 @@ static int process_buffered(struct tw_srv_conn *c)
         hdr.tag = avail >= 12 ? (uint32_t)p[8] | (uint32_t)p[9] << 8 | (uint32_t)p[10] << 16 |
                                     (uint32_t)p[11] << 24
                               : 0;
-        hdr.payload_len = (uint32_t)p[12] | (uint32_t)p[13] << 8 | (uint32_t)p[14] << 16 |
-                          (uint32_t)p[15] << 24;
+        hdr.payload_len =
+            (uint32_t)p[12] | (uint32_t)p[13] << 8 | (uint32_t)p[14] << 16 | (uint32_t)p[15] << 24;
         hdr.request_id = 0;
         if (v == TW_EUNKNOWN_TAG)
             tw__conn_fail(c, TW_WIRE_PROTOCOL_ERROR, "unknown message tag 0x%x", hdr.tag);

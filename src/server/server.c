@@ -87,8 +87,7 @@ static void on_grace_timeout(struct tw_loop *loop, struct tw_timer *t)
         tw__conn_destroy(srv->conns, "shutdown grace period over");
 }
 
-int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errbuf,
-                 size_t errlen)
+int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errbuf, size_t errlen)
 {
     struct sockaddr_storage ss;
     socklen_t sl;

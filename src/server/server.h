@@ -57,10 +57,10 @@ struct tw_out_chunk {
 };
 
 enum tw_conn_state {
-    TW_CONN_OPEN = 0,  /* reading and answering */
-    TW_CONN_FLUSHING,  /* closing: sending what is queued, reading nothing */
-    TW_CONN_DRAINING,  /* write side shut; reading until the peer's EOF */
-    TW_CONN_DEAD       /* unlinked, waiting to be freed */
+    TW_CONN_OPEN = 0, /* reading and answering */
+    TW_CONN_FLUSHING, /* closing: sending what is queued, reading nothing */
+    TW_CONN_DRAINING, /* write side shut; reading until the peer's EOF */
+    TW_CONN_DEAD      /* unlinked, waiting to be freed */
 };
 
 struct tw_srv_conn {
@@ -71,15 +71,15 @@ struct tw_srv_conn {
     struct tw_io io;
     char peer[TW_NET_ADDRSTRLEN];
     enum tw_conn_state state;
-    int rejecting;       /* over max_connections: ERROR(BUSY) then close */
-    int peer_goodbye;    /* client sent GOODBYE: close when idle */
-    int in_io;           /* inside this connection's own I/O callback */
-    int input_paused;    /* too many unread replies: not reading */
+    int rejecting;    /* over max_connections: ERROR(BUSY) then close */
+    int peer_goodbye; /* client sent GOODBYE: close when idle */
+    int in_io;        /* inside this connection's own I/O callback */
+    int input_paused; /* too many unread replies: not reading */
     char close_reason[256];
 
     struct tw_sm sm;
-    uint64_t caps;        /* negotiated */
-    uint32_t max_frame;   /* negotiated */
+    uint64_t caps;      /* negotiated */
+    uint32_t max_frame; /* negotiated */
     uint32_t max_inflight;
     uint8_t server_nonce[TW_AUTH_NONCE_LEN];
 
@@ -146,8 +146,7 @@ struct tw_srv {
 
 /* Loads the token, binds the listener, installs signal handling. errbuf says
  * why on failure. Returns 0 or a negative code. */
-int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errbuf,
-                 size_t errlen);
+int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errbuf, size_t errlen);
 /* One loop iteration (waiting at most max_wait_ms, -1 = until the next
  * timer), then frees the connections it closed. Returns the number of
  * callbacks run or a negated errno. For tests and fuzzers. */

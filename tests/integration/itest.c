@@ -440,8 +440,7 @@ int itc_get(struct itc *c, const char *name, uint8_t **out, uint64_t *out_len,
     return 0;
 }
 
-static int name_op(struct itc *c, uint32_t tag, const char *name, uint32_t reply,
-                   struct tw_msg *r)
+static int name_op(struct itc *c, uint32_t tag, const char *name, uint32_t reply, struct tw_msg *r)
 {
     struct tw_msg m;
     uint64_t id = itc_id(c);
