@@ -39,7 +39,7 @@
 #define TW_SRV_IO_BUDGET (16u << 20)
 /* After the server's GOODBYE: how long crossing requests are still read
  * and answered before the connection closes. */
-#define TW_SRV_GOODBYE_WINDOW_MS 300u
+#define TW_SRV_GOODBYE_WINDOW_MS 1000u
 /* Connections being refused with ERROR(BUSY) beyond max_connections. */
 #define TW_SRV_MAX_REJECTING 64u
 

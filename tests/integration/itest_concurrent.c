@@ -195,7 +195,14 @@ static void test_backpressure(void)
     TW_ASSERT_OK(itc_handshake(&flood, NULL));
     TW_ASSERT_OK(itc_handshake(&other, NULL));
     TW_ASSERT_EQ(pthread_create(&th, NULL, flood_sender, &flood), 0);
-    usleep(1000000);
+    /* Wait (bounded) until the server has paused the flooding connection;
+     * meanwhile other connections are answered. */
+    uint64_t pauses = 0;
+    for (int i = 0; i < 200 && pauses == 0; i++) {
+        usleep(50000);
+        pauses = itc_stat_value(&other, "input_pauses");
+    }
+    TW_ASSERT(pauses >= 1);
     TW_ASSERT_EQ(itc_ping(&other), 0);
     for (uint64_t i = 0; i < FLOOD; i++) {
         TW_ASSERT_OK(itc_recv(&flood, &m));
@@ -208,7 +215,6 @@ static void test_backpressure(void)
     pthread_join(th, NULL);
     flood.next_id = FLOOD + 1;
     TW_ASSERT_EQ(itc_ping(&flood), 0);
-    TW_ASSERT(itc_stat_value(&other, "input_pauses") >= 1);
     itc_close(&flood);
     itc_close(&other);
 }
