@@ -23,7 +23,12 @@ target_include_directories(tw_itest PUBLIC ${CMAKE_SOURCE_DIR}/tests ${CMAKE_SOU
 file(GLOB TW_ITESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/integration/itest_*.c)
 foreach(src ${TW_ITESTS})
   get_filename_component(name ${src} NAME_WE)
-  tw_add_test(${name} ${src} TIMEOUT 120 LABELS integration LIBS tw_itest)
+  if(name STREQUAL "itest_concurrent")
+    # Its client side is multi-threaded: also run under ThreadSanitizer.
+    tw_add_test(${name} ${src} TIMEOUT 120 LABELS integration tsan LIBS tw_itest)
+  else()
+    tw_add_test(${name} ${src} TIMEOUT 120 LABELS integration LIBS tw_itest)
+  endif()
   add_dependencies(${name} tensorwired)
 endforeach()
 
