@@ -516,6 +516,8 @@ static void pump_sources(struct tw_srv_conn *c)
         struct tw_xfer *x = c->pump_head;
         c->pump_head = x->snext;
         int rc = x->ops->pump(x);
+        if (c->state == TW_CONN_DEAD)
+            return; /* the send failed and closed the connection: x is gone */
         if (rc == 0) {
             tw__xfer_destroy(x);
             tw__conn_maybe_finish(c);
