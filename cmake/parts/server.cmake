@@ -23,6 +23,22 @@ target_include_directories(tw_itest PUBLIC ${CMAKE_SOURCE_DIR}/tests ${CMAKE_SOU
 file(GLOB TW_ITESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/integration/itest_*.c)
 foreach(src ${TW_ITESTS})
   get_filename_component(name ${src} NAME_WE)
-  tw_add_test(${name} ${src} TIMEOUT 120 LABELS integration LIBS tw_itest)
+  if(name STREQUAL "itest_concurrent")
+    # Its client side is multi-threaded: also run under ThreadSanitizer.
+    tw_add_test(${name} ${src} TIMEOUT 120 LABELS integration tsan LIBS tw_itest)
+  else()
+    tw_add_test(${name} ${src} TIMEOUT 120 LABELS integration LIBS tw_itest)
+  endif()
   add_dependencies(${name} tensorwired)
 endforeach()
+
+# libFuzzer target for a whole server session (fuzz/server/, built only with
+# -DTW_FUZZ=ON; scripts/run-fuzz.sh runs it with the other targets).
+if(TW_FUZZ)
+  target_compile_options(tw_server PRIVATE -fsanitize=fuzzer-no-link)
+  add_executable(fuzz_server_session ${CMAKE_SOURCE_DIR}/fuzz/server/fuzz_server_session.c)
+  target_compile_options(fuzz_server_session PRIVATE -fsanitize=fuzzer)
+  target_link_options(fuzz_server_session PRIVATE -fsanitize=fuzzer)
+  target_link_libraries(fuzz_server_session PRIVATE tw_server)
+  set_target_properties(fuzz_server_session PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz)
+endif()

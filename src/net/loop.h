@@ -34,7 +34,7 @@ typedef void (*tw_signal_cb)(struct tw_loop *loop, int signo, void *data);
 
 struct tw_io {
     int fd;
-    uint32_t events;  /* EPOLLIN / EPOLLOUT currently watched */
+    uint32_t events; /* EPOLLIN / EPOLLOUT currently watched */
     tw_io_cb cb;
     void *data;
     uint64_t del_gen; /* internal: batch in which it was deleted */

@@ -40,8 +40,9 @@ int tw__auth_load_token(struct tw_auth_token *tok, const char *path, char *errbu
         if (len == sizeof(buf))
             break;
     }
+    /* Exactly the whitespace docs/protocol.md names: space, tab, CR, LF. */
     while (len > 0 && (buf[len - 1] == ' ' || buf[len - 1] == '\t' || buf[len - 1] == '\n' ||
-                       buf[len - 1] == '\r' || buf[len - 1] == '\v' || buf[len - 1] == '\f'))
+                       buf[len - 1] == '\r'))
         len--;
     if (len == 0 || len > TW_AUTH_MAX_TOKEN_LEN) {
         rc = -EINVAL;

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "proto/proto.h"
 #include "server/log.h"
@@ -14,7 +15,7 @@ void tw__srv_config_defaults(struct tw_srv_config *c)
 {
     memset(c, 0, sizeof(*c));
     snprintf(c->listen, sizeof(c->listen), "%s", TW_SRV_DEFAULT_LISTEN);
-    c->capacity = 0;
+    c->capacity = tw__srv_default_capacity();
     c->log_level = TW_LOG_INFO;
     c->max_connections = 1024;
     c->max_inflight = 256;
@@ -23,6 +24,16 @@ void tw__srv_config_defaults(struct tw_srv_config *c)
     c->idle_timeout_ms = 300000;
     c->transfer_timeout_ms = 300000;
     c->shutdown_grace_ms = 5000;
+}
+
+uint64_t tw__srv_default_capacity(void)
+{
+    /* Three quarters of physical memory: an unbounded default would let one
+     * client's puts push the host into the OOM killer. */
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || psz <= 0)
+        return 0;
+    return (uint64_t)pages * (uint64_t)psz / 4 * 3;
 }
 
 void tw__srv_config_usage(const char *argv0)
@@ -36,7 +47,8 @@ void tw__srv_config_usage(const char *argv0)
            "                           port 0 picks a free port. The bound address is\n"
            "                           printed on stdout as 'listening on HOST:PORT'.\n"
            "  --capacity SIZE          most bytes stored, in-progress puts included\n"
-           "                           (default unlimited); K/M/G = 1000^n, Ki/Mi/Gi = 1024^n\n"
+           "                           (default 3/4 of RAM, 0 = unlimited);\n"
+           "                           K/M/G = 1000^n, Ki/Mi/Gi = 1024^n\n"
            "  --token-file PATH        require HMAC-SHA256 authentication with this token\n"
            "  --log-level LEVEL        error, warn, info (default) or debug\n"
            "  --config FILE            read 'key = value' lines with the same keys\n"
@@ -67,12 +79,28 @@ int tw__parse_size(const char *s, uint64_t *out)
         uint64_t base = 1000;
         int exp;
         switch (*p) {
-        case 'k': case 'K': exp = 1; break;
-        case 'm': case 'M': exp = 2; break;
-        case 'g': case 'G': exp = 3; break;
-        case 't': case 'T': exp = 4; break;
-        case 'b': case 'B': exp = 0; break;
-        default: return -EINVAL;
+        case 'k':
+        case 'K':
+            exp = 1;
+            break;
+        case 'm':
+        case 'M':
+            exp = 2;
+            break;
+        case 'g':
+        case 'G':
+            exp = 3;
+            break;
+        case 't':
+        case 'T':
+            exp = 4;
+            break;
+        case 'b':
+        case 'B':
+            exp = 0;
+            break;
+        default:
+            return -EINVAL;
         }
         p++;
         if (exp > 0 && *p == 'i') {
@@ -211,8 +239,7 @@ static char *trim(char *s)
     return s;
 }
 
-int tw__srv_config_load_file(struct tw_srv_config *c, const char *path, char *errbuf,
-                             size_t errlen)
+int tw__srv_config_load_file(struct tw_srv_config *c, const char *path, char *errbuf, size_t errlen)
 {
     char line[4352], err[256];
     unsigned lineno = 0;

@@ -17,12 +17,12 @@
 
 struct tw_srv_config {
     char listen[256];
-    char token_file[4096];     /* "" = no authentication */
-    uint64_t capacity;         /* bytes; 0 = unlimited */
-    int log_level;             /* enum tw_log_level */
+    char token_file[4096]; /* "" = no authentication */
+    uint64_t capacity;     /* bytes; 0 = unlimited; default 3/4 of RAM */
+    int log_level;         /* enum tw_log_level */
     uint32_t max_connections;
-    uint32_t max_inflight;     /* per connection, announced in HELLO_ACK */
-    uint32_t max_frame;        /* announced in HELLO_ACK */
+    uint32_t max_inflight; /* per connection, announced in HELLO_ACK */
+    uint32_t max_frame;    /* announced in HELLO_ACK */
     uint64_t handshake_timeout_ms;
     uint64_t idle_timeout_ms;
     uint64_t transfer_timeout_ms;
@@ -30,6 +30,8 @@ struct tw_srv_config {
 };
 
 void tw__srv_config_defaults(struct tw_srv_config *c);
+/* 3/4 of physical memory (0 when it cannot be determined). */
+uint64_t tw__srv_default_capacity(void);
 
 /*
  * Applies argv. Returns 0, 1 when --help was given (usage is printed on

@@ -429,12 +429,39 @@ int tw__conn_send_data(struct tw_srv_conn *c, uint64_t id, struct tw_tensor *t, 
     return 0;
 }
 
+/* ERROR messages must be valid UTF-8 (the encoder refuses anything else),
+ * but they quote peer-chosen names that may have been cut mid-character to
+ * keep them short: every byte that does not start a valid sequence becomes
+ * '?', and so does every control character (the text is also logged). */
+static void utf8_sanitize(char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        unsigned char ch = (unsigned char)s[i];
+        size_t len = ch < 0x80             ? 1
+                     : (ch & 0xE0) == 0xC0 ? 2
+                     : (ch & 0xF0) == 0xE0 ? 3
+                     : (ch & 0xF8) == 0xF0 ? 4
+                                           : 0;
+        if (ch < 0x20 || ch == 0x7f) {
+            s[i++] = '?'; /* no newlines or escapes from names into logs */
+            continue;
+        }
+        if (len && i + len <= n && tw__utf8_valid((const uint8_t *)s + i, len)) {
+            i += len;
+            continue;
+        }
+        s[i++] = '?';
+    }
+}
+
 static int vsend_error(struct tw_srv_conn *c, uint64_t id, uint32_t code, const char *fmt,
                        va_list ap)
 {
     char text[TW_MAX_ERROR_MSG_LEN + 1];
     struct tw_msg m;
     vsnprintf(text, sizeof(text), fmt, ap);
+    utf8_sanitize(text);
     memset(&m, 0, sizeof(m));
     m.hdr.tag = TW_TAG_ERROR;
     m.hdr.request_id = id;
@@ -489,6 +516,8 @@ static void pump_sources(struct tw_srv_conn *c)
         struct tw_xfer *x = c->pump_head;
         c->pump_head = x->snext;
         int rc = x->ops->pump(x);
+        if (c->state == TW_CONN_DEAD)
+            return; /* the send failed and closed the connection: x is gone */
         if (rc == 0) {
             tw__xfer_destroy(x);
             tw__conn_maybe_finish(c);
@@ -545,8 +574,8 @@ static void conn_flush(struct tw_srv_conn *c)
         c->srv->stats.bytes_out += left;
         c->last_io_ms = tw__loop_now(&c->srv->loop);
         budget = left >= budget ? 0 : budget - left;
-        while (left > 0 || (c->out_head && c->out_head->sent == c->out_head->hdr_len +
-                                                                  c->out_head->body_len)) {
+        while (left > 0 ||
+               (c->out_head && c->out_head->sent == c->out_head->hdr_len + c->out_head->body_len)) {
             struct tw_out_chunk *ch = c->out_head;
             size_t total = ch->hdr_len + ch->body_len;
             size_t take = total - ch->sent < left ? total - ch->sent : left;
@@ -578,8 +607,18 @@ static void conn_update_events(struct tw_srv_conn *c)
     uint32_t ev = 0;
     if (c->state == TW_CONN_DEAD)
         return;
-    if ((c->state == TW_CONN_OPEN && c->out_ctl_bytes < TW_SRV_OUT_CTL_HIGH) ||
-        c->state == TW_CONN_DRAINING)
+    /* Hysteresis: pause at the high mark, resume below half of it. */
+    int paused =
+        c->state == TW_CONN_OPEN &&
+        c->out_ctl_bytes >= (c->input_paused ? TW_SRV_OUT_CTL_HIGH / 2 : TW_SRV_OUT_CTL_HIGH);
+    if (paused != c->input_paused) {
+        c->input_paused = paused;
+        if (paused)
+            c->srv->stats.input_pauses++;
+        TW_LOGD("conn %llu %s: %s input (%zu bytes of replies unread)", (unsigned long long)c->id,
+                c->peer, paused ? "pausing" : "resuming", c->out_ctl_bytes);
+    }
+    if ((c->state == TW_CONN_OPEN && !paused) || c->state == TW_CONN_DRAINING)
         ev |= EPOLLIN;
     if (c->out_head || (c->state == TW_CONN_OPEN && c->pump_head))
         ev |= EPOLLOUT;
@@ -698,10 +737,9 @@ static int begin_data(struct tw_srv_conn *c, const struct tw_frame_header *hdr)
             tw__conn_fail(c, TW_WIRE_PROTOCOL_ERROR,
                           "DATA for request %llu: offset %llu, %u bytes: %s (tensor '%s' has "
                           "%llu bytes, %llu received)",
-                          (unsigned long long)hdr->request_id,
-                          (unsigned long long)m->u.data.offset, m->u.data.bytes.len,
-                          tw_strerror(v), x->t->name, (unsigned long long)x->t->byte_length,
-                          (unsigned long long)x->done);
+                          (unsigned long long)hdr->request_id, (unsigned long long)m->u.data.offset,
+                          m->u.data.bytes.len, tw_strerror(v), x->t->name,
+                          (unsigned long long)x->t->byte_length, (unsigned long long)x->done);
             return -1;
         }
         c->body.x = x;
@@ -739,8 +777,8 @@ static int process_buffered(struct tw_srv_conn *c)
         hdr.tag = avail >= 12 ? (uint32_t)p[8] | (uint32_t)p[9] << 8 | (uint32_t)p[10] << 16 |
                                     (uint32_t)p[11] << 24
                               : 0;
-        hdr.payload_len = (uint32_t)p[12] | (uint32_t)p[13] << 8 | (uint32_t)p[14] << 16 |
-                          (uint32_t)p[15] << 24;
+        hdr.payload_len =
+            (uint32_t)p[12] | (uint32_t)p[13] << 8 | (uint32_t)p[14] << 16 | (uint32_t)p[15] << 24;
         hdr.request_id = 0;
         if (v == TW_EUNKNOWN_TAG)
             tw__conn_fail(c, TW_WIRE_PROTOCOL_ERROR, "unknown message tag 0x%x", hdr.tag);
@@ -832,7 +870,8 @@ static void conn_read(struct tw_srv_conn *c)
         return;
     }
     while (c->state == TW_CONN_OPEN && budget > 0) {
-        if (c->out_ctl_bytes >= TW_SRV_OUT_CTL_HIGH)
+        if (c->out_ctl_bytes >= TW_SRV_OUT_CTL_HIGH ||
+            (c->input_paused && c->out_ctl_bytes >= TW_SRV_OUT_CTL_HIGH / 2))
             break; /* the peer is not reading its replies: stop taking requests */
         ssize_t n;
         if (c->body.active) {

@@ -52,8 +52,8 @@ static void handle_hello(struct tw_srv_conn *c, const struct tw_msg *m)
         return;
     }
     c->caps = caps;
-    c->max_frame = m->u.hello.max_frame < srv->cfg.max_frame ? m->u.hello.max_frame
-                                                            : srv->cfg.max_frame;
+    c->max_frame =
+        m->u.hello.max_frame < srv->cfg.max_frame ? m->u.hello.max_frame : srv->cfg.max_frame;
     c->max_inflight = m->u.hello.max_inflight < srv->cfg.max_inflight ? m->u.hello.max_inflight
                                                                       : srv->cfg.max_inflight;
     int auth = srv->token.len > 0;
@@ -170,13 +170,12 @@ static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
     struct tw_tensor *t = NULL;
     int rc = tw__store_alloc(st, d, &t);
     if (rc == TW_ECAPACITY) {
-        tw__conn_send_error(c, id, TW_WIRE_CAPACITY_EXCEEDED,
-                            "put of '%s' needs %llu bytes but only %llu of the server's %llu "
-                            "bytes are free",
-                            show_name(&d->name, name, sizeof(name)),
-                            (unsigned long long)d->byte_length,
-                            (unsigned long long)tw__store_free_bytes(st),
-                            (unsigned long long)st->capacity);
+        tw__conn_send_error(
+            c, id, TW_WIRE_CAPACITY_EXCEEDED,
+            "put of '%s' needs %llu bytes but only %llu of the server's %llu "
+            "bytes are free",
+            show_name(&d->name, name, sizeof(name)), (unsigned long long)d->byte_length,
+            (unsigned long long)tw__store_free_bytes(st), (unsigned long long)st->capacity);
         return;
     }
     if (rc < 0) {
@@ -296,8 +295,8 @@ static void handle_list(struct tw_srv_conn *c, const struct tw_msg *m)
         }
         ssize_t w = tw__descriptor_encode(&d, buf + used, cap - used);
         if (w < 0) {
-            tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "cannot encode '%s': %s",
-                                list[i]->name, tw_strerror((int)w));
+            tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "cannot encode '%s': %s", list[i]->name,
+                                tw_strerror((int)w));
             goto out_free_list;
         }
         used += (size_t)w;
@@ -327,6 +326,7 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"bytes_out", srv->stats.bytes_out},
         {"puts", srv->stats.puts},
         {"gets", srv->stats.gets},
+        {"input_pauses", srv->stats.input_pauses},
         {"tensors", srv->store.count},
         {"stored_bytes", srv->store.stored_bytes},
         {"reserved_bytes", srv->store.reserved},
@@ -376,9 +376,8 @@ static void handle_error(struct tw_srv_conn *c, const struct tw_msg *m)
     }
     /* The client cancelled a request (deadline, user abort). */
     struct tw_xfer *x = tw__conn_find_xfer(c, m->hdr.request_id);
-    TW_LOGI("conn %llu %s: request %llu cancelled by the client: %s: %s",
-            (unsigned long long)c->id, c->peer, (unsigned long long)m->hdr.request_id, code,
-            text);
+    TW_LOGI("conn %llu %s: request %llu cancelled by the client: %s: %s", (unsigned long long)c->id,
+            c->peer, (unsigned long long)m->hdr.request_id, code, text);
     if (x) {
         tw__xfer_destroy(x);
         tw__conn_maybe_finish(c);
@@ -434,8 +433,10 @@ void tw__handle_msg(struct tw_srv_conn *c, const struct tw_msg *m)
         struct tw_xfer *x = m->hdr.request_id ? tw__conn_find_xfer(c, m->hdr.request_id) : NULL;
         int rc = x ? x->ops->on_msg(x, m) : TW_ENOT_NEGOTIATED;
         if (rc < 0)
-            tw__conn_fail(c, TW_WIRE_PROTOCOL_ERROR, "%s: %s (this server offers no RDMA "
-                          "data plane)", tw__tag_name(m->hdr.tag), tw_strerror(rc));
+            tw__conn_fail(c, TW_WIRE_PROTOCOL_ERROR,
+                          "%s: %s (this server offers no RDMA "
+                          "data plane)",
+                          tw__tag_name(m->hdr.tag), tw_strerror(rc));
         break;
     }
     }

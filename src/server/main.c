@@ -36,7 +36,7 @@ int main(int argc, char **argv)
     fflush(stdout);
     char cap[64];
     if (cfg.capacity)
-        snprintf(cap, sizeof(cap), "%llu bytes", (unsigned long long)cfg.capacity);
+        snprintf(cap, sizeof(cap), "%.2f GiB", (double)cfg.capacity / (double)(1ull << 30));
     else
         snprintf(cap, sizeof(cap), "unlimited");
     TW_LOGI("tensorwired listening on %s (capacity %s, auth %s, max %u connections, "

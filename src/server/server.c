@@ -87,8 +87,7 @@ static void on_grace_timeout(struct tw_loop *loop, struct tw_timer *t)
         tw__conn_destroy(srv->conns, "shutdown grace period over");
 }
 
-int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errbuf,
-                 size_t errlen)
+int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errbuf, size_t errlen)
 {
     struct sockaddr_storage ss;
     socklen_t sl;
@@ -179,11 +178,17 @@ static void free_dead(struct tw_srv *srv)
     }
 }
 
+int tw__srv_poll(struct tw_srv *srv, int max_wait_ms)
+{
+    int rc = tw__loop_run_once(&srv->loop, max_wait_ms);
+    free_dead(srv);
+    return rc;
+}
+
 int tw__srv_run(struct tw_srv *srv)
 {
     while (!(srv->shutting_down && !srv->conns)) {
-        int rc = tw__loop_run_once(&srv->loop, -1);
-        free_dead(srv);
+        int rc = tw__srv_poll(srv, -1);
         if (rc < 0) {
             TW_LOGE("event loop: %s", tw_strerror(rc));
             return rc;

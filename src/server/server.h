@@ -39,7 +39,7 @@
 #define TW_SRV_IO_BUDGET (16u << 20)
 /* After the server's GOODBYE: how long crossing requests are still read
  * and answered before the connection closes. */
-#define TW_SRV_GOODBYE_WINDOW_MS 300u
+#define TW_SRV_GOODBYE_WINDOW_MS 1000u
 /* Connections being refused with ERROR(BUSY) beyond max_connections. */
 #define TW_SRV_MAX_REJECTING 64u
 
@@ -57,10 +57,10 @@ struct tw_out_chunk {
 };
 
 enum tw_conn_state {
-    TW_CONN_OPEN = 0,  /* reading and answering */
-    TW_CONN_FLUSHING,  /* closing: sending what is queued, reading nothing */
-    TW_CONN_DRAINING,  /* write side shut; reading until the peer's EOF */
-    TW_CONN_DEAD       /* unlinked, waiting to be freed */
+    TW_CONN_OPEN = 0, /* reading and answering */
+    TW_CONN_FLUSHING, /* closing: sending what is queued, reading nothing */
+    TW_CONN_DRAINING, /* write side shut; reading until the peer's EOF */
+    TW_CONN_DEAD      /* unlinked, waiting to be freed */
 };
 
 struct tw_srv_conn {
@@ -71,14 +71,15 @@ struct tw_srv_conn {
     struct tw_io io;
     char peer[TW_NET_ADDRSTRLEN];
     enum tw_conn_state state;
-    int rejecting;       /* over max_connections: ERROR(BUSY) then close */
-    int peer_goodbye;    /* client sent GOODBYE: close when idle */
-    int in_io;           /* inside this connection's own I/O callback */
+    int rejecting;    /* over max_connections: ERROR(BUSY) then close */
+    int peer_goodbye; /* client sent GOODBYE: close when idle */
+    int in_io;        /* inside this connection's own I/O callback */
+    int input_paused; /* too many unread replies: not reading */
     char close_reason[256];
 
     struct tw_sm sm;
-    uint64_t caps;        /* negotiated */
-    uint32_t max_frame;   /* negotiated */
+    uint64_t caps;      /* negotiated */
+    uint32_t max_frame; /* negotiated */
     uint32_t max_inflight;
     uint8_t server_nonce[TW_AUTH_NONCE_LEN];
 
@@ -118,6 +119,7 @@ struct tw_srv_stats {
     uint64_t bytes_in;
     uint64_t bytes_out;
     uint64_t puts, gets;
+    uint64_t input_pauses; /* times a connection stopped reading (backpressure) */
 };
 
 struct tw_srv {
@@ -144,8 +146,11 @@ struct tw_srv {
 
 /* Loads the token, binds the listener, installs signal handling. errbuf says
  * why on failure. Returns 0 or a negative code. */
-int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errbuf,
-                 size_t errlen);
+int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errbuf, size_t errlen);
+/* One loop iteration (waiting at most max_wait_ms, -1 = until the next
+ * timer), then frees the connections it closed. Returns the number of
+ * callbacks run or a negated errno. For tests and fuzzers. */
+int tw__srv_poll(struct tw_srv *srv, int max_wait_ms);
 /* Serves until shutdown completes. Returns 0 or a negated errno. */
 int tw__srv_run(struct tw_srv *srv);
 /* Stops accepting, fails in-flight requests with SHUTTING_DOWN, says

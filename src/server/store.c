@@ -257,8 +257,8 @@ static int cmp_name(const void *a, const void *b)
     return (x->name_len > y->name_len) - (x->name_len < y->name_len);
 }
 
-int tw__store_list(struct tw_store *s, const uint8_t *prefix, size_t plen,
-                   struct tw_tensor ***out, size_t *n)
+int tw__store_list(struct tw_store *s, const uint8_t *prefix, size_t plen, struct tw_tensor ***out,
+                   size_t *n)
 {
     struct tw_tensor **list = malloc((s->count ? s->count : 1) * sizeof(*list));
     size_t k = 0;

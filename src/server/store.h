@@ -87,8 +87,8 @@ int tw__store_delete(struct tw_store *s, const uint8_t *name, size_t len);
  * name, each with a new reference. *out is a malloc'd array the caller frees
  * after dropping every reference (tw__store_list_free does both).
  */
-int tw__store_list(struct tw_store *s, const uint8_t *prefix, size_t plen,
-                   struct tw_tensor ***out, size_t *n);
+int tw__store_list(struct tw_store *s, const uint8_t *prefix, size_t plen, struct tw_tensor ***out,
+                   size_t *n);
 void tw__store_list_free(struct tw_tensor **list, size_t n);
 
 /* Bytes still available (UINT64_MAX when unlimited). */

@@ -98,8 +98,8 @@ void tw__xfer_put_complete(struct tw_xfer *x)
     }
     tw__store_commit(&c->srv->store, t);
     c->srv->stats.puts++;
-    TW_LOGD("conn %llu %s: stored '%s' (%llu bytes, %llu ms)", (unsigned long long)c->id,
-            c->peer, t->name, (unsigned long long)t->byte_length, (unsigned long long)ms);
+    TW_LOGD("conn %llu %s: stored '%s' (%llu bytes, %llu ms)", (unsigned long long)c->id, c->peer,
+            t->name, (unsigned long long)t->byte_length, (unsigned long long)ms);
     tw__xfer_destroy(x);
     struct tw_msg m;
     memset(&m, 0, sizeof(m));

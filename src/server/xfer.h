@@ -66,13 +66,13 @@ struct tw_xfer {
     enum tw_xfer_dir dir;
     struct tw_tensor *t;
     const struct tw_dp_ops *ops;
-    void *dp;          /* data-plane private state */
-    uint64_t done;     /* bytes moved so far */
-    uint32_t crc;      /* running CRC32C of received bytes (PUT with a CRC) */
-    uint32_t chunk;    /* largest DATA payload to send (GET) */
+    void *dp;       /* data-plane private state */
+    uint64_t done;  /* bytes moved so far */
+    uint32_t crc;   /* running CRC32C of received bytes (PUT with a CRC) */
+    uint32_t chunk; /* largest DATA payload to send (GET) */
     uint64_t started_ms;
     struct tw_timer deadline;
-    struct tw_xfer *hnext;        /* connection's id table */
+    struct tw_xfer *hnext;         /* connection's id table */
     struct tw_xfer *snext, *sprev; /* connection's list of sources to pump */
     int in_send_list;
 };

@@ -150,7 +150,7 @@ void itc_connect(struct itc *c, const struct itest_server *s)
     struct timeval tv = {.tv_sec = IO_TIMEOUT_S};
     setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    c->cap = (16u << 20) + 4096;
+    c->cap = 1u << 16; /* grows to the largest frame received */
     c->buf = malloc(c->cap);
     TW_ASSERT(c->buf != NULL);
     c->next_id = 1;
@@ -440,8 +440,7 @@ int itc_get(struct itc *c, const char *name, uint8_t **out, uint64_t *out_len,
     return 0;
 }
 
-static int name_op(struct itc *c, uint32_t tag, const char *name, uint32_t reply,
-                   struct tw_msg *r)
+static int name_op(struct itc *c, uint32_t tag, const char *name, uint32_t reply, struct tw_msg *r)
 {
     struct tw_msg m;
     uint64_t id = itc_id(c);

@@ -187,6 +187,13 @@ static void test_request_errors(void)
     TW_ASSERT_OK(itc_send_raw(&c, frame, (size_t)n));
     itc_expect_error(&c, id, TW_WIRE_INVALID_ARGUMENT);
     TW_ASSERT_EQ(itc_ping(&c), 0);
+
+    /* A long UTF-8 name is cut for the message without breaking UTF-8. */
+    char longname[256] = "x";
+    for (int i = 0; i < 100; i++)
+        strcat(longname, "\xc3\xa9"); /* U+00E9 */
+    TW_ASSERT_EQ(itc_stat(&c, longname, NULL), TW_WIRE_NOT_FOUND);
+    TW_ASSERT_EQ(itc_ping(&c), 0);
     itc_close(&c);
 }
 

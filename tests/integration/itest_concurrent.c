@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "itest.h"
 #include "tw_test.h"
@@ -160,10 +161,85 @@ static void test_concurrent(void)
     itc_close(&c);
 }
 
+enum { FLOOD = 1000000 };
+
+static void *flood_sender(void *arg)
+{
+    struct itc *c = arg;
+    uint8_t *buf = malloc((size_t)FLOOD * 32);
+    TW_ASSERT(buf != NULL);
+    for (uint64_t i = 0; i < FLOOD; i++) {
+        struct tw_msg m;
+        memset(&m, 0, sizeof(m));
+        m.hdr.tag = TW_TAG_PING;
+        m.hdr.request_id = i + 1;
+        memcpy(m.u.ping.payload, &i, 8);
+        TW_ASSERT_EQ(tw__msg_encode(&m, buf + i * 32, 32), 32);
+    }
+    TW_ASSERT_OK(itc_send_raw(c, buf, (size_t)FLOOD * 32));
+    free(buf);
+    return NULL;
+}
+
+static void test_backpressure(void)
+{
+    /* 32 MB of PINGs from a client that reads nothing for a while: the
+     * server stops reading once its queue of unread replies is full instead
+     * of buffering without bound, stays responsive to others, and resumes
+     * when the client reads. Every PONG arrives, in order. */
+    struct itc flood, other;
+    struct tw_msg m;
+    pthread_t th;
+    itc_connect(&flood, &srv);
+    itc_connect(&other, &srv);
+    TW_ASSERT_OK(itc_handshake(&flood, NULL));
+    TW_ASSERT_OK(itc_handshake(&other, NULL));
+    TW_ASSERT_EQ(pthread_create(&th, NULL, flood_sender, &flood), 0);
+    /* Wait (bounded) until the server has paused the flooding connection;
+     * meanwhile other connections are answered. */
+    uint64_t pauses = 0;
+    for (int i = 0; i < 200 && pauses == 0; i++) {
+        usleep(50000);
+        pauses = itc_stat_value(&other, "input_pauses");
+    }
+    TW_ASSERT(pauses >= 1);
+    TW_ASSERT_EQ(itc_ping(&other), 0);
+    for (uint64_t i = 0; i < FLOOD; i++) {
+        TW_ASSERT_OK(itc_recv(&flood, &m));
+        TW_ASSERT_EQ(m.hdr.tag, TW_TAG_PONG);
+        TW_ASSERT_EQ_U64(m.hdr.request_id, i + 1);
+        uint64_t v;
+        memcpy(&v, m.u.ping.payload, 8);
+        TW_ASSERT_EQ_U64(v, i);
+    }
+    pthread_join(th, NULL);
+    flood.next_id = FLOOD + 1;
+    TW_ASSERT_EQ(itc_ping(&flood), 0);
+    itc_close(&flood);
+    itc_close(&other);
+}
+
+static void test_many_connections(void)
+{
+    enum { N = 200 };
+    static struct itc cs[N];
+    for (int i = 0; i < N; i++) {
+        itc_connect(&cs[i], &srv);
+        TW_ASSERT_OK(itc_handshake(&cs[i], NULL));
+    }
+    TW_ASSERT_EQ_U64(itc_stat_value(&cs[0], "connections"), N);
+    for (int i = 0; i < N; i++)
+        TW_ASSERT_EQ(itc_ping(&cs[i]), 0);
+    for (int i = 0; i < N; i++)
+        itc_close(&cs[i]);
+}
+
 int main(void)
 {
     itest_server_start(&srv, NULL);
     TW_RUN(test_concurrent);
+    TW_RUN(test_backpressure);
+    TW_RUN(test_many_connections);
     TW_ASSERT_EQ(itest_server_stop(&srv, SIGTERM, 10000), 0);
     TW_DONE();
 }

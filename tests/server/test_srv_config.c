@@ -66,9 +66,10 @@ static void test_args_and_file(void)
     fclose(f);
     tw__srv_config_defaults(&c);
     TW_ASSERT_STR_EQ(c.listen, "127.0.0.1:7450");
+    TW_ASSERT(c.capacity > 0 && c.capacity == tw__srv_default_capacity());
     /* Command-line options override the file, wherever --config appears. */
-    char *argv[] = {"tensorwired", "--max-inflight=8", "--config", path,
-                    "--idle-timeout", "0", "--token-file", "/x", NULL};
+    char *argv[] = {"tensorwired", "--max-inflight=8", "--config", path, "--idle-timeout",
+                    "0",           "--token-file",     "/x",       NULL};
     TW_ASSERT_OK(tw__srv_config_from_args(&c, 8, argv, err, sizeof(err)));
     TW_ASSERT_STR_EQ(c.listen, "[::1]:9000");
     TW_ASSERT_EQ_U64(c.capacity, 2ull << 30);

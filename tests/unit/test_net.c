@@ -25,8 +25,7 @@ static void test_parse(void)
     TW_ASSERT_STR_EQ(tw__net_addr_format((struct sockaddr *)&ss, buf, sizeof(buf)), "0.0.0.0:80");
     TW_ASSERT_OK(tw__net_parse_hostport("localhost:1", &ss, &sl, err, sizeof(err)));
     TW_ASSERT_ERR(tw__net_parse_hostport("127.0.0.1", &ss, &sl, err, sizeof(err)), -EINVAL);
-    TW_ASSERT_ERR(tw__net_parse_hostport("127.0.0.1:65536", &ss, &sl, err, sizeof(err)),
-                  -EINVAL);
+    TW_ASSERT_ERR(tw__net_parse_hostport("127.0.0.1:65536", &ss, &sl, err, sizeof(err)), -EINVAL);
     TW_ASSERT_ERR(tw__net_parse_hostport("127.0.0.1:x", &ss, &sl, err, sizeof(err)), -EINVAL);
     TW_ASSERT_ERR(tw__net_parse_hostport("::1:80", &ss, &sl, err, sizeof(err)), -EINVAL);
     fprintf(stderr, "  %s\n", err);
