@@ -103,24 +103,24 @@ static void client_free(struct tw_client *c)
  * code with the server's message. */
 static int handshake_next(struct tw_client *c, struct tw_msg *msg, uint32_t want_tag, int timeout)
 {
-    int rc = tw__conn_next(c, msg, timeout);
+    int rc = tw__client_conn_next(c, msg, timeout);
     if (rc < 0)
         return rc;
     if (rc == 0 || msg->hdr.request_id != 0) {
         tw__client_seterr(c, "unexpected frame during the handshake");
-        return tw__conn_fail(c, TW_EOUT_OF_ORDER, 1);
+        return tw__client_conn_fail(c, TW_EOUT_OF_ORDER, 1);
     }
     if (msg->hdr.tag == TW_TAG_ERROR) {
         uint32_t code = msg->u.error.code;
         int st = code >= 1 && code < 100 ? TW_ERR_FROM_WIRE(code) : TW_EINTERNAL;
         tw__client_seterr(c, "server refused the connection: %.*s", (int)msg->u.error.message.len,
                           (const char *)msg->u.error.message.ptr);
-        return tw__conn_fail(c, st, 0);
+        return tw__client_conn_fail(c, st, 0);
     }
     if (msg->hdr.tag != want_tag) {
         tw__client_seterr(c, "expected %s, got %s", tw__tag_name(want_tag),
                           tw__tag_name(msg->hdr.tag));
-        return tw__conn_fail(c, TW_EOUT_OF_ORDER, 1);
+        return tw__client_conn_fail(c, TW_EOUT_OF_ORDER, 1);
     }
     return 0;
 }
@@ -142,10 +142,10 @@ static int handshake(struct tw_client *c, const struct tw_client_options *o, con
     m.u.hello.max_inflight = o->max_inflight;
     m.u.hello.agent.ptr = (const uint8_t *)agent;
     m.u.hello.agent.len = (uint32_t)strlen(agent);
-    rc = tw__conn_queue(c, &m);
+    rc = tw__client_conn_queue(c, &m);
     if (rc)
         return rc;
-    rc = tw__conn_flush(c, timeout);
+    rc = tw__client_conn_flush(c, timeout);
     if (rc)
         return rc;
     rc = handshake_next(c, &in, TW_TAG_HELLO_ACK, timeout);
@@ -154,7 +154,7 @@ static int handshake(struct tw_client *c, const struct tw_client_options *o, con
     c->checksum = o->checksum && (in.u.hello_ack.caps & TW_CAP_PAYLOAD_CRC32C);
     if (!(in.u.hello_ack.caps & TW_CAP_INLINE_DATA)) {
         tw__client_seterr(c, "the server offers no inline data plane");
-        return tw__conn_fail(c, TW_ENOT_NEGOTIATED, 0);
+        return tw__client_conn_fail(c, TW_ENOT_NEGOTIATED, 0);
     }
     if (in.u.hello_ack.auth_method == TW_AUTH_NONE) {
         if (token) {
@@ -162,44 +162,45 @@ static int handshake(struct tw_client *c, const struct tw_client_options *o, con
              * server; a server that does not authenticate cannot prove it. */
             tw__client_seterr(c, "a token was given but the server does not authenticate; "
                                  "refusing an unauthenticated server");
-            return tw__conn_fail(c, TW_EUNAUTHORIZED, 0);
+            return tw__client_conn_fail(c, TW_EUNAUTHORIZED, 0);
         }
         return 0;
     }
     if (in.u.hello_ack.auth_method != TW_AUTH_HMAC_SHA256) {
         tw__client_seterr(c, "unknown auth method %u", in.u.hello_ack.auth_method);
-        return tw__conn_fail(c, TW_EBAD_FIELD, 1);
+        return tw__client_conn_fail(c, TW_EBAD_FIELD, 1);
     }
     if (!token) {
         tw__client_seterr(c, "the server requires a token (token / token_file, CLI --token-file)");
-        return tw__conn_fail(c, TW_EUNAUTHORIZED, 0);
+        return tw__client_conn_fail(c, TW_EUNAUTHORIZED, 0);
     }
     memcpy(server_nonce, in.u.hello_ack.server_nonce, TW_AUTH_NONCE_LEN);
     if (RAND_bytes(client_nonce, TW_AUTH_NONCE_LEN) != 1) {
         tw__client_seterr(c, "RAND_bytes failed");
-        return tw__conn_fail(c, TW_EINTERNAL, 0);
+        return tw__client_conn_fail(c, TW_EINTERNAL, 0);
     }
     memset(&m, 0, sizeof(m));
     m.hdr.version = TW_PROTO_VERSION;
     m.hdr.tag = TW_TAG_AUTH;
     memcpy(m.u.auth.client_nonce, client_nonce, TW_AUTH_NONCE_LEN);
-    rc = tw__auth_mac(token, token_len, LABEL_CLIENT, server_nonce, client_nonce, m.u.auth.mac);
+    rc = tw__client_auth_mac(token, token_len, LABEL_CLIENT, server_nonce, client_nonce,
+                             m.u.auth.mac);
     if (rc)
-        return tw__conn_fail(c, rc, 0);
-    rc = tw__conn_queue(c, &m);
+        return tw__client_conn_fail(c, rc, 0);
+    rc = tw__client_conn_queue(c, &m);
     if (!rc)
-        rc = tw__conn_flush(c, timeout);
+        rc = tw__client_conn_flush(c, timeout);
     if (rc)
         return rc;
     rc = handshake_next(c, &in, TW_TAG_AUTH_OK, timeout);
     if (rc)
         return rc;
-    rc = tw__auth_mac(token, token_len, LABEL_SERVER, client_nonce, server_nonce, mac);
+    rc = tw__client_auth_mac(token, token_len, LABEL_SERVER, client_nonce, server_nonce, mac);
     if (rc)
-        return tw__conn_fail(c, rc, 0);
+        return tw__client_conn_fail(c, rc, 0);
     if (CRYPTO_memcmp(mac, in.u.auth_ok.mac, TW_AUTH_MAC_LEN) != 0) {
         tw__client_seterr(c, "the server's AUTH_OK proof is wrong: it does not hold our token");
-        return tw__conn_fail(c, TW_EUNAUTHORIZED, 0);
+        return tw__client_conn_fail(c, TW_EUNAUTHORIZED, 0);
     }
     return 0;
 }
@@ -257,14 +258,15 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
             goto out_free_client;
         }
     } else if (o.token_file) {
-        rc = tw__token_read_file(o.token_file, &token, &token_len, c->errmsg, sizeof(c->errmsg));
+        rc = tw__client_token_read_file(o.token_file, &token, &token_len, c->errmsg,
+                                        sizeof(c->errmsg));
         if (rc)
             goto out_free_client;
     }
     rc = tw__sm_init(&c->sm, TW_ROLE_CLIENT, o.max_inflight);
     if (rc)
         goto out_free_token;
-    rc = tw__conn_open(c, addr, o.connect_timeout_ms, o.socket_buffer_bytes);
+    rc = tw__client_conn_open(c, addr, o.connect_timeout_ms, o.socket_buffer_bytes);
     if (rc)
         goto out_free_token;
     rc = handshake(c, &o, token, token_len);
@@ -303,8 +305,8 @@ void tw_close(tw_client *c)
         struct tw_msg m = {.hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_GOODBYE}};
         m.u.goodbye.code = 0;
         c->nsegs = c->tlen = 0;
-        if (tw__conn_queue(c, &m) == 0)
-            tw__conn_flush(c, 1000);
+        if (tw__client_conn_queue(c, &m) == 0)
+            tw__client_conn_flush(c, 1000);
     }
     client_free(c);
 }
@@ -331,7 +333,7 @@ static int run_one(struct tw_client *c, struct tw__creq *r)
     int rc;
     if (!c)
         return TW_EINVAL;
-    rc = tw__engine_run(c, r, 1);
+    rc = tw__client_engine_run(c, r, 1);
     return rc ? rc : r->status;
 }
 
@@ -512,7 +514,7 @@ static int batch(tw_client *c, struct tw_batch_item *items, size_t n, enum tw__o
         reqs[i].len = items[i].len;
         reqs[i].desc = &items[i].desc;
     }
-    rc = tw__engine_run(c, reqs, n);
+    rc = tw__client_engine_run(c, reqs, n);
     for (size_t i = 0; i < n; i++) {
         items[i].status = reqs[i].status;
         items[i].latency_ns = reqs[i].t_end > reqs[i].t_start && reqs[i].t_start

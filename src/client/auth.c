@@ -16,7 +16,8 @@
 
 #define TOKEN_MAX 1024u
 
-int tw__token_read_file(const char *path, char **out, size_t *out_len, char *err, size_t errcap)
+int tw__client_token_read_file(const char *path, char **out, size_t *out_len, char *err,
+                               size_t errcap)
 {
     char buf[TOKEN_MAX + 64];
     size_t len;
@@ -64,8 +65,8 @@ out_close:
     return rc;
 }
 
-int tw__auth_mac(const char *token, size_t token_len, const char *label, const uint8_t *a,
-                 const uint8_t *b, uint8_t mac[TW_AUTH_MAC_LEN])
+int tw__client_auth_mac(const char *token, size_t token_len, const char *label, const uint8_t *a,
+                        const uint8_t *b, uint8_t mac[TW_AUTH_MAC_LEN])
 {
     uint8_t msg[64 + 2 * TW_AUTH_NONCE_LEN];
     size_t llen = strlen(label);

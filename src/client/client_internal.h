@@ -5,7 +5,7 @@
  *
  * Ownership: struct tw_client owns its socket, its receive and send buffers
  * and its state machine. A struct tw__creq belongs to the caller of
- * tw__engine_run (usually on its stack or in one calloc'd array) and points at
+ * tw__client_engine_run (usually on its stack or in one calloc'd array) and points at
  * caller memory (names, tensor buffers) only for the duration of that call.
  * Nothing here is thread-safe: one handle, one thread at a time.
  */
@@ -119,7 +119,7 @@ struct tw_client {
     uint64_t next_id;
 
     /* Receive buffer: bytes [rpos, rlen) are unread. rconsume is the size of
-     * the frame handed out by tw__conn_next, consumed on the next call. */
+     * the frame handed out by tw__client_conn_next, consumed on the next call. */
     uint8_t *rbuf;
     size_t rcap, rpos, rlen, rconsume;
 
@@ -148,49 +148,50 @@ void tw__client_seterr(struct tw_client *c, const char *fmt, ...)
 /* Opens a TCP connection to "HOST:PORT" within timeout_ms (<= 0: forever).
  * Returns the connected, non-blocking, TCP_NODELAY socket or a negative code;
  * detail in c->errmsg. */
-int tw__conn_open(struct tw_client *c, const char *addr, int timeout_ms, int sockbuf);
+int tw__client_conn_open(struct tw_client *c, const char *addr, int timeout_ms, int sockbuf);
 
 /* Queues msg (validated by the codec and the state machine). For DATA with
  * msg->u.data.bytes.ptr set, the bytes are sent from that memory without a
- * copy and must stay valid until tw__conn_flush returns. */
-int tw__conn_queue(struct tw_client *c, const struct tw_msg *msg);
+ * copy and must stay valid until tw__client_conn_flush returns. */
+int tw__client_conn_queue(struct tw_client *c, const struct tw_msg *msg);
 /* Sends everything queued. */
-int tw__conn_flush(struct tw_client *c, int timeout_ms);
+int tw__client_conn_flush(struct tw_client *c, int timeout_ms);
 
 /* Reads the next frame. Control frames: returns 1 and *msg views the receive
  * buffer until the next call. DATA frames are given to on_data (engine.c) and
  * the call returns 0. Returns a negative code on failure (connection-fatal:
  * c->broken is set and c->errmsg says why). */
-int tw__conn_next(struct tw_client *c, struct tw_msg *msg, int timeout_ms);
+int tw__client_conn_next(struct tw_client *c, struct tw_msg *msg, int timeout_ms);
 
 /* Receives exactly n bytes of the current DATA payload into dst (NULL:
  * discard them). For the data planes. */
-int tw__conn_recv_payload(struct tw_client *c, uint8_t *dst, size_t n, int timeout_ms);
+int tw__client_conn_recv_payload(struct tw_client *c, uint8_t *dst, size_t n, int timeout_ms);
 
 /* Marks the connection dead after a fatal verdict: best-effort
  * ERROR(wire_code, 0) when send_error, then shutdown. Returns err. */
-int tw__conn_fail(struct tw_client *c, int err, int send_error);
+int tw__client_conn_fail(struct tw_client *c, int err, int send_error);
 
 /* --- auth.c ------------------------------------------------------------ */
 
 /* Reads a token file: contents with trailing whitespace stripped, 1..1024
  * bytes. *out is malloc'd (caller frees, after wiping). */
-int tw__token_read_file(const char *path, char **out, size_t *out_len, char *err, size_t errcap);
+int tw__client_token_read_file(const char *path, char **out, size_t *out_len, char *err,
+                               size_t errcap);
 /* mac = HMAC-SHA256(token, label || a || b), a and b TW_AUTH_NONCE_LEN bytes. */
-int tw__auth_mac(const char *token, size_t token_len, const char *label, const uint8_t *a,
-                 const uint8_t *b, uint8_t mac[TW_AUTH_MAC_LEN]);
+int tw__client_auth_mac(const char *token, size_t token_len, const char *label, const uint8_t *a,
+                        const uint8_t *b, uint8_t mac[TW_AUTH_MAC_LEN]);
 
 /* --- engine.c ---------------------------------------------------------- */
 
 /* Runs reqs[0..n) to completion, keeping up to the negotiated max_inflight
  * in flight. Every request gets a status. Returns 0 or a connection-level
  * error (then every unfinished request has that status too). */
-int tw__engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n);
-/* Called by tw__conn_next for each DATA frame. */
-int tw__engine_on_data(struct tw_client *c, const struct tw_msg *msg);
+int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n);
+/* Called by tw__client_conn_next for each DATA frame. */
+int tw__client_engine_on_data(struct tw_client *c, const struct tw_msg *msg);
 /* Ends request r with status (records the error message for the run). */
-void tw__engine_finish(struct tw_client *c, struct tw__creq *r, int status, const char *msg,
-                       size_t msg_len);
+void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int status, const char *msg,
+                              size_t msg_len);
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t tw__client_now_ns(void);
 /* Chooses the data plane for one transfer (inline only for now). */

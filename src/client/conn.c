@@ -120,7 +120,7 @@ out_close_fd:
     return err;
 }
 
-int tw__conn_open(struct tw_client *c, const char *addr, int timeout_ms, int sockbuf)
+int tw__client_conn_open(struct tw_client *c, const char *addr, int timeout_ms, int sockbuf)
 {
     char host[256], port[16];
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
@@ -206,7 +206,7 @@ static void tx_add_seg(struct tw_client *c, const uint8_t *ptr, size_t off, size
     c->segs[c->nsegs++] = (struct tw__txseg){.ptr = ptr, .off = off, .len = len};
 }
 
-int tw__conn_queue(struct tw_client *c, const struct tw_msg *msg)
+int tw__client_conn_queue(struct tw_client *c, const struct tw_msg *msg)
 {
     struct tw_msg m = *msg;
     const uint8_t *zc = NULL;
@@ -246,7 +246,7 @@ int tw__conn_queue(struct tw_client *c, const struct tw_msg *msg)
     return 0;
 }
 
-int tw__conn_flush(struct tw_client *c, int timeout_ms)
+int tw__client_conn_flush(struct tw_client *c, int timeout_ms)
 {
     struct iovec iov[64];
     size_t seg = 0, seg_off = 0;
@@ -358,7 +358,7 @@ static int rx_need(struct tw_client *c, size_t need, int timeout_ms)
     return 0;
 }
 
-int tw__conn_recv_payload(struct tw_client *c, uint8_t *dst, size_t n, int timeout_ms)
+int tw__client_conn_recv_payload(struct tw_client *c, uint8_t *dst, size_t n, int timeout_ms)
 {
     /* First whatever is buffered already. */
     size_t have = c->rlen - c->rpos;
@@ -417,7 +417,7 @@ int tw__conn_recv_payload(struct tw_client *c, uint8_t *dst, size_t n, int timeo
     return 0;
 }
 
-int tw__conn_fail(struct tw_client *c, int err, int send_error)
+int tw__client_conn_fail(struct tw_client *c, int err, int send_error)
 {
     if (c->broken)
         return err;
@@ -448,10 +448,10 @@ static int fatal_recv(struct tw_client *c, int verdict, uint32_t tag)
 {
     tw__client_seterr(c, "server sent an invalid %s frame: %s (%s)", tag ? tw__tag_name(tag) : "",
                       tw_strerror(verdict), tw_strerror_name(verdict));
-    return tw__conn_fail(c, verdict, 1);
+    return tw__client_conn_fail(c, verdict, 1);
 }
 
-int tw__conn_next(struct tw_client *c, struct tw_msg *msg, int timeout_ms)
+int tw__client_conn_next(struct tw_client *c, struct tw_msg *msg, int timeout_ms)
 {
     struct tw_frame_header hdr;
     int rc;
@@ -463,7 +463,7 @@ int tw__conn_next(struct tw_client *c, struct tw_msg *msg, int timeout_ms)
 
     rc = rx_need(c, TW_FRAME_HEADER_LEN, timeout_ms);
     if (rc)
-        return tw__conn_fail(c, rc, 0);
+        return tw__client_conn_fail(c, rc, 0);
     rc = tw__frame_decode_header(c->rbuf + c->rpos, c->rlen - c->rpos, c->sm.max_frame, &hdr);
     if (rc)
         return fatal_recv(c, rc, 0);
@@ -471,7 +471,7 @@ int tw__conn_next(struct tw_client *c, struct tw_msg *msg, int timeout_ms)
     if (hdr.tag == TW_TAG_DATA) {
         rc = rx_need(c, TW_FRAME_HEADER_LEN + TW_DATA_PREFIX_LEN, timeout_ms);
         if (rc)
-            return tw__conn_fail(c, rc, 0);
+            return tw__client_conn_fail(c, rc, 0);
         rc = tw__msg_decode_data_prefix(&hdr, c->rbuf + c->rpos + TW_FRAME_HEADER_LEN, msg);
         if (rc)
             return fatal_recv(c, rc, hdr.tag);
@@ -481,11 +481,11 @@ int tw__conn_next(struct tw_client *c, struct tw_msg *msg, int timeout_ms)
         if (rc < 0)
             return fatal_recv(c, rc, hdr.tag);
         if (rc == TW_SM_STALE)
-            rc = tw__conn_recv_payload(c, NULL, msg->u.data.bytes.len, timeout_ms);
+            rc = tw__client_conn_recv_payload(c, NULL, msg->u.data.bytes.len, timeout_ms);
         else
-            rc = tw__engine_on_data(c, msg);
+            rc = tw__client_engine_on_data(c, msg);
         if (rc < 0)
-            return c->broken ? rc : tw__conn_fail(c, rc, rc <= -1100);
+            return c->broken ? rc : tw__client_conn_fail(c, rc, rc <= -1100);
         return 0;
     }
 
@@ -495,7 +495,7 @@ int tw__conn_next(struct tw_client *c, struct tw_msg *msg, int timeout_ms)
         return fatal_recv(c, TW_EFRAME_TOO_LARGE, hdr.tag);
     rc = rx_need(c, TW_FRAME_HEADER_LEN + (size_t)hdr.payload_len, timeout_ms);
     if (rc)
-        return tw__conn_fail(c, rc, 0);
+        return tw__client_conn_fail(c, rc, 0);
     ssize_t n = tw__msg_decode(c->rbuf + c->rpos, TW_FRAME_HEADER_LEN + (size_t)hdr.payload_len,
                                c->sm.max_frame, msg);
     if (n < 0)

@@ -29,7 +29,7 @@ static int inline_get_data(struct tw_client *c, struct tw__creq *r, uint64_t off
                           r->name, (unsigned long long)offset, n, (unsigned long long)r->expect);
         return TW_EBAD_LENGTH;
     }
-    rc = tw__conn_recv_payload(c, r->buf + offset, n, c->request_timeout_ms);
+    rc = tw__client_conn_recv_payload(c, r->buf + offset, n, c->request_timeout_ms);
     if (rc)
         return rc;
     if (r->check_crc)
@@ -47,11 +47,11 @@ static int inline_get_data(struct tw_client *c, struct tw__creq *r, uint64_t off
         int k = snprintf(why, sizeof(why),
                          "'%s': CRC32C of the received bytes is %08x, the server announced %08x",
                          r->name, r->crc, r->crc_expected);
-        tw__engine_finish(c, r, TW_ECHECKSUM, why,
-                          (size_t)k < sizeof(why) ? (size_t)k : sizeof(why) - 1);
+        tw__client_engine_finish(c, r, TW_ECHECKSUM, why,
+                                 (size_t)k < sizeof(why) ? (size_t)k : sizeof(why) - 1);
         return 0;
     }
-    tw__engine_finish(c, r, 0, NULL, 0);
+    tw__client_engine_finish(c, r, 0, NULL, 0);
     return 0;
 }
 
@@ -68,7 +68,7 @@ static int inline_put_start(struct tw_client *c, struct tw__creq *r)
         m.u.data.offset = off;
         m.u.data.bytes.ptr = n ? r->buf + off : NULL;
         m.u.data.bytes.len = (uint32_t)n;
-        int rc = tw__conn_queue(c, &m);
+        int rc = tw__client_conn_queue(c, &m);
         if (rc)
             return rc;
         off += n;

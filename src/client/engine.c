@@ -36,8 +36,8 @@ static int status_from_wire(uint32_t code)
     return TW_EINTERNAL;
 }
 
-void tw__engine_finish(struct tw_client *c, struct tw__creq *r, int status, const char *msg,
-                       size_t msg_len)
+void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int status, const char *msg,
+                              size_t msg_len)
 {
     if (r->finished)
         return;
@@ -134,14 +134,14 @@ static int on_list_reply(struct tw_client *c, struct tw__creq *r, const struct t
         desc_from_wire(&w, &info.desc);
         rc = collect_add(r->collect, w.name.ptr, w.name.len, sizeof(info), &info);
         if (rc) {
-            tw__engine_finish(c, r, rc, "out of memory collecting the listing", 36);
+            tw__client_engine_finish(c, r, rc, "out of memory collecting the listing", 36);
             return 0;
         }
     }
     if (rc < 0)
         return rc; /* malformed entries: fatal */
     if (!(msg->hdr.flags & TW_FRAME_MORE))
-        tw__engine_finish(c, r, 0, NULL, 0);
+        tw__client_engine_finish(c, r, 0, NULL, 0);
     return 0;
 }
 
@@ -154,13 +154,13 @@ static int on_stats_reply(struct tw_client *c, struct tw__creq *r, const struct 
     while ((rc = tw__stats_next(msg, &cursor, &key, &value)) == 1) {
         struct tw_stat_entry e = {.key = NULL, .value = value};
         if (collect_add(r->collect, key.ptr, key.len, sizeof(e), &e)) {
-            tw__engine_finish(c, r, -ENOMEM, "out of memory collecting stats", 30);
+            tw__client_engine_finish(c, r, -ENOMEM, "out of memory collecting stats", 30);
             return 0;
         }
     }
     if (rc < 0)
         return rc;
-    tw__engine_finish(c, r, 0, NULL, 0);
+    tw__client_engine_finish(c, r, 0, NULL, 0);
     return 0;
 }
 
@@ -172,7 +172,7 @@ static int cancel_request(struct tw_client *c, struct tw__creq *r, const char *w
     m.u.error.code = TW_WIRE_CANCELLED;
     m.u.error.message.ptr = (const uint8_t *)why;
     m.u.error.message.len = (uint32_t)strlen(why);
-    return tw__conn_queue(c, &m);
+    return tw__client_conn_queue(c, &m);
 }
 
 static int on_tensor_info(struct tw_client *c, struct tw__creq *r, const struct tw_msg *msg)
@@ -185,7 +185,7 @@ static int on_tensor_info(struct tw_client *c, struct tw__creq *r, const struct 
     if (r->op == TW__OP_STAT) {
         if (msg->u.tensor_info.data_plane != TW_DP_NONE)
             return TW_EBAD_FIELD;
-        tw__engine_finish(c, r, 0, NULL, 0);
+        tw__client_engine_finish(c, r, 0, NULL, 0);
         return 0;
     }
     if (msg->u.tensor_info.data_plane != r->dp->wire_plane)
@@ -199,7 +199,7 @@ static int on_tensor_info(struct tw_client *c, struct tw__creq *r, const struct 
             int rc = cancel_request(c, r, "client out of memory");
             if (rc)
                 return rc;
-            tw__engine_finish(c, r, -ENOMEM, "cannot allocate the destination buffer", 38);
+            tw__client_engine_finish(c, r, -ENOMEM, "cannot allocate the destination buffer", 38);
             return 0;
         }
         r->buf = p;
@@ -212,8 +212,8 @@ static int on_tensor_info(struct tw_client *c, struct tw__creq *r, const struct 
             return rc;
         int n = snprintf(why, sizeof(why), "tensor '%s' needs %llu bytes; the buffer holds %zu",
                          r->name, (unsigned long long)w->byte_length, r->len);
-        tw__engine_finish(c, r, -ENOBUFS, why,
-                          (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
+        tw__client_engine_finish(c, r, -ENOBUFS, why,
+                                 (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
         return 0;
     }
     r->check_crc = c->checksum && (w->flags & TW_DESC_HAS_CRC32C);
@@ -238,7 +238,7 @@ static int dispatch(struct tw_client *c, const struct tw_msg *msg)
             int st = status_from_wire(msg->u.error.code);
             tw__client_seterr(c, "%.*s", (int)msg->u.error.message.len,
                               (const char *)msg->u.error.message.ptr);
-            tw__conn_fail(c, st, 0);
+            tw__client_conn_fail(c, st, 0);
             return st;
         }
         return TW_EOUT_OF_ORDER;
@@ -249,8 +249,8 @@ static int dispatch(struct tw_client *c, const struct tw_msg *msg)
 
     switch (tag) {
     case TW_TAG_ERROR:
-        tw__engine_finish(c, r, status_from_wire(msg->u.error.code),
-                          (const char *)msg->u.error.message.ptr, msg->u.error.message.len);
+        tw__client_engine_finish(c, r, status_from_wire(msg->u.error.code),
+                                 (const char *)msg->u.error.message.ptr, msg->u.error.message.len);
         return 0;
     case TW_TAG_TENSOR_INFO:
         if (r->op != TW__OP_GET && r->op != TW__OP_STAT)
@@ -267,7 +267,7 @@ static int dispatch(struct tw_client *c, const struct tw_msg *msg)
             return TW_EOUT_OF_ORDER;
         if (r->op == TW__OP_PUT && r->received != r->len)
             return TW_EOUT_OF_ORDER; /* OK before all our bytes were queued */
-        tw__engine_finish(c, r, 0, NULL, 0);
+        tw__client_engine_finish(c, r, 0, NULL, 0);
         return 0;
     case TW_TAG_LIST_REPLY:
         if (r->op != TW__OP_LIST)
@@ -282,7 +282,7 @@ static int dispatch(struct tw_client *c, const struct tw_msg *msg)
             return TW_EOUT_OF_ORDER;
         if (memcmp(msg->u.ping.payload, r->ping, TW_PING_PAYLOAD_LEN) != 0)
             return TW_EBAD_FIELD;
-        tw__engine_finish(c, r, 0, NULL, 0);
+        tw__client_engine_finish(c, r, 0, NULL, 0);
         return 0;
     case TW_TAG_RDMA_REGISTER:
     case TW_TAG_RDMA_READY:
@@ -295,7 +295,7 @@ static int dispatch(struct tw_client *c, const struct tw_msg *msg)
     }
 }
 
-int tw__engine_on_data(struct tw_client *c, const struct tw_msg *msg)
+int tw__client_engine_on_data(struct tw_client *c, const struct tw_msg *msg)
 {
     struct tw__creq *r = lookup(c, msg->hdr.request_id);
     if (!r || r->finished || r->op != TW__OP_GET || !r->dp->get_data) {
@@ -325,11 +325,11 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
     int rc = 0;
 
     if ((r->op == TW__OP_GET || r->op == TW__OP_PUT) && !r->buf && r->len && !r->alloc) {
-        tw__engine_finish(c, r, TW_EINVAL, "NULL buffer with a non-zero length", 34);
+        tw__client_engine_finish(c, r, TW_EINVAL, "NULL buffer with a non-zero length", 34);
         return TW_EINVAL;
     }
     if (r->op == TW__OP_PUT && !r->desc) {
-        tw__engine_finish(c, r, TW_EINVAL, "put without a descriptor", 24);
+        tw__client_engine_finish(c, r, TW_EINVAL, "put without a descriptor", 24);
         return TW_EINVAL;
     }
 
@@ -367,7 +367,7 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
             int n = snprintf(why, sizeof(why),
                              "put '%s': shape and dtype give %llu bytes but %zu were passed",
                              r->name, (unsigned long long)w->byte_length, r->len);
-            tw__engine_finish(c, r, TW_EINVAL, why, (size_t)n);
+            tw__client_engine_finish(c, r, TW_EINVAL, why, (size_t)n);
             return TW_EINVAL;
         }
         if (c->checksum) {
@@ -404,13 +404,13 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
                          r->name ? "'" : "", tw_strerror(rc));
         /* Local validation failures map to INVALID_ARGUMENT, like the
          * server's answer to the same request would. */
-        tw__engine_finish(c, r, TW_EINVAL, why,
-                          (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
+        tw__client_engine_finish(c, r, TW_EINVAL, why,
+                                 (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
         return TW_EINVAL;
     }
     r->started = 1;
     r->t_start = tw__client_now_ns();
-    rc = tw__conn_queue(c, &m);
+    rc = tw__client_conn_queue(c, &m);
     if (rc) {
         r->started = 0;
         return rc;
@@ -439,7 +439,7 @@ static size_t count_unfinished(const struct tw__creq *reqs, size_t n)
     return k;
 }
 
-int tw__engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
+int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
 {
     size_t next = 0, active = 0, window;
     int rc = 0;
@@ -448,8 +448,8 @@ int tw__engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     c->errmsg[0] = '\0';
     if (c->broken) {
         for (size_t i = 0; i < n; i++)
-            tw__engine_finish(c, &reqs[i], -ENOTCONN,
-                              "the connection is closed (an earlier call failed)", 49);
+            tw__client_engine_finish(c, &reqs[i], -ENOTCONN,
+                                     "the connection is closed (an earlier call failed)", 49);
         return -ENOTCONN;
     }
     c->run = reqs;
@@ -472,7 +472,8 @@ int tw__engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
             if (r->finished)
                 continue;
             if (c->closing) {
-                tw__engine_finish(c, r, TW_ESHUTDOWN, "the server is shutting down (GOODBYE)", 37);
+                tw__client_engine_finish(c, r, TW_ESHUTDOWN,
+                                         "the server is shutting down (GOODBYE)", 37);
                 continue;
             }
             rc = start_request(c, r);
@@ -486,12 +487,12 @@ int tw__engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
         if (active == 0 && next >= n)
             break;
         if (!frame_buffered(c)) {
-            rc = tw__conn_flush(c, c->request_timeout_ms);
+            rc = tw__client_conn_flush(c, c->request_timeout_ms);
             if (rc)
                 goto out_fail;
         }
         struct tw_msg msg;
-        rc = tw__conn_next(c, &msg, c->request_timeout_ms);
+        rc = tw__client_conn_next(c, &msg, c->request_timeout_ms);
         if (rc < 0)
             goto out_fail;
         if (rc == 1) {
@@ -501,14 +502,14 @@ int tw__engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
                     tw__client_seterr(c, "server sent an unexpected %s for request %llu: %s",
                                       tw__tag_name(msg.hdr.tag),
                                       (unsigned long long)msg.hdr.request_id, tw_strerror_name(rc));
-                    tw__conn_fail(c, rc, 1);
+                    tw__client_conn_fail(c, rc, 1);
                 }
                 goto out_fail;
             }
         }
-        active = c->run_active; /* tw__engine_finish counts down */
+        active = c->run_active; /* tw__client_engine_finish counts down */
     }
-    rc = tw__conn_flush(c, c->request_timeout_ms); /* pending cancels */
+    rc = tw__client_conn_flush(c, c->request_timeout_ms); /* pending cancels */
     if (rc)
         goto out_fail;
     c->run = NULL;
@@ -535,7 +536,7 @@ out_fail:
     }
     c->tlen = 0;
     c->nsegs = 0;
-    tw__conn_fail(c, rc, 0);
+    tw__client_conn_fail(c, rc, 0);
     c->run = NULL;
     return rc;
 }
