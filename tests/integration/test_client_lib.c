@@ -261,6 +261,43 @@ static void test_checksum_and_stats(void)
     tw_close(c);
 }
 
+/* A listing larger than max_frame arrives in several LIST_REPLY frames
+ * (flags.MORE); the library must join them. */
+static void test_list_spans_frames(void)
+{
+    enum { N = 150 };
+    struct tw_client_options o;
+    tw_client *c = NULL;
+    char name[1024];
+    uint8_t v = 1;
+    struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 0};
+    tw_client_options_init(&o);
+    o.max_frame = 64 * 1024;
+    TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &c));
+    memset(name, 'n', sizeof(name));
+    memcpy(name, "longlist/", 9);
+    name[900] = '\0';
+    for (int i = 0; i < N; i++) {
+        snprintf(name + 9, 8, "%04d", i);
+        name[13] = 'x'; /* keep the 900-byte length */
+        TW_ASSERT_OK(tw_put(c, name, &d, &v, 1));
+    }
+    struct tw_tensor_info *list;
+    size_t n;
+    TW_ASSERT_OK(tw_list(c, "longlist/", &list, &n));
+    TW_ASSERT_EQ(n, N); /* 150 x ~940 bytes: at least 3 frames of 64 KiB */
+    for (size_t i = 0; i < n; i++) {
+        TW_ASSERT_EQ(strlen(list[i].name), 900);
+        TW_ASSERT_EQ_U64(list[i].desc.byte_length, 1);
+        if (i)
+            TW_ASSERT(strcmp(list[i - 1].name, list[i].name) < 0);
+    }
+    for (size_t i = 0; i < n; i++)
+        TW_ASSERT_OK(tw_delete(c, list[i].name));
+    tw_list_free(list);
+    tw_close(c);
+}
+
 static void test_connect_refused_and_bad_addr(void)
 {
     tw_client *c = (tw_client *)1;
@@ -347,6 +384,7 @@ int main(void)
     TW_RUN(test_batch_statuses);
     TW_RUN(test_checksum_and_stats);
     TW_RUN(test_large_tensor);
+    TW_RUN(test_list_spans_frames);
     TW_RUN(test_connect_refused_and_bad_addr);
     TW_RUN(test_auth);
     TW_RUN(test_capacity);
