@@ -26,6 +26,7 @@
  * destination; smaller ones are copied out of the receive buffer, which costs
  * less than the extra system calls. */
 #define TW__CLIENT_DIRECT_RECV_MIN (64u * 1024u)
+#define TW__RUN_SYNC SIZE_MAX
 #define TW__CLIENT_PAGE 4096u /* tw_get_alloc alignment */
 
 enum tw__op {
@@ -129,10 +130,14 @@ struct tw_client {
     struct tw__txseg *segs;
     size_t nsegs, segcap;
 
-    /* The run in progress (engine.c): requests indexed by id - run_base. */
+    /* The run in progress (engine.c). Ids are handed out in send order from
+     * run_base; run_map[id - run_base] is the request's index in run, or
+     * TW__RUN_SYNC for a PING sent after a cancel. */
+    size_t *run_map;
     struct tw__creq *run;
     size_t run_n;
-    size_t run_active; /* started and not finished */
+    size_t run_active;   /* started and not finished, plus sync PINGs */
+    size_t sync_pending; /* PINGs sent after cancels, not yet answered */
     uint64_t run_base;
     size_t err_index; /* index of the lowest failed request in the run */
 

@@ -59,9 +59,12 @@ void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int statu
 
 static struct tw__creq *lookup(struct tw_client *c, uint64_t id)
 {
-    if (!c->run || id < c->run_base || id - c->run_base >= c->run_n)
+    if (!c->run || id < c->run_base || id >= c->next_id)
         return NULL;
-    struct tw__creq *r = &c->run[id - c->run_base];
+    size_t idx = c->run_map[id - c->run_base];
+    if (idx == TW__RUN_SYNC)
+        return NULL;
+    struct tw__creq *r = &c->run[idx];
     return r->started ? r : NULL;
 }
 
@@ -164,15 +167,51 @@ static int on_stats_reply(struct tw_client *c, struct tw__creq *r, const struct 
     return 0;
 }
 
-/* Sends ERROR(CANCELLED) for r: the server stops, late frames become stale. */
+/*
+ * Sends ERROR(CANCELLED) for r, then a PING. The server handles its input in
+ * order, so by the time the PONG arrives it has stopped r and every DATA frame
+ * it had already sent for r came before the PONG: the reader discards them as
+ * stale, and the run ends only after the PONG. No bytes of a cancelled
+ * transfer are left on the connection for a later call (where they could
+ * stall a large send while the server waits for us to read).
+ * The PING takes r's in-flight slot, so the window is never exceeded.
+ */
 static int cancel_request(struct tw_client *c, struct tw__creq *r, const char *why)
 {
     struct tw_msg m = {
         .hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_ERROR, .request_id = r->id}};
+    struct tw_msg p = {.hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_PING}};
+    int rc;
     m.u.error.code = TW_WIRE_CANCELLED;
     m.u.error.message.ptr = (const uint8_t *)why;
     m.u.error.message.len = (uint32_t)strlen(why);
-    return tw__client_conn_queue(c, &m);
+    rc = tw__client_conn_queue(c, &m);
+    if (rc)
+        return rc;
+    /* Ids are handed out in send order (the protocol wants them strictly
+     * increasing on the wire); the map marks this one as a sync marker. */
+    c->run_map[c->next_id - c->run_base] = TW__RUN_SYNC;
+    p.hdr.request_id = c->next_id++;
+    memcpy(p.u.ping.payload, &p.hdr.request_id, sizeof(p.u.ping.payload));
+    rc = tw__client_conn_queue(c, &p);
+    if (rc)
+        return rc;
+    c->sync_pending++;
+    c->run_active++;
+    return 0;
+}
+
+/* A reply to one of cancel_request's PINGs (PONG, or ERROR such as BUSY):
+ * either way the server has handled the cancel before it. */
+static int on_sync_reply(struct tw_client *c, const struct tw_msg *msg)
+{
+    if (msg->hdr.tag != TW_TAG_PONG && msg->hdr.tag != TW_TAG_ERROR)
+        return TW_EOUT_OF_ORDER;
+    if (c->sync_pending == 0)
+        return TW_EUNKNOWN_REQUEST;
+    c->sync_pending--;
+    c->run_active--;
+    return 0;
 }
 
 static int on_tensor_info(struct tw_client *c, struct tw__creq *r, const struct tw_msg *msg)
@@ -243,6 +282,8 @@ static int dispatch(struct tw_client *c, const struct tw_msg *msg)
         }
         return TW_EOUT_OF_ORDER;
     }
+    if (id >= c->run_base && id < c->next_id && c->run_map[id - c->run_base] == TW__RUN_SYNC)
+        return on_sync_reply(c, msg);
     r = lookup(c, id);
     if (!r || r->finished)
         return TW_EUNKNOWN_REQUEST;
@@ -321,7 +362,7 @@ static int name_msg(struct tw__creq *r, struct tw_bytes *b)
  * anything was queued is a local argument error (r is finished with it). */
 static int start_request(struct tw_client *c, struct tw__creq *r)
 {
-    struct tw_msg m = {.hdr = {.version = TW_PROTO_VERSION, .request_id = r->id}};
+    struct tw_msg m = {.hdr = {.version = TW_PROTO_VERSION}};
     int rc = 0;
 
     if ((r->op == TW__OP_GET || r->op == TW__OP_PUT) && !r->buf && r->len && !r->alloc) {
@@ -408,6 +449,8 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
                                  (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
         return TW_EINVAL;
     }
+    r->id = c->next_id;
+    m.hdr.request_id = r->id;
     r->started = 1;
     r->t_start = tw__client_now_ns();
     rc = tw__client_conn_queue(c, &m);
@@ -415,6 +458,8 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
         r->started = 0;
         return rc;
     }
+    c->run_map[c->next_id - c->run_base] = r->index;
+    c->next_id++;
     return 0;
 }
 
@@ -455,12 +500,18 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     c->run = reqs;
     c->run_n = n;
     c->run_active = 0;
+    c->sync_pending = 0;
     c->run_base = c->next_id;
-    c->next_id += n;
-    for (size_t i = 0; i < n; i++) {
-        reqs[i].index = i;
-        reqs[i].id = c->run_base + i;
+    /* At most one id per request plus one sync PING per cancelled request. */
+    c->run_map = malloc(2 * n * sizeof(*c->run_map));
+    if (!c->run_map) {
+        c->run = NULL;
+        for (size_t i = 0; i < n; i++)
+            tw__client_engine_finish(c, &reqs[i], -ENOMEM, "out of memory", 13);
+        return -ENOMEM;
     }
+    for (size_t i = 0; i < n; i++)
+        reqs[i].index = i;
     window = c->sm.max_inflight < c->want_inflight ? c->sm.max_inflight : c->want_inflight;
     if (window == 0)
         window = 1;
@@ -513,6 +564,8 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     if (rc)
         goto out_fail;
     c->run = NULL;
+    free(c->run_map);
+    c->run_map = NULL;
     return 0;
 
 out_fail:
@@ -538,5 +591,7 @@ out_fail:
     c->nsegs = 0;
     tw__client_conn_fail(c, rc, 0);
     c->run = NULL;
+    free(c->run_map);
+    c->run_map = NULL;
     return rc;
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,6 +60,8 @@ static void tw_test_server_start(struct tw_test_server *s, const char *const *ar
         exit(1);
     }
     if (s->pid == 0) {
+        /* A test that fails exits at once: take the server with it. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         dup2(p[1], 1);
         close(p[0]);
         close(p[1]);

@@ -6,6 +6,9 @@
  */
 #include <stdint.h>
 
+#include <sys/socket.h>
+
+#include "client/client_internal.h" /* to look at the socket after a cancel */
 #include "tensorwire/tensorwire.h"
 #include "integration/server_fixture.h"
 #include "tw_test.h"
@@ -138,6 +141,44 @@ static void test_errors_surface(void)
     TW_ASSERT_OK(tw_get(c, "small/v", out4, sizeof(out4), &d));
     TW_ASSERT_MEM_EQ(out4, v, 16);
     TW_ASSERT_OK(tw_delete(c, "small/v"));
+    tw_close(c);
+}
+
+/* A get cancelled for a too-small buffer returns only once the server has
+ * acknowledged the cancel: none of the cancelled tensor's bytes remain on
+ * the connection, buffered or in the socket. */
+static void test_cancel_leaves_nothing_behind(void)
+{
+    struct tw_client_options o;
+    tw_client *c = NULL;
+    size_t n = 8u << 20;
+    uint8_t *buf = calloc(1, n), small[1024];
+    struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {n}}, got;
+    tw_client_options_init(&o);
+    o.max_frame = 64 * 1024;
+    TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &c));
+    TW_ASSERT_OK(tw_put(c, "cancel/t", &d, buf, n));
+    for (int i = 0; i < 3; i++) {
+        TW_ASSERT_ERR(tw_get(c, "cancel/t", small, sizeof(small), &got), -ENOBUFS);
+        TW_ASSERT_EQ_U64(got.byte_length, n);
+        TW_ASSERT_EQ(c->rlen - c->rpos - c->rconsume, 0);
+        uint8_t peek;
+        errno = 0;
+        TW_ASSERT_EQ(recv(c->fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT), -1);
+        TW_ASSERT(errno == EAGAIN || errno == EWOULDBLOCK);
+    }
+    /* A batch mixing cancels and successes. */
+    struct tw_batch_item items[6];
+    for (int i = 0; i < 6; i++) {
+        items[i] = (struct tw_batch_item){
+            .name = "cancel/t", .buf = i % 2 ? small : buf, .len = i % 2 ? sizeof(small) : n};
+    }
+    TW_ASSERT_ERR(tw_batch_get(c, items, 6), -ENOBUFS);
+    for (int i = 0; i < 6; i++)
+        TW_ASSERT_ERR(items[i].status, i % 2 ? -ENOBUFS : 0);
+    TW_ASSERT_EQ(c->rlen - c->rpos - c->rconsume, 0);
+    TW_ASSERT_OK(tw_delete(c, "cancel/t"));
+    free(buf);
     tw_close(c);
 }
 
@@ -383,6 +424,7 @@ int main(void)
     TW_RUN(test_errors_surface);
     TW_RUN(test_batch_statuses);
     TW_RUN(test_checksum_and_stats);
+    TW_RUN(test_cancel_leaves_nothing_behind);
     TW_RUN(test_large_tensor);
     TW_RUN(test_list_spans_frames);
     TW_RUN(test_connect_refused_and_bad_addr);
