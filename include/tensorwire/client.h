@@ -165,7 +165,9 @@ TW_EXTERN int tw_put(tw_client *c, const char *name, const struct tw_tensor_desc
  * Fetches name into buf (cap bytes). On success and on -ENOBUFS, *out_desc
  * (may be NULL) describes the tensor and out_desc->byte_length says how many
  * bytes it needs. -ENOBUFS: cap was too small; nothing useful is in buf, the
- * transfer was cancelled and the connection stays usable.
+ * transfer was cancelled (ERROR CANCELLED, then a PING whose PONG proves the
+ * server stopped: one extra round trip) and the connection stays usable with
+ * nothing of that tensor left on it.
  * Errors: TW_ENOTFOUND, TW_EINVAL, TW_ECHECKSUM, -ENOBUFS, connection-level.
  */
 TW_EXTERN int tw_get(tw_client *c, const char *name, void *buf, size_t cap,
