@@ -1,0 +1,44 @@
+# tensorwired: the daemon (src/server/, not part of the library), its unit
+# tests (tests/server/, label "unit") and integration tests
+# (tests/integration/, label "integration").
+file(GLOB TW_SERVER_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/server/*.c)
+list(REMOVE_ITEM TW_SERVER_SOURCES ${CMAKE_SOURCE_DIR}/src/server/main.c)
+# Everything but main(), so tests can link the server's modules.
+add_library(tw_server STATIC ${TW_SERVER_SOURCES})
+target_link_libraries(tw_server PUBLIC tw_core)
+add_executable(tensorwired ${CMAKE_SOURCE_DIR}/src/server/main.c)
+target_link_libraries(tensorwired PRIVATE tw_server)
+set_target_properties(tensorwired PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+
+file(GLOB TW_SERVER_UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/server/test_*.c)
+foreach(src ${TW_SERVER_UNIT_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  tw_add_test(${name} ${src} LABELS unit LIBS tw_server)
+endforeach()
+
+# Integration tests: each starts its own tensorwired on an ephemeral port.
+add_library(tw_itest STATIC ${CMAKE_SOURCE_DIR}/tests/integration/itest.c)
+target_link_libraries(tw_itest PUBLIC tw_server)
+target_include_directories(tw_itest PUBLIC ${CMAKE_SOURCE_DIR}/tests ${CMAKE_SOURCE_DIR}/src)
+file(GLOB TW_ITESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/integration/itest_*.c)
+foreach(src ${TW_ITESTS})
+  get_filename_component(name ${src} NAME_WE)
+  if(name STREQUAL "itest_concurrent")
+    # Its client side is multi-threaded: also run under ThreadSanitizer.
+    tw_add_test(${name} ${src} TIMEOUT 120 LABELS integration tsan LIBS tw_itest)
+  else()
+    tw_add_test(${name} ${src} TIMEOUT 120 LABELS integration LIBS tw_itest)
+  endif()
+  add_dependencies(${name} tensorwired)
+endforeach()
+
+# libFuzzer target for a whole server session (fuzz/server/, built only with
+# -DTW_FUZZ=ON; scripts/run-fuzz.sh runs it with the other targets).
+if(TW_FUZZ)
+  target_compile_options(tw_server PRIVATE -fsanitize=fuzzer-no-link)
+  add_executable(fuzz_server_session ${CMAKE_SOURCE_DIR}/fuzz/server/fuzz_server_session.c)
+  target_compile_options(fuzz_server_session PRIVATE -fsanitize=fuzzer)
+  target_link_options(fuzz_server_session PRIVATE -fsanitize=fuzzer)
+  target_link_libraries(fuzz_server_session PRIVATE tw_server)
+  set_target_properties(fuzz_server_session PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz)
+endif()

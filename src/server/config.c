@@ -1,0 +1,352 @@
+/* Option parsing by hand (no getopt_long state to reset in tests, and the
+ * same setter serves argv and the config file). */
+#include "server/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proto/proto.h"
+#include "server/log.h"
+
+void tw__srv_config_defaults(struct tw_srv_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    snprintf(c->listen, sizeof(c->listen), "%s", TW_SRV_DEFAULT_LISTEN);
+    c->capacity = tw__srv_default_capacity();
+    c->log_level = TW_LOG_INFO;
+    c->max_connections = 1024;
+    c->max_inflight = 256;
+    c->max_frame = TW_DEFAULT_MAX_FRAME;
+    c->handshake_timeout_ms = 10000;
+    c->idle_timeout_ms = 300000;
+    c->transfer_timeout_ms = 300000;
+    c->shutdown_grace_ms = 5000;
+}
+
+uint64_t tw__srv_default_capacity(void)
+{
+    /* Three quarters of physical memory: an unbounded default would let one
+     * client's puts push the host into the OOM killer. */
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || psz <= 0)
+        return 0;
+    return (uint64_t)pages * (uint64_t)psz / 4 * 3;
+}
+
+void tw__srv_config_usage(const char *argv0)
+{
+    printf("usage: %s [options]\n"
+           "\n"
+           "tensorwire server: stores named tensors in host memory and serves them\n"
+           "over the tensorwire protocol v1.\n"
+           "\n"
+           "  --listen HOST:PORT       address to listen on (default %s);\n"
+           "                           port 0 picks a free port. The bound address is\n"
+           "                           printed on stdout as 'listening on HOST:PORT'.\n"
+           "  --capacity SIZE          most bytes stored, in-progress puts included\n"
+           "                           (default 3/4 of RAM, 0 = unlimited);\n"
+           "                           K/M/G = 1000^n, Ki/Mi/Gi = 1024^n\n"
+           "  --token-file PATH        require HMAC-SHA256 authentication with this token\n"
+           "  --log-level LEVEL        error, warn, info (default) or debug\n"
+           "  --config FILE            read 'key = value' lines with the same keys\n"
+           "  --max-connections N      connections served at once (default 1024)\n"
+           "  --max-inflight N         requests in flight per connection (default 256)\n"
+           "  --max-frame SIZE         largest frame payload announced (default 16Mi)\n"
+           "  --handshake-timeout S    seconds to finish HELLO/AUTH (default 10)\n"
+           "  --idle-timeout S         close connections without traffic (default 300, 0 off)\n"
+           "  --transfer-timeout S     deadline of one put/get (default 300, 0 off)\n"
+           "  --shutdown-grace S       on SIGTERM, wait this long for peers (default 5)\n"
+           "  --help                   this text\n",
+           argv0, TW_SRV_DEFAULT_LISTEN);
+}
+
+int tw__parse_size(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    const char *p = s;
+    if (!isdigit((unsigned char)*p))
+        return -EINVAL;
+    for (; isdigit((unsigned char)*p); p++) {
+        if (v > (UINT64_MAX - 9) / 10)
+            return -EINVAL;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    uint64_t mult = 1;
+    if (*p) {
+        uint64_t base = 1000;
+        int exp;
+        switch (*p) {
+        case 'k':
+        case 'K':
+            exp = 1;
+            break;
+        case 'm':
+        case 'M':
+            exp = 2;
+            break;
+        case 'g':
+        case 'G':
+            exp = 3;
+            break;
+        case 't':
+        case 'T':
+            exp = 4;
+            break;
+        case 'b':
+        case 'B':
+            exp = 0;
+            break;
+        default:
+            return -EINVAL;
+        }
+        p++;
+        if (exp > 0 && *p == 'i') {
+            base = 1024;
+            p++;
+        }
+        if (exp > 0 && (*p == 'b' || *p == 'B'))
+            p++;
+        if (*p)
+            return -EINVAL;
+        for (int i = 0; i < exp; i++)
+            mult *= base;
+    }
+    if (v != 0 && mult > UINT64_MAX / v)
+        return -EINVAL;
+    *out = v * mult;
+    return 0;
+}
+
+int tw__parse_seconds(const char *s, uint64_t *out_ms)
+{
+    uint64_t whole = 0, frac_ms = 0;
+    const char *p = s;
+    if (!isdigit((unsigned char)*p))
+        return -EINVAL;
+    for (; isdigit((unsigned char)*p); p++) {
+        if (whole > 100000000ull)
+            return -EINVAL;
+        whole = whole * 10 + (uint64_t)(*p - '0');
+    }
+    if (*p == '.') {
+        p++;
+        uint64_t scale = 100;
+        if (!isdigit((unsigned char)*p))
+            return -EINVAL;
+        for (; isdigit((unsigned char)*p); p++) {
+            frac_ms += (uint64_t)(*p - '0') * scale;
+            scale /= 10;
+        }
+    }
+    if (*p == 's')
+        p++;
+    if (*p)
+        return -EINVAL;
+    *out_ms = whole * 1000 + frac_ms;
+    return 0;
+}
+
+static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+    uint64_t v = 0;
+    if (!isdigit((unsigned char)*s))
+        return -EINVAL;
+    for (; *s; s++) {
+        if (!isdigit((unsigned char)*s))
+            return -EINVAL;
+        v = v * 10 + (uint64_t)(*s - '0');
+        if (v > hi)
+            return -EINVAL;
+    }
+    if (v < lo)
+        return -EINVAL;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        if (errbuf && errlen)                                                                      \
+            snprintf(errbuf, errlen, __VA_ARGS__);                                                 \
+        return -EINVAL;                                                                            \
+    } while (0)
+
+int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *value, char *errbuf,
+                       size_t errlen)
+{
+    char k[64];
+    size_t i;
+    /* Accept max_connections as well as max-connections in files. */
+    for (i = 0; key[i] && i + 1 < sizeof(k); i++)
+        k[i] = key[i] == '_' ? '-' : key[i];
+    k[i] = '\0';
+
+    if (strcmp(k, "listen") == 0) {
+        if (strlen(value) >= sizeof(c->listen))
+            FAIL("listen: address too long");
+        snprintf(c->listen, sizeof(c->listen), "%s", value);
+    } else if (strcmp(k, "token-file") == 0) {
+        if (strlen(value) >= sizeof(c->token_file))
+            FAIL("token-file: path too long");
+        snprintf(c->token_file, sizeof(c->token_file), "%s", value);
+    } else if (strcmp(k, "capacity") == 0) {
+        if (tw__parse_size(value, &c->capacity) != 0)
+            FAIL("capacity: '%s' is not a size (examples: 1073741824, 64Mi, 2G)", value);
+    } else if (strcmp(k, "max-frame") == 0) {
+        uint64_t v;
+        if (tw__parse_size(value, &v) != 0 || v < TW_MIN_MAX_FRAME || v > TW_MAX_MAX_FRAME)
+            FAIL("max-frame: '%s' must be a size between 64Ki and 1Gi", value);
+        c->max_frame = (uint32_t)v;
+    } else if (strcmp(k, "log-level") == 0) {
+        int l = tw__log_level_parse(value);
+        if (l < 0)
+            FAIL("log-level: '%s' is not one of error, warn, info, debug", value);
+        c->log_level = l;
+    } else if (strcmp(k, "max-connections") == 0) {
+        if (parse_u32(value, 1, 1000000, &c->max_connections) != 0)
+            FAIL("max-connections: '%s' must be a number 1..1000000", value);
+    } else if (strcmp(k, "max-inflight") == 0) {
+        if (parse_u32(value, 1, 65536, &c->max_inflight) != 0)
+            FAIL("max-inflight: '%s' must be a number 1..65536", value);
+    } else if (strcmp(k, "handshake-timeout") == 0) {
+        if (tw__parse_seconds(value, &c->handshake_timeout_ms) != 0)
+            FAIL("handshake-timeout: '%s' is not a number of seconds", value);
+    } else if (strcmp(k, "idle-timeout") == 0) {
+        if (tw__parse_seconds(value, &c->idle_timeout_ms) != 0)
+            FAIL("idle-timeout: '%s' is not a number of seconds", value);
+    } else if (strcmp(k, "transfer-timeout") == 0) {
+        if (tw__parse_seconds(value, &c->transfer_timeout_ms) != 0)
+            FAIL("transfer-timeout: '%s' is not a number of seconds", value);
+    } else if (strcmp(k, "shutdown-grace") == 0) {
+        if (tw__parse_seconds(value, &c->shutdown_grace_ms) != 0)
+            FAIL("shutdown-grace: '%s' is not a number of seconds", value);
+    } else {
+        FAIL("unknown option '%s'", key);
+    }
+    return 0;
+}
+
+static char *trim(char *s)
+{
+    while (*s && isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+int tw__srv_config_load_file(struct tw_srv_config *c, const char *path, char *errbuf, size_t errlen)
+{
+    char line[4352], err[256];
+    unsigned lineno = 0;
+    int rc = 0;
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        int e = errno;
+        if (errbuf && errlen)
+            snprintf(errbuf, errlen, "config file %s: %s", path, strerror(e));
+        return -e;
+    }
+    while (fgets(line, sizeof(line), f)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *s = trim(line);
+        if (!*s)
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            if (errbuf && errlen)
+                snprintf(errbuf, errlen, "%s:%u: expected 'key = value'", path, lineno);
+            rc = -EINVAL;
+            goto out_close_file;
+        }
+        *eq = '\0';
+        char *key = trim(s), *value = trim(eq + 1);
+        if (strcmp(key, "config") == 0) {
+            if (errbuf && errlen)
+                snprintf(errbuf, errlen, "%s:%u: 'config' cannot be nested", path, lineno);
+            rc = -EINVAL;
+            goto out_close_file;
+        }
+        rc = tw__srv_config_set(c, key, value, err, sizeof(err));
+        if (rc < 0) {
+            if (errbuf && errlen)
+                snprintf(errbuf, errlen, "%s:%u: %s", path, lineno, err);
+            goto out_close_file;
+        }
+    }
+
+out_close_file:
+    fclose(f);
+    return rc;
+}
+
+/* Splits "--key=value" / "--key value". Returns the number of argv slots
+ * consumed (1 or 2), or -EINVAL. */
+static int split_opt(int argc, char **argv, int i, char *key, size_t keylen, const char **value)
+{
+    const char *a = argv[i] + 2;
+    const char *eq = strchr(a, '=');
+    if (eq) {
+        size_t n = (size_t)(eq - a);
+        if (n >= keylen)
+            return -EINVAL;
+        memcpy(key, a, n);
+        key[n] = '\0';
+        *value = eq + 1;
+        return 1;
+    }
+    if (strlen(a) >= keylen)
+        return -EINVAL;
+    strcpy(key, a);
+    if (i + 1 >= argc)
+        return -EINVAL;
+    *value = argv[i + 1];
+    return 2;
+}
+
+int tw__srv_config_from_args(struct tw_srv_config *c, int argc, char **argv, char *errbuf,
+                             size_t errlen)
+{
+    char key[64];
+    const char *value;
+    int rc;
+
+    /* First pass: --help and --config, so the file is applied before the
+     * other options override it regardless of their order. */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            tw__srv_config_usage(argv[0]);
+            return 1;
+        }
+    }
+    for (int i = 1; i < argc;) {
+        if (strncmp(argv[i], "--", 2) != 0)
+            FAIL("unexpected argument '%s'", argv[i]);
+        int used = split_opt(argc, argv, i, key, sizeof(key), &value);
+        if (used < 0)
+            FAIL("option '%s' needs a value", argv[i]);
+        if (strcmp(key, "config") == 0) {
+            rc = tw__srv_config_load_file(c, value, errbuf, errlen);
+            if (rc < 0)
+                return -EINVAL;
+        }
+        i += used;
+    }
+    for (int i = 1; i < argc;) {
+        int used = split_opt(argc, argv, i, key, sizeof(key), &value);
+        if (strcmp(key, "config") != 0) {
+            rc = tw__srv_config_set(c, key, value, errbuf, errlen);
+            if (rc < 0)
+                return rc;
+        }
+        i += used;
+    }
+    return 0;
+}

@@ -1,0 +1,57 @@
+/*
+ * tensorwired configuration: defaults, command line, and a "key = value"
+ * config file with the same keys as the long options (without "--").
+ * Command-line options override the file wherever they appear.
+ *
+ * Sizes accept K/M/G/T (powers of 1000) and Ki/Mi/Gi/Ti (powers of 1024),
+ * an optional trailing "B". Durations are seconds, with an optional
+ * fraction ("0.5"); 0 disables a timeout.
+ */
+#ifndef TW_SERVER_CONFIG_H
+#define TW_SERVER_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TW_SRV_DEFAULT_LISTEN "127.0.0.1:7450"
+
+struct tw_srv_config {
+    char listen[256];
+    char token_file[4096]; /* "" = no authentication */
+    uint64_t capacity;     /* bytes; 0 = unlimited; default 3/4 of RAM */
+    int log_level;         /* enum tw_log_level */
+    uint32_t max_connections;
+    uint32_t max_inflight; /* per connection, announced in HELLO_ACK */
+    uint32_t max_frame;    /* announced in HELLO_ACK */
+    uint64_t handshake_timeout_ms;
+    uint64_t idle_timeout_ms;
+    uint64_t transfer_timeout_ms;
+    uint64_t shutdown_grace_ms; /* how long SIGTERM waits for peers to drain */
+};
+
+void tw__srv_config_defaults(struct tw_srv_config *c);
+/* 3/4 of physical memory (0 when it cannot be determined). */
+uint64_t tw__srv_default_capacity(void);
+
+/*
+ * Applies argv. Returns 0, 1 when --help was given (usage is printed on
+ * stdout, the caller exits 0), or -EINVAL with errbuf saying which option
+ * and why (the caller prints it with the usage hint and exits 2).
+ */
+int tw__srv_config_from_args(struct tw_srv_config *c, int argc, char **argv, char *errbuf,
+                             size_t errlen);
+/* Applies one key (a long option name without "--") and its value. */
+int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *value, char *errbuf,
+                       size_t errlen);
+/* Reads a config file: "key = value" lines, '#' comments, blank lines. */
+int tw__srv_config_load_file(struct tw_srv_config *c, const char *path, char *errbuf,
+                             size_t errlen);
+/* Prints --help text to stdout. */
+void tw__srv_config_usage(const char *argv0);
+
+/* "64Mi" -> 67108864. Returns 0 or -EINVAL (also on overflow). */
+int tw__parse_size(const char *s, uint64_t *out);
+/* "2.5" -> 2500 (milliseconds). Returns 0 or -EINVAL. */
+int tw__parse_seconds(const char *s, uint64_t *out_ms);
+
+#endif

@@ -1,0 +1,443 @@
+/*
+ * One handler per client message. Every message reaching here was decoded by
+ * the codec and approved by the state machine, so handlers deal only with
+ * meaning: does the tensor exist, does it fit, is the token right.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/log.h"
+#include "server/server.h"
+
+/* Data planes this server offers: inline only for now. RDMA (bit 2, bit 3)
+ * is announced once src/fabric provides a plane. */
+#define SERVER_CAPS (TW_CAP_INLINE_DATA | TW_CAP_PAYLOAD_CRC32C)
+#define SERVER_AGENT "tensorwired/0.1"
+
+/* Names in messages: printable and bounded, so a 1 KiB name does not flood
+ * an ERROR message or a log line. */
+static const char *show_name(const struct tw_bytes *b, char *buf, size_t len)
+{
+    size_t n = b->len < len - 4 ? b->len : len - 4;
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++)
+        buf[j++] = (b->ptr[i] >= 0x20 && b->ptr[i] != 0x7f) ? (char)b->ptr[i] : '?';
+    if (n < b->len) {
+        memcpy(buf + j, "...", 3);
+        j += 3;
+    }
+    buf[j] = '\0';
+    return buf;
+}
+
+static void count_request(struct tw_srv_conn *c)
+{
+    c->requests++;
+    c->srv->stats.requests++;
+}
+
+static void handle_hello(struct tw_srv_conn *c, const struct tw_msg *m)
+{
+    struct tw_srv *srv = c->srv;
+    uint64_t caps = m->u.hello.caps & SERVER_CAPS & TW_CAP_KNOWN_MASK;
+    if (!(caps & TW_CAP_RDMA_DATA_PLANE))
+        caps &= ~TW_CAP_RDMA_GPUDIRECT;
+    if (!(caps & (TW_CAP_INLINE_DATA | TW_CAP_RDMA_DATA_PLANE))) {
+        tw__conn_fail(c, TW_WIRE_PROTOCOL_ERROR,
+                      "no common data plane: client capabilities 0x%llx, server offers 0x%llx "
+                      "(inline data)",
+                      (unsigned long long)m->u.hello.caps, (unsigned long long)SERVER_CAPS);
+        return;
+    }
+    c->caps = caps;
+    c->max_frame =
+        m->u.hello.max_frame < srv->cfg.max_frame ? m->u.hello.max_frame : srv->cfg.max_frame;
+    c->max_inflight = m->u.hello.max_inflight < srv->cfg.max_inflight ? m->u.hello.max_inflight
+                                                                      : srv->cfg.max_inflight;
+    int auth = srv->token.len > 0;
+    struct tw_msg r;
+    memset(&r, 0, sizeof(r));
+    r.hdr.tag = TW_TAG_HELLO_ACK;
+    r.u.hello_ack.caps = caps;
+    r.u.hello_ack.max_frame = c->max_frame;
+    r.u.hello_ack.max_inflight = c->max_inflight;
+    r.u.hello_ack.auth_method = auth ? TW_AUTH_HMAC_SHA256 : TW_AUTH_NONE;
+    if (auth) {
+        if (tw__auth_nonce(c->server_nonce) < 0) {
+            tw__conn_fail(c, TW_WIRE_INTERNAL, "cannot generate a nonce");
+            return;
+        }
+        memcpy(r.u.hello_ack.server_nonce, c->server_nonce, TW_AUTH_NONCE_LEN);
+    }
+    r.u.hello_ack.agent.ptr = (const uint8_t *)SERVER_AGENT;
+    r.u.hello_ack.agent.len = (uint32_t)strlen(SERVER_AGENT);
+    if (tw__conn_send(c, &r) < 0)
+        return;
+    char agent[80];
+    TW_LOGD("conn %llu %s: hello from '%s': caps 0x%llx, max_frame %u, max_inflight %u%s",
+            (unsigned long long)c->id, c->peer, show_name(&m->u.hello.agent, agent, sizeof(agent)),
+            (unsigned long long)caps, c->max_frame, c->max_inflight,
+            auth ? ", authentication required" : "");
+    if (!auth)
+        tw__loop_timer_stop(&srv->loop, &c->handshake_timer);
+}
+
+static void handle_auth(struct tw_srv_conn *c, const struct tw_msg *m)
+{
+    struct tw_srv *srv = c->srv;
+    uint8_t want[TW_AUTH_MAC_LEN];
+    if (tw__auth_mac(&srv->token, 1, c->server_nonce, m->u.auth.client_nonce, want) < 0) {
+        tw__conn_fail(c, TW_WIRE_INTERNAL, "HMAC computation failed");
+        return;
+    }
+    if (!tw__auth_mac_equal(want, m->u.auth.mac)) {
+        TW_LOGW("conn %llu %s: authentication failed: wrong token", (unsigned long long)c->id,
+                c->peer);
+        tw__conn_fail(c, TW_WIRE_UNAUTHORIZED,
+                      "authentication failed: the MAC does not match this server's token");
+        return;
+    }
+    struct tw_msg r;
+    memset(&r, 0, sizeof(r));
+    r.hdr.tag = TW_TAG_AUTH_OK;
+    if (tw__auth_mac(&srv->token, 0, c->server_nonce, m->u.auth.client_nonce, r.u.auth_ok.mac) <
+        0) {
+        tw__conn_fail(c, TW_WIRE_INTERNAL, "HMAC computation failed");
+        return;
+    }
+    if (tw__conn_send(c, &r) < 0)
+        return;
+    tw__loop_timer_stop(&srv->loop, &c->handshake_timer);
+    TW_LOGD("conn %llu %s: authenticated", (unsigned long long)c->id, c->peer);
+}
+
+static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
+{
+    char name[96];
+    const struct tw_bytes *nm = &m->u.tensor_request.name;
+    uint64_t id = m->hdr.request_id;
+    count_request(c);
+    struct tw_tensor *t = tw__store_get(&c->srv->store, nm->ptr, nm->len);
+    if (!t) {
+        tw__conn_send_error(c, id, TW_WIRE_NOT_FOUND, "no tensor named '%s'",
+                            show_name(nm, name, sizeof(name)));
+        return;
+    }
+    /* WANT_RDMA is downgraded to inline: no RDMA plane is offered yet (the
+     * protocol allows the downgrade without an error). */
+    const struct tw_dp_ops *ops = &tw__dp_inline_ops;
+    struct tw_xfer *x = tw__xfer_new(c, id, TW_XFER_GET, t, ops);
+    tw__tensor_unref(t);
+    if (!x) {
+        tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "out of memory");
+        return;
+    }
+    struct tw_msg r;
+    memset(&r, 0, sizeof(r));
+    r.hdr.tag = TW_TAG_TENSOR_INFO;
+    r.hdr.request_id = id;
+    r.u.tensor_info.data_plane = ops->wire_plane;
+    tw__tensor_describe(x->t, (c->caps & TW_CAP_PAYLOAD_CRC32C) != 0, &r.u.tensor_info.desc);
+    if (tw__conn_send(c, &r) < 0)
+        return; /* the connection is gone, x with it */
+    c->srv->stats.gets++;
+    int rc = ops->start(x);
+    if (rc < 0) {
+        tw__xfer_destroy(x);
+        tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "cannot start the transfer: %s",
+                            tw_strerror(rc));
+    }
+}
+
+static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
+{
+    char name[96];
+    const struct tw_descriptor *d = &m->u.tensor_put.desc;
+    uint64_t id = m->hdr.request_id;
+    struct tw_store *st = &c->srv->store;
+    count_request(c);
+    if (d->device_tag.len != 3 || memcmp(d->device_tag.ptr, "cpu", 3) != 0) {
+        char tag[40];
+        tw__conn_send_error(c, id, TW_WIRE_DEVICE_UNAVAILABLE,
+                            "put of '%s': device '%s' is not available on this server "
+                            "(it stores tensors in host memory: use 'cpu')",
+                            show_name(&d->name, name, sizeof(name)),
+                            show_name(&d->device_tag, tag, sizeof(tag)));
+        return;
+    }
+    struct tw_tensor *t = NULL;
+    int rc = tw__store_alloc(st, d, &t);
+    if (rc == TW_ECAPACITY) {
+        tw__conn_send_error(
+            c, id, TW_WIRE_CAPACITY_EXCEEDED,
+            "put of '%s' needs %llu bytes but only %llu of the server's %llu "
+            "bytes are free",
+            show_name(&d->name, name, sizeof(name)), (unsigned long long)d->byte_length,
+            (unsigned long long)tw__store_free_bytes(st), (unsigned long long)st->capacity);
+        return;
+    }
+    if (rc < 0) {
+        tw__conn_send_error(c, id, TW_WIRE_CAPACITY_EXCEEDED,
+                            "put of '%s': cannot allocate %llu bytes of host memory",
+                            show_name(&d->name, name, sizeof(name)),
+                            (unsigned long long)d->byte_length);
+        return;
+    }
+    const struct tw_dp_ops *ops = &tw__dp_inline_ops;
+    struct tw_xfer *x = tw__xfer_new(c, id, TW_XFER_PUT, t, ops);
+    tw__tensor_unref(t); /* x holds the only reference now (or none: freed) */
+    if (!x) {
+        tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "out of memory");
+        return;
+    }
+    struct tw_msg r;
+    memset(&r, 0, sizeof(r));
+    r.hdr.tag = TW_TAG_PUT_ACCEPT;
+    r.hdr.request_id = id;
+    r.u.put_accept.data_plane = ops->wire_plane;
+    if (tw__conn_send(c, &r) < 0)
+        return;
+    rc = ops->start(x);
+    if (rc < 0) {
+        tw__xfer_destroy(x);
+        tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "cannot start the transfer: %s",
+                            tw_strerror(rc));
+    }
+}
+
+static void handle_stat(struct tw_srv_conn *c, const struct tw_msg *m)
+{
+    char name[96];
+    uint64_t id = m->hdr.request_id;
+    count_request(c);
+    struct tw_tensor *t = tw__store_get(&c->srv->store, m->u.name.name.ptr, m->u.name.name.len);
+    if (!t) {
+        tw__conn_send_error(c, id, TW_WIRE_NOT_FOUND, "no tensor named '%s'",
+                            show_name(&m->u.name.name, name, sizeof(name)));
+        return;
+    }
+    struct tw_msg r;
+    memset(&r, 0, sizeof(r));
+    r.hdr.tag = TW_TAG_TENSOR_INFO;
+    r.hdr.request_id = id;
+    r.u.tensor_info.data_plane = TW_DP_NONE;
+    tw__tensor_describe(t, (c->caps & TW_CAP_PAYLOAD_CRC32C) != 0, &r.u.tensor_info.desc);
+    tw__conn_send(c, &r);
+    tw__tensor_unref(t);
+}
+
+static void handle_delete(struct tw_srv_conn *c, const struct tw_msg *m)
+{
+    char name[96];
+    uint64_t id = m->hdr.request_id;
+    count_request(c);
+    if (tw__store_delete(&c->srv->store, m->u.name.name.ptr, m->u.name.name.len) < 0) {
+        tw__conn_send_error(c, id, TW_WIRE_NOT_FOUND, "no tensor named '%s'",
+                            show_name(&m->u.name.name, name, sizeof(name)));
+        return;
+    }
+    struct tw_msg r;
+    memset(&r, 0, sizeof(r));
+    r.hdr.tag = TW_TAG_OK;
+    r.hdr.request_id = id;
+    tw__conn_send(c, &r);
+}
+
+static int send_list_frame(struct tw_srv_conn *c, uint64_t id, uint32_t count,
+                           const uint8_t *entries, size_t len, int more)
+{
+    struct tw_msg r;
+    memset(&r, 0, sizeof(r));
+    r.hdr.tag = TW_TAG_LIST_REPLY;
+    r.hdr.request_id = id;
+    r.hdr.flags = more ? TW_FRAME_MORE : 0;
+    r.u.list_reply.count = count;
+    r.u.list_reply.entries.ptr = entries;
+    r.u.list_reply.entries.len = (uint32_t)len;
+    return tw__conn_send(c, &r);
+}
+
+static void handle_list(struct tw_srv_conn *c, const struct tw_msg *m)
+{
+    uint64_t id = m->hdr.request_id;
+    struct tw_tensor **list = NULL;
+    size_t n = 0;
+    count_request(c);
+    int rc = tw__store_list(&c->srv->store, m->u.list.prefix.ptr, m->u.list.prefix.len, &list, &n);
+    if (rc < 0) {
+        tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "out of memory listing tensors");
+        return;
+    }
+    /* Frames of at most TW_SRV_LIST_FRAME payload (and never above the
+     * negotiated max_frame), each a count plus whole descriptors. */
+    size_t cap = TW_SRV_LIST_FRAME < c->max_frame ? TW_SRV_LIST_FRAME : c->max_frame;
+    cap -= 4;
+    uint8_t *buf = malloc(cap);
+    if (!buf) {
+        tw__store_list_free(list, n);
+        tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "out of memory listing tensors");
+        return;
+    }
+    size_t used = 0;
+    uint32_t count = 0;
+    int with_crc = (c->caps & TW_CAP_PAYLOAD_CRC32C) != 0;
+    for (size_t i = 0; i < n; i++) {
+        struct tw_descriptor d;
+        tw__tensor_describe(list[i], with_crc, &d);
+        size_t need = tw__descriptor_encoded_len(&d);
+        if (used + need > cap) {
+            if (send_list_frame(c, id, count, buf, used, 1) < 0)
+                goto out_free_list;
+            used = 0;
+            count = 0;
+        }
+        ssize_t w = tw__descriptor_encode(&d, buf + used, cap - used);
+        if (w < 0) {
+            tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "cannot encode '%s': %s", list[i]->name,
+                                tw_strerror((int)w));
+            goto out_free_list;
+        }
+        used += (size_t)w;
+        count++;
+    }
+    send_list_frame(c, id, count, buf, used, 0);
+
+out_free_list:
+    free(buf);
+    tw__store_list_free(list, n);
+}
+
+static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
+{
+    struct tw_srv *srv = c->srv;
+    count_request(c);
+    const struct {
+        const char *key;
+        uint64_t value;
+    } kv[] = {
+        {"connections", srv->nconns},
+        {"connections_total", srv->stats.connections_total},
+        {"connections_rejected", srv->stats.connections_rejected},
+        {"requests", srv->stats.requests},
+        {"requests_failed", srv->stats.requests_failed},
+        {"bytes_in", srv->stats.bytes_in},
+        {"bytes_out", srv->stats.bytes_out},
+        {"puts", srv->stats.puts},
+        {"gets", srv->stats.gets},
+        {"input_pauses", srv->stats.input_pauses},
+        {"tensors", srv->store.count},
+        {"stored_bytes", srv->store.stored_bytes},
+        {"reserved_bytes", srv->store.reserved},
+        {"capacity_bytes", srv->store.capacity},
+    };
+    uint8_t buf[1024];
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++) {
+        ssize_t w = tw__stats_entry_encode(kv[i].key, kv[i].value, buf + used, sizeof(buf) - used);
+        if (w < 0) {
+            tw__conn_send_error(c, m->hdr.request_id, TW_WIRE_INTERNAL, "cannot encode stats");
+            return;
+        }
+        used += (size_t)w;
+    }
+    struct tw_msg r;
+    memset(&r, 0, sizeof(r));
+    r.hdr.tag = TW_TAG_STATS_REPLY;
+    r.hdr.request_id = m->hdr.request_id;
+    r.u.stats_reply.count = (uint32_t)(sizeof(kv) / sizeof(kv[0]));
+    r.u.stats_reply.entries.ptr = buf;
+    r.u.stats_reply.entries.len = (uint32_t)used;
+    tw__conn_send(c, &r);
+}
+
+static void handle_ping(struct tw_srv_conn *c, const struct tw_msg *m)
+{
+    struct tw_msg r;
+    count_request(c);
+    memset(&r, 0, sizeof(r));
+    r.hdr.tag = TW_TAG_PONG;
+    r.hdr.request_id = m->hdr.request_id;
+    memcpy(r.u.ping.payload, m->u.ping.payload, TW_PING_PAYLOAD_LEN);
+    tw__conn_send(c, &r);
+}
+
+static void handle_error(struct tw_srv_conn *c, const struct tw_msg *m)
+{
+    char text[160];
+    show_name(&m->u.error.message, text, sizeof(text));
+    const char *code = tw_strerror_name(TW_ERR_FROM_WIRE(m->u.error.code));
+    if (m->hdr.request_id == 0) {
+        char why[256];
+        snprintf(why, sizeof(why), "peer sent connection error %s: %s", code, text);
+        tw__conn_destroy(c, why);
+        return;
+    }
+    /* The client cancelled a request (deadline, user abort). */
+    struct tw_xfer *x = tw__conn_find_xfer(c, m->hdr.request_id);
+    TW_LOGI("conn %llu %s: request %llu cancelled by the client: %s: %s", (unsigned long long)c->id,
+            c->peer, (unsigned long long)m->hdr.request_id, code, text);
+    if (x) {
+        tw__xfer_destroy(x);
+        tw__conn_maybe_finish(c);
+    }
+}
+
+static void handle_goodbye(struct tw_srv_conn *c, const struct tw_msg *m)
+{
+    c->peer_goodbye = 1;
+    TW_LOGD("conn %llu %s: goodbye (code %u), %zu transfers to finish", (unsigned long long)c->id,
+            c->peer, m->u.goodbye.code, c->nxfers);
+    tw__conn_maybe_finish(c);
+}
+
+void tw__handle_msg(struct tw_srv_conn *c, const struct tw_msg *m)
+{
+    switch (m->hdr.tag) {
+    case TW_TAG_HELLO:
+        handle_hello(c, m);
+        break;
+    case TW_TAG_AUTH:
+        handle_auth(c, m);
+        break;
+    case TW_TAG_TENSOR_REQUEST:
+        handle_get(c, m);
+        break;
+    case TW_TAG_TENSOR_PUT:
+        handle_put(c, m);
+        break;
+    case TW_TAG_STAT:
+        handle_stat(c, m);
+        break;
+    case TW_TAG_DELETE:
+        handle_delete(c, m);
+        break;
+    case TW_TAG_LIST:
+        handle_list(c, m);
+        break;
+    case TW_TAG_STATS:
+        handle_stats(c, m);
+        break;
+    case TW_TAG_PING:
+        handle_ping(c, m);
+        break;
+    case TW_TAG_ERROR:
+        handle_error(c, m);
+        break;
+    case TW_TAG_GOODBYE:
+        handle_goodbye(c, m);
+        break;
+    default: {
+        /* RDMA messages for a request: the transfer's data plane decides. */
+        struct tw_xfer *x = m->hdr.request_id ? tw__conn_find_xfer(c, m->hdr.request_id) : NULL;
+        int rc = x ? x->ops->on_msg(x, m) : TW_ENOT_NEGOTIATED;
+        if (rc < 0)
+            tw__conn_fail(c, TW_WIRE_PROTOCOL_ERROR,
+                          "%s: %s (this server offers no RDMA "
+                          "data plane)",
+                          tw__tag_name(m->hdr.tag), tw_strerror(rc));
+        break;
+    }
+    }
+}

@@ -1,0 +1,204 @@
+/*
+ * tensorwired: the server object, its connections, and the session API the
+ * handlers and data planes use to answer.
+ *
+ * Threading: one thread runs the event loop; everything here is touched only
+ * from it. Memory: the server owns its connections; a connection owns its
+ * state machine, buffers, output queue and transfers. A connection that is
+ * closed is unlinked at once and freed after the current loop iteration
+ * (events already collected may still point at it).
+ */
+#ifndef TW_SERVER_SERVER_H
+#define TW_SERVER_SERVER_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "net/addr.h"
+#include "net/loop.h"
+#include "proto/proto.h"
+#include "proto/sm.h"
+#include "server/auth.h"
+#include "server/config.h"
+#include "server/store.h"
+#include "server/xfer.h"
+
+/* Input buffer: frame headers and control messages (the largest legal
+ * client->server control payload is about 3 KiB; DATA bytes bypass it). */
+#define TW_SRV_INBUF 65536u
+#define TW_SRV_MAX_CTL_PAYLOAD 16384u
+/* Stop reading from a peer whose unread replies exceed this (it is not
+ * reading); resume below half. DATA frames of GETs are not counted: they
+ * are produced only while fewer than TW_SRV_DATA_FRAMES_QUEUED are queued. */
+#define TW_SRV_OUT_CTL_HIGH (1u << 20)
+#define TW_SRV_DATA_FRAMES_QUEUED 2u
+#define TW_SRV_DATA_CHUNK (16u << 20)
+#define TW_SRV_LIST_FRAME (256u << 10)
+/* Fairness: bytes one connection may move per wakeup before yielding. */
+#define TW_SRV_IO_BUDGET (16u << 20)
+/* After the server's GOODBYE: how long crossing requests are still read
+ * and answered before the connection closes. */
+#define TW_SRV_GOODBYE_WINDOW_MS 1000u
+/* Connections being refused with ERROR(BUSY) beyond max_connections. */
+#define TW_SRV_MAX_REJECTING 64u
+
+struct tw_srv;
+
+/* One queued frame: hdr[] (owned) followed by body (borrowed from ref). */
+struct tw_out_chunk {
+    struct tw_out_chunk *next;
+    struct tw_tensor *ref; /* keeps body alive; NULL for control frames */
+    const uint8_t *body;
+    size_t body_len;
+    size_t hdr_len;
+    size_t sent; /* bytes of hdr+body already written */
+    uint8_t hdr[];
+};
+
+enum tw_conn_state {
+    TW_CONN_OPEN = 0, /* reading and answering */
+    TW_CONN_FLUSHING, /* closing: sending what is queued, reading nothing */
+    TW_CONN_DRAINING, /* write side shut; reading until the peer's EOF */
+    TW_CONN_DEAD      /* unlinked, waiting to be freed */
+};
+
+struct tw_srv_conn {
+    struct tw_srv *srv;
+    struct tw_srv_conn *next, *prev;
+    uint64_t id;
+    int fd;
+    struct tw_io io;
+    char peer[TW_NET_ADDRSTRLEN];
+    enum tw_conn_state state;
+    int rejecting;    /* over max_connections: ERROR(BUSY) then close */
+    int peer_goodbye; /* client sent GOODBYE: close when idle */
+    int in_io;        /* inside this connection's own I/O callback */
+    int input_paused; /* too many unread replies: not reading */
+    char close_reason[256];
+
+    struct tw_sm sm;
+    uint64_t caps;      /* negotiated */
+    uint32_t max_frame; /* negotiated */
+    uint32_t max_inflight;
+    uint8_t server_nonce[TW_AUTH_NONCE_LEN];
+
+    /* Input: buffered bytes in[in_start, in_end). */
+    uint8_t *in;
+    size_t in_start, in_end;
+    struct {
+        int active;
+        struct tw_xfer *x; /* NULL: discard the bytes */
+        uint8_t *dst;
+        uint64_t left;
+        struct tw_msg msg; /* the DATA frame being received */
+    } body;
+
+    /* Output queue. */
+    struct tw_out_chunk *out_head, *out_tail;
+    size_t out_ctl_bytes;
+    size_t out_data_frames;
+
+    /* Transfers by request id, and the sources waiting to produce. */
+    struct tw_xfer **xtab;
+    size_t xtab_mask;
+    size_t nxfers;
+    struct tw_xfer *pump_head;
+
+    struct tw_timer handshake_timer, idle_timer, close_timer;
+    uint64_t last_io_ms;
+    uint64_t bytes_in, bytes_out, requests;
+    uint64_t accepted_ms;
+};
+
+struct tw_srv_stats {
+    uint64_t connections_total;
+    uint64_t connections_rejected;
+    uint64_t requests;
+    uint64_t requests_failed;
+    uint64_t bytes_in;
+    uint64_t bytes_out;
+    uint64_t puts, gets;
+    uint64_t input_pauses; /* times a connection stopped reading (backpressure) */
+};
+
+struct tw_srv {
+    struct tw_srv_config cfg;
+    struct tw_loop loop;
+    struct tw_store store;
+    struct tw_auth_token token;
+    int lfd;
+    struct tw_io listen_io;
+    struct tw_timer accept_retry;
+    char bound[TW_NET_ADDRSTRLEN];
+    struct tw_srv_conn *conns;
+    struct tw_srv_conn *dead;
+    uint32_t nconns;     /* served connections (max_connections applies) */
+    uint32_t nrejecting; /* connections being refused */
+    uint64_t next_conn_id;
+    int shutting_down;
+    int done;
+    struct tw_timer grace_timer;
+    struct tw_srv_stats stats;
+    uint8_t *scratch; /* sink for discarded DATA bytes */
+    size_t scratch_len;
+};
+
+/* Loads the token, binds the listener, installs signal handling. errbuf says
+ * why on failure. Returns 0 or a negative code. */
+int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errbuf, size_t errlen);
+/* One loop iteration (waiting at most max_wait_ms, -1 = until the next
+ * timer), then frees the connections it closed. Returns the number of
+ * callbacks run or a negated errno. For tests and fuzzers. */
+int tw__srv_poll(struct tw_srv *srv, int max_wait_ms);
+/* Serves until shutdown completes. Returns 0 or a negated errno. */
+int tw__srv_run(struct tw_srv *srv);
+/* Stops accepting, fails in-flight requests with SHUTTING_DOWN, says
+ * GOODBYE and closes every connection (within cfg.shutdown_grace_ms). */
+void tw__srv_shutdown(struct tw_srv *srv, const char *why);
+void tw__srv_destroy(struct tw_srv *srv);
+
+/* ---- session layer (conn.c) ---- */
+
+/* Wraps an accepted socket; takes ownership of fd. */
+int tw__conn_new(struct tw_srv *srv, int fd, const struct sockaddr *peer, int rejecting);
+/* Validates msg with the state machine, encodes and queues it. Returns 0 or
+ * a negative code (the connection is then being closed). */
+int tw__conn_send(struct tw_srv_conn *c, struct tw_msg *m);
+/* Queues DATA(offset, t->data[offset..offset+len)) without copying. */
+int tw__conn_send_data(struct tw_srv_conn *c, uint64_t id, struct tw_tensor *t, uint64_t offset,
+                       size_t len, int more);
+/* ERROR(code, id, message) for one request (id != 0); logged at info. */
+int tw__conn_send_error(struct tw_srv_conn *c, uint64_t id, uint32_t code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Connection-level ERROR(code, 0, message), then close. */
+void tw__conn_fail(struct tw_srv_conn *c, uint32_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Graceful close: abandons transfers, flushes the queue, shuts down the
+ * write side, waits briefly for the peer's EOF. */
+void tw__conn_close(struct tw_srv_conn *c, const char *reason);
+/* GOODBYE(code), then TW_SRV_GOODBYE_WINDOW_MS in which requests that
+ * crossed it are still answered (the state machine turns them into
+ * ERROR(SHUTTING_DOWN, id)), then the graceful close. A peer that closes
+ * first ends it sooner. */
+void tw__conn_goodbye(struct tw_srv_conn *c, uint32_t code, const char *reason);
+/* Immediate close (peer gone, fatal I/O error). The memory stays valid until
+ * the server calls tw__conn_free after the current loop iteration. */
+void tw__conn_destroy(struct tw_srv_conn *c, const char *reason);
+void tw__conn_free(struct tw_srv_conn *c);
+/* Ends every transfer with ERROR(code, id, why) (shutdown, idle timeout). */
+void tw__conn_fail_transfers(struct tw_srv_conn *c, uint32_t code, const char *why);
+
+struct tw_xfer *tw__conn_find_xfer(struct tw_srv_conn *c, uint64_t id);
+void tw__conn_add_xfer(struct tw_srv_conn *c, struct tw_xfer *x);
+void tw__conn_remove_xfer(struct tw_srv_conn *c, struct tw_xfer *x);
+/* Called when a transfer ends: closes the connection if the peer said
+ * GOODBYE and nothing is left in flight. */
+void tw__conn_maybe_finish(struct tw_srv_conn *c);
+
+/* ---- handlers (handlers.c) ---- */
+
+/* Acts on one decoded, state-machine-approved frame other than DATA. */
+void tw__handle_msg(struct tw_srv_conn *c, const struct tw_msg *m);
+
+#endif

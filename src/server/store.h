@@ -1,0 +1,103 @@
+/*
+ * The tensor store: named tensors in page-aligned host memory.
+ *
+ * Every stored tensor is a struct tw_tensor, one immutable *version* of a
+ * name. Versions are refcounted: the store's name map holds one reference to
+ * the current version of each name, and every reader (a GET being sent, a
+ * DATA frame in an output queue) holds its own. Overwriting or deleting a
+ * name only swaps or drops the map's reference, so readers of the old version
+ * finish undisturbed and its memory goes away with the last reference.
+ *
+ * A PUT allocates a version with tw__store_alloc() (this reserves its bytes
+ * against the capacity), fills tensor->data, and publishes it with
+ * tw__store_commit(); an abandoned put just drops its reference. Capacity
+ * counts every live version's byte_length: committed, being written, and old
+ * versions still being read. So replacing a tensor needs room for both
+ * copies until the old one's readers are done.
+ *
+ * Single-threaded (the daemon's event loop); no locks.
+ */
+#ifndef TW_SERVER_STORE_H
+#define TW_SERVER_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/proto.h"
+
+struct tw_store;
+
+struct tw_tensor {
+    uint32_t refs;
+    struct tw_store *store;
+    uint8_t dtype;
+    uint8_t ndim;
+    uint8_t has_crc;
+    uint8_t mmapped;
+    uint32_t crc32c;
+    uint64_t byte_length;
+    uint64_t shape[TW_MAX_NDIM];
+    uint8_t *data;    /* byte_length bytes, page aligned; NULL when 0 bytes */
+    size_t alloc_len; /* bytes actually mapped / allocated */
+    struct tw_tensor *hnext;
+    char device_tag[TW_MAX_DEVICE_TAG_LEN + 1];
+    uint16_t name_len;
+    char name[]; /* name_len bytes + NUL (for logs; names contain no NUL) */
+};
+
+/* Freed large buffers kept for reuse: a put of the same (page-rounded) size
+ * gets memory that is already faulted in, instead of fresh zeroed pages. */
+#define TW_STORE_SPARES 16
+
+struct tw_store {
+    uint64_t capacity;     /* 0 = unlimited */
+    uint64_t reserved;     /* byte_length of every live version */
+    uint64_t stored_bytes; /* byte_length of the current versions */
+    size_t count;          /* names stored */
+    size_t nbuckets;
+    struct tw_tensor **buckets;
+    struct {
+        void *p;
+        size_t len;
+    } spare[TW_STORE_SPARES];
+    uint64_t spare_bytes, spare_max;
+};
+
+int tw__store_init(struct tw_store *s, uint64_t capacity);
+/* Drops the map's references. Versions still referenced elsewhere stay valid
+ * (their store pointer too: call this only after every reader released). */
+void tw__store_destroy(struct tw_store *s);
+
+/*
+ * Allocates a new, unpublished version described by d (the descriptor must
+ * already have passed tw__descriptor_check). On success *out holds the only
+ * reference. Returns 0, TW_ECAPACITY when byte_length does not fit in the
+ * remaining capacity (nothing changes), or -ENOMEM.
+ */
+int tw__store_alloc(struct tw_store *s, const struct tw_descriptor *d, struct tw_tensor **out);
+/* Publishes t under its name, replacing any current version atomically. The
+ * store takes its own reference; the caller keeps (and later drops) its. */
+void tw__store_commit(struct tw_store *s, struct tw_tensor *t);
+/* The current version of name with a new reference, or NULL. */
+struct tw_tensor *tw__store_get(struct tw_store *s, const uint8_t *name, size_t len);
+/* Unpublishes name. Returns 0 or TW_ENOTFOUND. */
+int tw__store_delete(struct tw_store *s, const uint8_t *name, size_t len);
+/*
+ * The current versions whose name starts with prefix, sorted bytewise by
+ * name, each with a new reference. *out is a malloc'd array the caller frees
+ * after dropping every reference (tw__store_list_free does both).
+ */
+int tw__store_list(struct tw_store *s, const uint8_t *prefix, size_t plen, struct tw_tensor ***out,
+                   size_t *n);
+void tw__store_list_free(struct tw_tensor **list, size_t n);
+
+/* Bytes still available (UINT64_MAX when unlimited). */
+uint64_t tw__store_free_bytes(const struct tw_store *s);
+
+void tw__tensor_ref(struct tw_tensor *t);
+void tw__tensor_unref(struct tw_tensor *t);
+/* Fills d with views into t (valid while the caller holds a reference).
+ * with_crc: include the checksum when t has one. */
+void tw__tensor_describe(const struct tw_tensor *t, int with_crc, struct tw_descriptor *d);
+
+#endif

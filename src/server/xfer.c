@@ -1,0 +1,110 @@
+/* Transfer lifetime shared by every data plane: table membership, the
+ * per-transfer deadline, and the commit of a completed PUT. */
+#include "server/xfer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/log.h"
+#include "server/server.h"
+
+static void on_deadline(struct tw_loop *loop, struct tw_timer *t)
+{
+    struct tw_xfer *x = t->data;
+    struct tw_srv_conn *c = x->conn;
+    uint64_t id = x->id;
+    double secs = (double)c->srv->cfg.transfer_timeout_ms / 1000.0;
+    char name[80];
+    snprintf(name, sizeof(name), "%.64s", x->t->name);
+    unsigned long long done = x->done, total = x->t->byte_length;
+    int put = x->dir == TW_XFER_PUT;
+    tw__xfer_destroy(x);
+    tw__conn_send_error(c, id, TW_WIRE_TIMEOUT,
+                        "%s of '%s' did not finish within %.1f s (%llu of %llu bytes moved)",
+                        put ? "put" : "get", name, secs, done, total);
+    tw__conn_maybe_finish(c);
+}
+
+struct tw_xfer *tw__xfer_new(struct tw_srv_conn *c, uint64_t id, enum tw_xfer_dir dir,
+                             struct tw_tensor *t, const struct tw_dp_ops *ops)
+{
+    struct tw_xfer *x = calloc(1, sizeof(*x));
+    if (!x)
+        return NULL;
+    x->conn = c;
+    x->id = id;
+    x->dir = dir;
+    x->t = t;
+    tw__tensor_ref(t);
+    x->ops = ops;
+    x->started_ms = tw__loop_now(&c->srv->loop);
+    uint32_t chunk = c->max_frame - TW_DATA_PREFIX_LEN;
+    x->chunk = chunk < TW_SRV_DATA_CHUNK ? chunk : TW_SRV_DATA_CHUNK;
+    tw__timer_init(&x->deadline, on_deadline, x);
+    if (c->srv->cfg.transfer_timeout_ms)
+        tw__loop_timer_start(&c->srv->loop, &x->deadline, c->srv->cfg.transfer_timeout_ms);
+    tw__conn_add_xfer(c, x);
+    return x;
+}
+
+void tw__xfer_destroy(struct tw_xfer *x)
+{
+    struct tw_srv_conn *c = x->conn;
+    tw__loop_timer_stop(&c->srv->loop, &x->deadline);
+    tw__conn_remove_xfer(c, x);
+    if (x->ops->release)
+        x->ops->release(x);
+    tw__tensor_unref(x->t);
+    free(x);
+}
+
+void tw__xfer_want_pump(struct tw_xfer *x)
+{
+    struct tw_srv_conn *c = x->conn;
+    if (x->in_send_list)
+        return;
+    if (!c->pump_head) {
+        x->snext = x->sprev = x;
+        c->pump_head = x;
+    } else {
+        /* Insert before the head: the end of the round. */
+        x->snext = c->pump_head;
+        x->sprev = c->pump_head->sprev;
+        x->sprev->snext = x;
+        c->pump_head->sprev = x;
+    }
+    x->in_send_list = 1;
+}
+
+void tw__xfer_put_complete(struct tw_xfer *x)
+{
+    struct tw_srv_conn *c = x->conn;
+    struct tw_tensor *t = x->t;
+    uint64_t id = x->id;
+    uint64_t ms = tw__loop_now(&c->srv->loop) - x->started_ms;
+
+    if (t->has_crc && x->crc != t->crc32c) {
+        char name[80];
+        snprintf(name, sizeof(name), "%.64s", t->name);
+        uint32_t got = x->crc, want = t->crc32c;
+        tw__xfer_destroy(x);
+        tw__conn_send_error(c, id, TW_WIRE_CHECKSUM_MISMATCH,
+                            "put of '%s': CRC32C of the received bytes is 0x%08x but the "
+                            "descriptor says 0x%08x; nothing was stored",
+                            name, got, want);
+        tw__conn_maybe_finish(c);
+        return;
+    }
+    tw__store_commit(&c->srv->store, t);
+    c->srv->stats.puts++;
+    TW_LOGD("conn %llu %s: stored '%s' (%llu bytes, %llu ms)", (unsigned long long)c->id, c->peer,
+            t->name, (unsigned long long)t->byte_length, (unsigned long long)ms);
+    tw__xfer_destroy(x);
+    struct tw_msg m;
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_OK;
+    m.hdr.request_id = id;
+    if (tw__conn_send(c, &m) == 0)
+        tw__conn_maybe_finish(c);
+}

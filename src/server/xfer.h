@@ -1,0 +1,93 @@
+/*
+ * One tensor transfer (a GET the server sends, or a PUT it receives) and the
+ * data-plane interface that moves its bytes.
+ *
+ * The session layer (conn.c, handlers.c) owns the protocol: it opens a
+ * transfer after TENSOR_INFO / PUT_ACCEPT, feeds it the frames of its request
+ * id, and ends it. How bytes move is the data plane's business, behind
+ * struct tw_dp_ops: today the inline plane (DATA frames on the control
+ * connection, xfer_inline.c); an RDMA plane (src/fabric/) plugs in as another
+ * ops table chosen per request, using on_msg for RDMA_REGISTER / RDMA_READY /
+ * RDMA_DONE and the same completion path (tw__xfer_put_complete).
+ *
+ * Ownership: a transfer belongs to its connection (in its id table) and holds
+ * one reference to its tensor version: the source for a GET, the unpublished
+ * new version for a PUT. tw__xfer_destroy releases both; a PUT destroyed
+ * before completion therefore leaves nothing behind.
+ */
+#ifndef TW_SERVER_XFER_H
+#define TW_SERVER_XFER_H
+
+#include <stdint.h>
+
+#include "net/loop.h"
+#include "proto/proto.h"
+#include "server/store.h"
+
+struct tw_srv_conn;
+struct tw_xfer;
+
+enum tw_xfer_dir {
+    TW_XFER_GET = 0, /* TENSOR_REQUEST: the server is the source */
+    TW_XFER_PUT = 1  /* TENSOR_PUT: the server is the destination */
+};
+
+/*
+ * A data plane. Functions return 0 (or a documented positive value) on
+ * success and a TW_E* verdict on failure; a verdict from data_begin/on_msg is
+ * a protocol violation by the peer (the session answers PROTOCOL_ERROR).
+ */
+struct tw_dp_ops {
+    const char *name;
+    uint8_t wire_plane; /* TW_DP_INLINE / TW_DP_RDMA, sent in TENSOR_INFO / PUT_ACCEPT */
+    /* Called once, after TENSOR_INFO / PUT_ACCEPT was queued. */
+    int (*start)(struct tw_xfer *x);
+    /* Source side: queue the next unit of output. Called when the
+     * connection has room. Returns 1 while more remains, 0 after the last
+     * unit was queued (the transfer is then over), or a verdict. */
+    int (*pump)(struct tw_xfer *x);
+    /* Destination side, inline DATA: validates the frame (offset, length,
+     * MORE) and returns in *dst where its bytes.len bytes go. */
+    int (*data_begin)(struct tw_xfer *x, const struct tw_msg *m, uint8_t **dst);
+    /* The bytes announced by data_begin are in place. Returns 1 when that
+     * was the last frame (the transfer is complete), else 0. */
+    int (*data_end)(struct tw_xfer *x, const struct tw_msg *m);
+    /* Any other frame of this request (RDMA_REGISTER, RDMA_READY, RDMA_DONE). */
+    int (*on_msg)(struct tw_xfer *x, const struct tw_msg *m);
+    /* Releases data-plane resources (registrations); called by destroy. */
+    void (*release)(struct tw_xfer *x);
+};
+
+extern const struct tw_dp_ops tw__dp_inline_ops;
+
+struct tw_xfer {
+    struct tw_srv_conn *conn;
+    uint64_t id;
+    enum tw_xfer_dir dir;
+    struct tw_tensor *t;
+    const struct tw_dp_ops *ops;
+    void *dp;       /* data-plane private state */
+    uint64_t done;  /* bytes moved so far */
+    uint32_t crc;   /* running CRC32C of received bytes (PUT with a CRC) */
+    uint32_t chunk; /* largest DATA payload to send (GET) */
+    uint64_t started_ms;
+    struct tw_timer deadline;
+    struct tw_xfer *hnext;         /* connection's id table */
+    struct tw_xfer *snext, *sprev; /* connection's list of sources to pump */
+    int in_send_list;
+};
+
+/* Creates a transfer for request id on conn, taking a new reference to t,
+ * inserts it in the connection's table and arms its deadline. Returns NULL
+ * on allocation failure. */
+struct tw_xfer *tw__xfer_new(struct tw_srv_conn *c, uint64_t id, enum tw_xfer_dir dir,
+                             struct tw_tensor *t, const struct tw_dp_ops *ops);
+/* Removes x from its connection and frees it (see Ownership above). */
+void tw__xfer_destroy(struct tw_xfer *x);
+/* A PUT whose bytes all arrived: verifies the CRC, publishes the version and
+ * answers OK, or answers CHECKSUM_MISMATCH; then destroys x. */
+void tw__xfer_put_complete(struct tw_xfer *x);
+/* Makes a source transfer eligible for pumping (round robin per connection). */
+void tw__xfer_want_pump(struct tw_xfer *x);
+
+#endif

@@ -1,0 +1,107 @@
+/* tensorwired configuration: sizes, durations, options, config files. */
+#include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "server/config.h"
+#include "server/log.h"
+#include "tw_test.h"
+
+static void test_sizes(void)
+{
+    uint64_t v;
+    TW_ASSERT_OK(tw__parse_size("0", &v));
+    TW_ASSERT_EQ_U64(v, 0);
+    TW_ASSERT_OK(tw__parse_size("1234", &v));
+    TW_ASSERT_EQ_U64(v, 1234);
+    TW_ASSERT_OK(tw__parse_size("64K", &v));
+    TW_ASSERT_EQ_U64(v, 64000);
+    TW_ASSERT_OK(tw__parse_size("64Ki", &v));
+    TW_ASSERT_EQ_U64(v, 65536);
+    TW_ASSERT_OK(tw__parse_size("3G", &v));
+    TW_ASSERT_EQ_U64(v, 3000000000ull);
+    TW_ASSERT_OK(tw__parse_size("2Gi", &v));
+    TW_ASSERT_EQ_U64(v, 2ull << 30);
+    TW_ASSERT_OK(tw__parse_size("5MiB", &v));
+    TW_ASSERT_EQ_U64(v, 5ull << 20);
+    TW_ASSERT_OK(tw__parse_size("1Ti", &v));
+    TW_ASSERT_EQ_U64(v, 1ull << 40);
+    TW_ASSERT_ERR(tw__parse_size("", &v), -EINVAL);
+    TW_ASSERT_ERR(tw__parse_size("G", &v), -EINVAL);
+    TW_ASSERT_ERR(tw__parse_size("1X", &v), -EINVAL);
+    TW_ASSERT_ERR(tw__parse_size("1Gix", &v), -EINVAL);
+    TW_ASSERT_ERR(tw__parse_size("-1", &v), -EINVAL);
+    TW_ASSERT_ERR(tw__parse_size("99999999999999999999", &v), -EINVAL);
+    TW_ASSERT_ERR(tw__parse_size("20000000Ti", &v), -EINVAL); /* overflow */
+}
+
+static void test_seconds(void)
+{
+    uint64_t ms;
+    TW_ASSERT_OK(tw__parse_seconds("10", &ms));
+    TW_ASSERT_EQ_U64(ms, 10000);
+    TW_ASSERT_OK(tw__parse_seconds("0.25", &ms));
+    TW_ASSERT_EQ_U64(ms, 250);
+    TW_ASSERT_OK(tw__parse_seconds("1.5s", &ms));
+    TW_ASSERT_EQ_U64(ms, 1500);
+    TW_ASSERT_ERR(tw__parse_seconds("1.", &ms), -EINVAL);
+    TW_ASSERT_ERR(tw__parse_seconds("abc", &ms), -EINVAL);
+    TW_ASSERT_ERR(tw__parse_seconds("-3", &ms), -EINVAL);
+}
+
+static void test_args_and_file(void)
+{
+    struct tw_srv_config c;
+    char err[256];
+    char path[] = "/tmp/tw-config-XXXXXX";
+    int fd = mkstemp(path);
+    TW_ASSERT(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "# tensorwired test config\n"
+               "listen = [::1]:9000\n"
+               "capacity = 2Gi   # trailing comment\n"
+               "max_inflight = 32\n"
+               "\n"
+               "log-level = debug\n");
+    fclose(f);
+    tw__srv_config_defaults(&c);
+    TW_ASSERT_STR_EQ(c.listen, "127.0.0.1:7450");
+    TW_ASSERT(c.capacity > 0 && c.capacity == tw__srv_default_capacity());
+    /* Command-line options override the file, wherever --config appears. */
+    char *argv[] = {"tensorwired", "--max-inflight=8", "--config", path, "--idle-timeout",
+                    "0",           "--token-file",     "/x",       NULL};
+    TW_ASSERT_OK(tw__srv_config_from_args(&c, 8, argv, err, sizeof(err)));
+    TW_ASSERT_STR_EQ(c.listen, "[::1]:9000");
+    TW_ASSERT_EQ_U64(c.capacity, 2ull << 30);
+    TW_ASSERT_EQ(c.max_inflight, 8);
+    TW_ASSERT_EQ(c.log_level, TW_LOG_DEBUG);
+    TW_ASSERT_EQ_U64(c.idle_timeout_ms, 0);
+    TW_ASSERT_STR_EQ(c.token_file, "/x");
+
+    char *bad1[] = {"tensorwired", "--capacity", "lots", NULL};
+    TW_ASSERT_ERR(tw__srv_config_from_args(&c, 3, bad1, err, sizeof(err)), -EINVAL);
+    fprintf(stderr, "  %s\n", err);
+    char *bad2[] = {"tensorwired", "--frobnicate", "1", NULL};
+    TW_ASSERT_ERR(tw__srv_config_from_args(&c, 3, bad2, err, sizeof(err)), -EINVAL);
+    fprintf(stderr, "  %s\n", err);
+    char *bad3[] = {"tensorwired", "--listen", NULL};
+    TW_ASSERT_ERR(tw__srv_config_from_args(&c, 2, bad3, err, sizeof(err)), -EINVAL);
+    char *bad4[] = {"tensorwired", "--max-inflight", "70000", NULL};
+    TW_ASSERT_ERR(tw__srv_config_from_args(&c, 3, bad4, err, sizeof(err)), -EINVAL);
+
+    f = fopen(path, "w");
+    fprintf(f, "listen 127.0.0.1:1\n");
+    fclose(f);
+    TW_ASSERT_ERR(tw__srv_config_load_file(&c, path, err, sizeof(err)), -EINVAL);
+    fprintf(stderr, "  %s\n", err);
+    unlink(path);
+    TW_ASSERT_ERR(tw__srv_config_load_file(&c, path, err, sizeof(err)), -ENOENT);
+}
+
+int main(void)
+{
+    TW_RUN(test_sizes);
+    TW_RUN(test_seconds);
+    TW_RUN(test_args_and_file);
+    TW_DONE();
+}
