@@ -14,6 +14,7 @@
  * by a 64 MiB capacity.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,7 @@ static void setup(void)
     cfg.max_frame = 64u << 10;
     cfg.log_level = TW_LOG_ERROR;
     tw__log_set_level(TW_LOG_ERROR);
+    signal(SIGPIPE, SIG_IGN); /* as tensorwired's main() does */
     if (tw__srv_init(&srv, &cfg, err, sizeof(err)) < 0)
         abort();
 }
@@ -53,7 +55,7 @@ static void feed(int fd, const uint8_t *p, size_t n)
 {
     int stuck = 0;
     while (n > 0 && stuck < 1000) {
-        ssize_t w = write(fd, p, n);
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL); /* the server may have closed */
         if (w > 0) {
             p += w;
             n -= (size_t)w;

@@ -2,6 +2,7 @@
  * nothing; in-progress puts hold their reservation; deleting frees room. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "itest.h"
 #include "tw_test.h"
@@ -64,8 +65,21 @@ static void test_capacity(void)
 
 int main(void)
 {
-    const char *args[] = {"--capacity", "1Mi", NULL};
+    /* The capacity comes from a config file, to cover --config end to end. */
+    char path[] = "/tmp/tw-itest-conf-XXXXXX";
+    int fd = mkstemp(path);
+    TW_ASSERT(fd >= 0);
+    const char conf[] = "# itest_capacity\ncapacity = 1Mi\nmax_inflight = 64\n";
+    TW_ASSERT_EQ(write(fd, conf, sizeof(conf) - 1), (long long)sizeof(conf) - 1);
+    close(fd);
+    const char *args[] = {"--config", path, NULL};
     itest_server_start(&srv, args);
+    unlink(path);
+    struct itc c;
+    itc_connect(&c, &srv);
+    TW_ASSERT_OK(itc_handshake(&c, NULL));
+    TW_ASSERT_EQ_U64(itc_stat_value(&c, "capacity_bytes"), 1u << 20);
+    itc_close(&c);
     TW_RUN(test_capacity);
     TW_ASSERT_EQ(itest_server_stop(&srv, SIGTERM, 10000), 0);
     TW_DONE();
