@@ -10,5 +10,6 @@
 #include "tensorwire/error.h"
 #include "tensorwire/mem.h"
 #include "tensorwire/version.h"
+#include "tensorwire/client.h"
 
 #endif

@@ -1,0 +1,246 @@
+/*
+ * libtensorwire client API.
+ *
+ * A tw_client is one TCP connection to a tensorwired server, authenticated
+ * (HMAC-SHA256, mutual) when the server asks for it. Every call is blocking
+ * and returns 0 (or a non-negative count) on success and a negative code on
+ * failure (include/tensorwire/error.h):
+ *
+ *   -errno                 a system call failed (-ECONNREFUSED, -ENOMEM ...)
+ *   TW_ENOTFOUND ...       the server answered ERROR with that code; the
+ *                          server's message is in tw_client_last_error_message
+ *   TW_E* verdicts         the server sent something malformed or out of order
+ *                          (the connection is then closed, see below)
+ *
+ * Request-level errors (NOT_FOUND, INVALID_ARGUMENT, CAPACITY_EXCEEDED,
+ * CHECKSUM_MISMATCH, BUSY, DEVICE_UNAVAILABLE, -ENOBUFS for a too-small
+ * buffer) leave the connection usable. Connection-level errors (any protocol
+ * violation, UNAUTHORIZED, SHUTTING_DOWN with GOODBYE, a timeout, a socket
+ * error) close it: every later call on the handle fails with -ENOTCONN, and
+ * the handle must still be released with tw_close().
+ *
+ * Thread-safety: a tw_client is NOT thread-safe. Use one handle per thread
+ * (connections are cheap; the server serves each independently), or serialise
+ * every call on a shared handle with your own mutex. Distinct handles may be
+ * used from distinct threads concurrently. The free functions (tw_dtype_*,
+ * tw_free, tw_list_free, tw_stats_free) are thread-safe.
+ *
+ * Buffers: the library never keeps a pointer to caller memory after a call
+ * returns. Tensor bytes are sent straight from the caller's buffer and
+ * received straight into it (no intermediate copy for large frames).
+ */
+#ifndef TENSORWIRE_CLIENT_H
+#define TENSORWIRE_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensorwire/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types, the wire dtype codes of protocol v1 (docs/protocol.md). */
+enum tw_dtype_code {
+    TW_F64 = 1,
+    TW_F32 = 2,
+    TW_F16 = 3,
+    TW_BF16 = 4,
+    TW_F8E4M3 = 5,
+    TW_F8E5M2 = 6,
+    TW_I8 = 7,
+    TW_I16 = 8,
+    TW_I32 = 9,
+    TW_I64 = 10,
+    TW_U8 = 11,
+    TW_U16 = 12,
+    TW_U32 = 13,
+    TW_U64 = 14,
+    TW_BOOL = 15 /* one byte per element */
+};
+#define TW_DTYPE_COUNT 15
+
+#define TW_TENSOR_MAX_NDIM 16
+#define TW_TENSOR_MAX_NAME 1024     /* bytes of UTF-8, no NUL */
+#define TW_TENSOR_MAX_DEVICE_TAG 32 /* bytes, [a-z0-9_:.-] */
+
+/* Bytes per element of a dtype code, 0 when the code is unknown. */
+TW_EXTERN size_t tw_dtype_size(int dtype);
+/* "f64", "f32", "f16", "bf16", "f8e4m3", "f8e5m2", "i8" ... "u64", "bool";
+ * static storage; NULL for an unknown code. */
+TW_EXTERN const char *tw_dtype_name(int dtype);
+/* Inverse of tw_dtype_name; also accepts "float32", "float64", "float16",
+ * "bfloat16", "int8".."int64", "uint8".."uint64". Returns the code (> 0) or
+ * TW_EINVAL when the name is unknown. */
+TW_EXTERN int tw_dtype_from_string(const char *name);
+
+/* What a tensor is, without its name. */
+struct tw_tensor_desc {
+    uint8_t dtype;                                 /* enum tw_dtype_code */
+    uint8_t ndim;                                  /* 0 = scalar (one element) */
+    uint64_t shape[TW_TENSOR_MAX_NDIM];            /* C order; first ndim used */
+    char device_tag[TW_TENSOR_MAX_DEVICE_TAG + 1]; /* NUL-terminated; ""
+                                                     means "cpu" on put */
+    uint64_t byte_length;                          /* filled by the library on every
+                                                      output; ignored on input */
+};
+
+/* Byte length of desc (product of shape times element size) into *out.
+ * Returns 0, TW_EINVAL (unknown dtype or ndim > 16) or -EOVERFLOW. */
+TW_EXTERN int tw_tensor_desc_bytes(const struct tw_tensor_desc *desc, uint64_t *out);
+
+/* Connection options. Initialise with tw_client_options_init() and change
+ * only the fields you need; every pointer is read during tw_client_connect
+ * only (nothing is kept). */
+struct tw_client_options {
+    const char *token;       /* shared secret (1..1024 bytes), or NULL */
+    const char *token_file;  /* read when token is NULL; trailing whitespace
+                                and newlines are stripped */
+    int connect_timeout_ms;  /* TCP connect + handshake; default 10000 */
+    int request_timeout_ms;  /* longest wait without any progress (no byte
+                                sent or received) inside one call; default
+                                30000; <= 0 waits forever */
+    uint32_t max_inflight;   /* requests kept in flight by the batch calls,
+                                1..65536; default 64 (the server may lower it) */
+    uint32_t max_frame;      /* largest frame payload announced, 64 KiB..1 GiB;
+                                default 16 MiB (the server may lower it) */
+    int checksum;            /* non-zero: CRC32C of every put is sent and the
+                                server verifies it; gets carrying a CRC32C
+                                are verified (TW_ECHECKSUM). Default 0. */
+    const char *agent;       /* printable ASCII, <= 64 bytes; default
+                                "libtensorwire/<version>" */
+    int socket_buffer_bytes; /* SO_SNDBUF/SO_RCVBUF; 0 (default) leaves the
+                                kernel's autotuning alone */
+};
+
+TW_EXTERN void tw_client_options_init(struct tw_client_options *opts);
+
+typedef struct tw_client tw_client;
+
+/*
+ * Connects to addr ("HOST:PORT", "[v6addr]:PORT"), runs the handshake and,
+ * when the server requires it, mutual authentication. opts may be NULL for the
+ * defaults. On success *out is a new handle owned by the caller (release with
+ * tw_close). On failure *out is set to NULL and nothing needs releasing; when
+ * the failure came from the server (e.g. TW_EUNAUTHORIZED) and you want its
+ * message, use tw_client_connect_error instead.
+ * Errors: TW_EINVAL (bad addr/options, unreadable or empty token file),
+ * -ECONNREFUSED and other -errno, TW_ETIMEDOUT, TW_EUNAUTHORIZED (server needs
+ * a token and none was given, the server rejected it, the server's proof was
+ * wrong, or a token was given but the server does not authenticate), TW_EBUSY
+ * (server full), TW_EPROTO and TW_E* verdicts for a misbehaving server.
+ */
+TW_EXTERN int tw_client_connect(const char *addr, const struct tw_client_options *opts,
+                                tw_client **out);
+/* Same as tw_client_connect; on failure copies a human-readable reason
+ * (NUL-terminated, truncated to cap) into errbuf when errbuf is not NULL. */
+TW_EXTERN int tw_client_connect_error(const char *addr, const struct tw_client_options *opts,
+                                      tw_client **out, char *errbuf, size_t cap);
+
+/* Sends GOODBYE when the connection is alive, closes it and frees the handle.
+ * NULL is accepted. Never fails. */
+TW_EXTERN void tw_close(tw_client *c);
+
+/* Detail for the last failed call on c: the server's ERROR message, or a local
+ * explanation. Owned by c; valid until the next call on c. "" when none. */
+TW_EXTERN const char *tw_client_last_error_message(const tw_client *c);
+
+/* Negotiated limits, valid after connect. */
+TW_EXTERN uint32_t tw_client_max_frame(const tw_client *c);
+TW_EXTERN uint32_t tw_client_max_inflight(const tw_client *c);
+
+/*
+ * Stores len bytes at data under name (NUL-terminated UTF-8), replacing any
+ * tensor of that name atomically when the server answers OK. desc->byte_length
+ * is ignored; len must equal the byte length computed from dtype and shape.
+ * Errors: TW_EINVAL (bad name/dtype/shape/len, locally or from the server),
+ * TW_ECAPACITY, TW_EDEVICE (unknown device tag), TW_ECHECKSUM, TW_EBUSY,
+ * connection-level errors.
+ */
+TW_EXTERN int tw_put(tw_client *c, const char *name, const struct tw_tensor_desc *desc,
+                     const void *data, size_t len);
+
+/*
+ * Fetches name into buf (cap bytes). On success and on -ENOBUFS, *out_desc
+ * (may be NULL) describes the tensor and out_desc->byte_length says how many
+ * bytes it needs. -ENOBUFS: cap was too small; nothing useful is in buf, the
+ * transfer was cancelled (ERROR CANCELLED, then a PING whose PONG proves the
+ * server stopped: one extra round trip) and the connection stays usable with
+ * nothing of that tensor left on it.
+ * Errors: TW_ENOTFOUND, TW_EINVAL, TW_ECHECKSUM, -ENOBUFS, connection-level.
+ */
+TW_EXTERN int tw_get(tw_client *c, const char *name, void *buf, size_t cap,
+                     struct tw_tensor_desc *out_desc);
+
+/* Like tw_get into a buffer the library allocates: page-aligned, at least one
+ * byte even for an empty tensor, owned by the caller, freed with tw_free().
+ * On failure *out_buf is NULL. out_len and out_desc may be NULL. */
+TW_EXTERN int tw_get_alloc(tw_client *c, const char *name, void **out_buf, size_t *out_len,
+                           struct tw_tensor_desc *out_desc);
+/* Frees a buffer from tw_get_alloc. NULL is accepted. */
+TW_EXTERN void tw_free(void *buf);
+
+/* Describes name without fetching it. Errors: TW_ENOTFOUND, TW_EINVAL. */
+TW_EXTERN int tw_stat(tw_client *c, const char *name, struct tw_tensor_desc *out_desc);
+
+/* Removes name. Errors: TW_ENOTFOUND, TW_EINVAL. */
+TW_EXTERN int tw_delete(tw_client *c, const char *name);
+
+/* One entry of a listing. */
+struct tw_tensor_info {
+    const char *name; /* NUL-terminated; lives inside the listing's block */
+    struct tw_tensor_desc desc;
+};
+
+/* Lists the tensors whose name starts with prefix (NULL or "" = all), sorted
+ * by name bytewise. On success *out is one allocation holding *count entries
+ * and their names (NULL when *count is 0); free it with tw_list_free. */
+TW_EXTERN int tw_list(tw_client *c, const char *prefix, struct tw_tensor_info **out, size_t *count);
+TW_EXTERN void tw_list_free(struct tw_tensor_info *list);
+
+/* Round trip to the server; *rtt_ns (may be NULL) gets the time measured. */
+TW_EXTERN int tw_ping(tw_client *c, uint64_t *rtt_ns);
+
+/* One server counter (keys are [a-z0-9_.], e.g. "tensors", "bytes_stored"). */
+struct tw_stat_entry {
+    const char *key; /* NUL-terminated; inside the block */
+    uint64_t value;
+};
+/* Fetches the server's counters. *out: one block freed with tw_stats_free. */
+TW_EXTERN int tw_stats(tw_client *c, struct tw_stat_entry **out, size_t *count);
+TW_EXTERN void tw_stats_free(struct tw_stat_entry *stats);
+
+/*
+ * Batches: many transfers kept in flight on one connection (up to the
+ * negotiated max_inflight), e.g. the blocks of a KV cache. Each item gets its
+ * own status; a failed item does not stop the others unless the connection
+ * itself fails (then every unfinished item gets that error).
+ *
+ * tw_batch_get: for each item, name and buf/len (capacity) are inputs; desc
+ *   and status are outputs (status -ENOBUFS with desc.byte_length when len is
+ *   too small). tw_batch_put: name, desc, buf, len are inputs, status output.
+ * Items and their buffers must stay valid until the call returns. Buffers
+ * of gets in one batch must not overlap. A name that appears twice in one
+ * tw_batch_put is stored twice, in an unspecified order: the tensor ends as
+ * one of the two (each commit is atomic), never a mix.
+ * Returns 0 when every item succeeded, otherwise the status of the first
+ * failed item (by index). Argument errors (NULL items with n > 0) return
+ * TW_EINVAL without touching the connection.
+ */
+struct tw_batch_item {
+    const char *name;
+    struct tw_tensor_desc desc;
+    void *buf;           /* get: destination; put: source (not written) */
+    size_t len;          /* get: capacity in bytes; put: bytes to send */
+    int status;          /* out: 0 or a negative code */
+    uint64_t latency_ns; /* out: from sending the request to its last reply
+                            (0 when it was never sent) */
+};
+TW_EXTERN int tw_batch_get(tw_client *c, struct tw_batch_item *items, size_t n);
+TW_EXTERN int tw_batch_put(tw_client *c, struct tw_batch_item *items, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

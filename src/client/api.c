@@ -1,0 +1,538 @@
+/*
+ * libtensorwire public entry points (include/tensorwire/client.h): option
+ * defaults, connect + handshake + mutual authentication, and thin wrappers
+ * that build requests for the engine.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#include "client/client_internal.h"
+#include "tensorwire/version.h"
+
+/* The public dtype codes are the wire codes. */
+_Static_assert((int)TW_F64 == (int)TW_DTYPE_F64 && (int)TW_BOOL == (int)TW_DTYPE_BOOL &&
+                   (int)TW_BF16 == (int)TW_DTYPE_BF16 && (int)TW_F8E5M2 == (int)TW_DTYPE_F8E5M2 &&
+                   (int)TW_U64 == (int)TW_DTYPE_U64 && TW_DTYPE_COUNT == (int)TW_DTYPE_MAX,
+               "public dtype codes must equal the wire codes");
+_Static_assert(TW_TENSOR_MAX_NDIM == TW_MAX_NDIM, "ndim limits differ");
+_Static_assert(TW_TENSOR_MAX_NAME == TW_MAX_NAME_LEN, "name limits differ");
+
+#define LABEL_CLIENT "tensorwire-v1 client"
+#define LABEL_SERVER "tensorwire-v1 server"
+
+/* --- dtypes ------------------------------------------------------------- */
+
+size_t tw_dtype_size(int dtype)
+{
+    if (dtype < 1 || dtype > TW_DTYPE_COUNT)
+        return 0;
+    return tw__dtype_size((uint8_t)dtype);
+}
+
+const char *tw_dtype_name(int dtype)
+{
+    if (dtype < 1 || dtype > TW_DTYPE_COUNT)
+        return NULL;
+    return tw__dtype_name((uint8_t)dtype);
+}
+
+int tw_dtype_from_string(const char *name)
+{
+    static const struct {
+        const char *alias;
+        int code;
+    } aliases[] = {
+        {"float64", TW_F64}, {"float32", TW_F32}, {"float16", TW_F16}, {"bfloat16", TW_BF16},
+        {"half", TW_F16},    {"float", TW_F32},   {"double", TW_F64},  {"int8", TW_I8},
+        {"int16", TW_I16},   {"int32", TW_I32},   {"int64", TW_I64},   {"uint8", TW_U8},
+        {"uint16", TW_U16},  {"uint32", TW_U32},  {"uint64", TW_U64},
+    };
+    if (!name)
+        return TW_EINVAL;
+    for (int d = 1; d <= TW_DTYPE_COUNT; d++) {
+        const char *n = tw_dtype_name(d);
+        if (n && strcmp(n, name) == 0)
+            return d;
+    }
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+        if (strcmp(aliases[i].alias, name) == 0)
+            return aliases[i].code;
+    return TW_EINVAL;
+}
+
+int tw_tensor_desc_bytes(const struct tw_tensor_desc *desc, uint64_t *out)
+{
+    if (!desc || !out || desc->ndim > TW_TENSOR_MAX_NDIM || tw_dtype_size(desc->dtype) == 0)
+        return TW_EINVAL;
+    int rc = tw__shape_bytes(desc->dtype, desc->ndim, desc->shape, out);
+    if (rc == TW_EOVERFLOW)
+        return -EOVERFLOW;
+    return rc ? TW_EINVAL : 0;
+}
+
+/* --- connection --------------------------------------------------------- */
+
+void tw_client_options_init(struct tw_client_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->connect_timeout_ms = 10000;
+    o->request_timeout_ms = 30000;
+    o->max_inflight = 64;
+    o->max_frame = TW_DEFAULT_MAX_FRAME;
+}
+
+static void client_free(struct tw_client *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    tw__sm_destroy(&c->sm);
+    free(c->rbuf);
+    free(c->tbuf);
+    free(c->segs);
+    free(c);
+}
+
+/* Reads one control frame during the handshake; an ERROR(id 0) becomes its
+ * code with the server's message. */
+static int handshake_next(struct tw_client *c, struct tw_msg *msg, uint32_t want_tag, int timeout)
+{
+    int rc = tw__client_conn_next(c, msg, timeout);
+    if (rc < 0)
+        return rc;
+    if (rc == 0 || msg->hdr.request_id != 0) {
+        tw__client_seterr(c, "unexpected frame during the handshake");
+        return tw__client_conn_fail(c, TW_EOUT_OF_ORDER, 1);
+    }
+    if (msg->hdr.tag == TW_TAG_ERROR) {
+        uint32_t code = msg->u.error.code;
+        int st = code >= 1 && code < 100 ? TW_ERR_FROM_WIRE(code) : TW_EINTERNAL;
+        tw__client_seterr(c, "server refused the connection: %.*s", (int)msg->u.error.message.len,
+                          (const char *)msg->u.error.message.ptr);
+        return tw__client_conn_fail(c, st, 0);
+    }
+    if (msg->hdr.tag != want_tag) {
+        tw__client_seterr(c, "expected %s, got %s", tw__tag_name(want_tag),
+                          tw__tag_name(msg->hdr.tag));
+        return tw__client_conn_fail(c, TW_EOUT_OF_ORDER, 1);
+    }
+    return 0;
+}
+
+static int handshake(struct tw_client *c, const struct tw_client_options *o, const char *token,
+                     size_t token_len)
+{
+    char agent[80];
+    struct tw_msg m = {.hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_HELLO}};
+    struct tw_msg in;
+    uint8_t server_nonce[TW_AUTH_NONCE_LEN], client_nonce[TW_AUTH_NONCE_LEN];
+    uint8_t mac[TW_AUTH_MAC_LEN];
+    int timeout = o->connect_timeout_ms;
+    int rc;
+
+    snprintf(agent, sizeof(agent), "%s", o->agent ? o->agent : "libtensorwire/" TW_VERSION_STRING);
+    m.u.hello.caps = TW_CAP_INLINE_DATA | (o->checksum ? TW_CAP_PAYLOAD_CRC32C : 0);
+    m.u.hello.max_frame = o->max_frame;
+    m.u.hello.max_inflight = o->max_inflight;
+    m.u.hello.agent.ptr = (const uint8_t *)agent;
+    m.u.hello.agent.len = (uint32_t)strlen(agent);
+    rc = tw__client_conn_queue(c, &m);
+    if (rc)
+        return rc;
+    rc = tw__client_conn_flush(c, timeout);
+    if (rc)
+        return rc;
+    rc = handshake_next(c, &in, TW_TAG_HELLO_ACK, timeout);
+    if (rc)
+        return rc;
+    c->checksum = o->checksum && (in.u.hello_ack.caps & TW_CAP_PAYLOAD_CRC32C);
+    if (!(in.u.hello_ack.caps & TW_CAP_INLINE_DATA)) {
+        tw__client_seterr(c, "the server offers no inline data plane");
+        return tw__client_conn_fail(c, TW_ENOT_NEGOTIATED, 0);
+    }
+    if (in.u.hello_ack.auth_method == TW_AUTH_NONE) {
+        if (token) {
+            /* A token means the caller wants to know it talks to the right
+             * server; a server that does not authenticate cannot prove it. */
+            tw__client_seterr(c, "a token was given but the server does not authenticate; "
+                                 "refusing an unauthenticated server");
+            return tw__client_conn_fail(c, TW_EUNAUTHORIZED, 0);
+        }
+        return 0;
+    }
+    if (in.u.hello_ack.auth_method != TW_AUTH_HMAC_SHA256) {
+        tw__client_seterr(c, "unknown auth method %u", in.u.hello_ack.auth_method);
+        return tw__client_conn_fail(c, TW_EBAD_FIELD, 1);
+    }
+    if (!token) {
+        tw__client_seterr(c, "the server requires a token (token / token_file, CLI --token-file)");
+        return tw__client_conn_fail(c, TW_EUNAUTHORIZED, 0);
+    }
+    memcpy(server_nonce, in.u.hello_ack.server_nonce, TW_AUTH_NONCE_LEN);
+    if (RAND_bytes(client_nonce, TW_AUTH_NONCE_LEN) != 1) {
+        tw__client_seterr(c, "RAND_bytes failed");
+        return tw__client_conn_fail(c, TW_EINTERNAL, 0);
+    }
+    memset(&m, 0, sizeof(m));
+    m.hdr.version = TW_PROTO_VERSION;
+    m.hdr.tag = TW_TAG_AUTH;
+    memcpy(m.u.auth.client_nonce, client_nonce, TW_AUTH_NONCE_LEN);
+    rc = tw__client_auth_mac(token, token_len, LABEL_CLIENT, server_nonce, client_nonce,
+                             m.u.auth.mac);
+    if (rc)
+        return tw__client_conn_fail(c, rc, 0);
+    rc = tw__client_conn_queue(c, &m);
+    if (!rc)
+        rc = tw__client_conn_flush(c, timeout);
+    if (rc)
+        return rc;
+    rc = handshake_next(c, &in, TW_TAG_AUTH_OK, timeout);
+    if (rc)
+        return rc;
+    rc = tw__client_auth_mac(token, token_len, LABEL_SERVER, client_nonce, server_nonce, mac);
+    if (rc)
+        return tw__client_conn_fail(c, rc, 0);
+    if (CRYPTO_memcmp(mac, in.u.auth_ok.mac, TW_AUTH_MAC_LEN) != 0) {
+        tw__client_seterr(c, "the server's AUTH_OK proof is wrong: it does not hold our token");
+        return tw__client_conn_fail(c, TW_EUNAUTHORIZED, 0);
+    }
+    return 0;
+}
+
+int tw_client_connect_error(const char *addr, const struct tw_client_options *opts, tw_client **out,
+                            char *errbuf, size_t cap)
+{
+    struct tw_client_options o;
+    struct tw_client *c;
+    char *token = NULL;
+    size_t token_len = 0;
+    int rc;
+
+    if (errbuf && cap)
+        errbuf[0] = '\0';
+    if (!out)
+        return TW_EINVAL;
+    *out = NULL;
+    if (opts)
+        o = *opts;
+    else
+        tw_client_options_init(&o);
+    c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->fd = -1;
+    c->next_id = 1;
+    c->request_timeout_ms = o.request_timeout_ms;
+    c->want_inflight = o.max_inflight;
+    c->rcap = TW__CLIENT_RX_INITIAL;
+    c->rbuf = malloc(c->rcap);
+    if (!c->rbuf) {
+        rc = -ENOMEM;
+        goto out_free_client;
+    }
+    if (o.max_inflight < 1 || o.max_inflight > 65536 || o.max_frame < TW_MIN_MAX_FRAME ||
+        o.max_frame > TW_MAX_MAX_FRAME ||
+        (o.agent && (strlen(o.agent) == 0 || strlen(o.agent) > TW_MAX_AGENT_LEN))) {
+        tw__client_seterr(c,
+                          "options out of range (max_inflight 1..65536, max_frame 64 KiB..1 GiB, "
+                          "agent 1..64 bytes)");
+        rc = TW_EINVAL;
+        goto out_free_client;
+    }
+    if (o.token) {
+        token_len = strlen(o.token);
+        if (token_len == 0 || token_len > 1024) {
+            tw__client_seterr(c, "token must be 1..1024 bytes");
+            rc = TW_EINVAL;
+            goto out_free_client;
+        }
+        token = strdup(o.token);
+        if (!token) {
+            rc = -ENOMEM;
+            goto out_free_client;
+        }
+    } else if (o.token_file) {
+        rc = tw__client_token_read_file(o.token_file, &token, &token_len, c->errmsg,
+                                        sizeof(c->errmsg));
+        if (rc)
+            goto out_free_client;
+    }
+    rc = tw__sm_init(&c->sm, TW_ROLE_CLIENT, o.max_inflight);
+    if (rc)
+        goto out_free_token;
+    rc = tw__client_conn_open(c, addr, o.connect_timeout_ms, o.socket_buffer_bytes);
+    if (rc)
+        goto out_free_token;
+    rc = handshake(c, &o, token, token_len);
+    if (rc)
+        goto out_free_token;
+    if (token) {
+        OPENSSL_cleanse(token, token_len);
+        free(token);
+    }
+    c->errmsg[0] = '\0';
+    *out = c;
+    return 0;
+
+out_free_token:
+    if (token) {
+        OPENSSL_cleanse(token, token_len);
+        free(token);
+    }
+out_free_client:
+    if (errbuf && cap)
+        snprintf(errbuf, cap, "%s", c->errmsg[0] ? c->errmsg : tw_strerror(rc));
+    client_free(c);
+    return rc;
+}
+
+int tw_client_connect(const char *addr, const struct tw_client_options *opts, tw_client **out)
+{
+    return tw_client_connect_error(addr, opts, out, NULL, 0);
+}
+
+void tw_close(tw_client *c)
+{
+    if (!c)
+        return;
+    if (!c->broken && c->fd >= 0 && c->sm.phase == TW_PHASE_READY) {
+        struct tw_msg m = {.hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_GOODBYE}};
+        m.u.goodbye.code = 0;
+        c->nsegs = c->tlen = 0;
+        if (tw__client_conn_queue(c, &m) == 0)
+            tw__client_conn_flush(c, 1000);
+    }
+    client_free(c);
+}
+
+const char *tw_client_last_error_message(const tw_client *c)
+{
+    return c ? c->errmsg : "";
+}
+
+uint32_t tw_client_max_frame(const tw_client *c)
+{
+    return c->sm.max_frame;
+}
+
+uint32_t tw_client_max_inflight(const tw_client *c)
+{
+    return c->sm.max_inflight;
+}
+
+/* --- requests ----------------------------------------------------------- */
+
+static int run_one(struct tw_client *c, struct tw__creq *r)
+{
+    int rc;
+    if (!c)
+        return TW_EINVAL;
+    rc = tw__client_engine_run(c, r, 1);
+    return rc ? rc : r->status;
+}
+
+int tw_put(tw_client *c, const char *name, const struct tw_tensor_desc *desc, const void *data,
+           size_t len)
+{
+    struct tw__creq r = {.op = TW__OP_PUT,
+                         .name = name,
+                         .buf = (uint8_t *)data,
+                         .len = len,
+                         .desc = (struct tw_tensor_desc *)desc};
+    if (!desc || (!data && len))
+        return TW_EINVAL;
+    return run_one(c, &r);
+}
+
+int tw_get(tw_client *c, const char *name, void *buf, size_t cap, struct tw_tensor_desc *out_desc)
+{
+    struct tw__creq r = {
+        .op = TW__OP_GET, .name = name, .buf = buf, .len = buf ? cap : 0, .desc = out_desc};
+    return run_one(c, &r);
+}
+
+int tw_get_alloc(tw_client *c, const char *name, void **out_buf, size_t *out_len,
+                 struct tw_tensor_desc *out_desc)
+{
+    struct tw__creq r = {.op = TW__OP_GET, .name = name, .alloc = 1, .desc = out_desc};
+    int rc;
+    if (!out_buf)
+        return TW_EINVAL;
+    *out_buf = NULL;
+    rc = run_one(c, &r);
+    if (rc) {
+        free(r.buf);
+        return rc;
+    }
+    *out_buf = r.buf;
+    if (out_len)
+        *out_len = r.len;
+    return 0;
+}
+
+void tw_free(void *buf)
+{
+    free(buf);
+}
+
+int tw_stat(tw_client *c, const char *name, struct tw_tensor_desc *out_desc)
+{
+    struct tw__creq r = {.op = TW__OP_STAT, .name = name, .desc = out_desc};
+    return run_one(c, &r);
+}
+
+int tw_delete(tw_client *c, const char *name)
+{
+    struct tw__creq r = {.op = TW__OP_DELETE, .name = name};
+    return run_one(c, &r);
+}
+
+int tw_ping(tw_client *c, uint64_t *rtt_ns)
+{
+    struct tw__creq r = {.op = TW__OP_PING};
+    struct timespec t0, t1;
+    int rc;
+    if (c)
+        memcpy(r.ping, &c->next_id, sizeof(r.ping));
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    rc = run_one(c, &r);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (!rc && rtt_ns)
+        *rtt_ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t1.tv_nsec -
+                  (uint64_t)t0.tv_nsec;
+    return rc;
+}
+
+static void collect_free(struct tw__collect *k)
+{
+    free(k->names);
+    free(k->entries);
+    free(k->name_off);
+}
+
+/* Packs the collected entries and their names into one block: entries first,
+ * names after, each entry's name pointer into the block. */
+static void *collect_pack(struct tw__collect *k, size_t entry_size, size_t name_field_off)
+{
+    uint8_t *block;
+    if (k->count == 0)
+        return NULL;
+    block = malloc(k->count * entry_size + k->names_len);
+    if (!block)
+        return NULL;
+    memcpy(block, k->entries, k->count * entry_size);
+    memcpy(block + k->count * entry_size, k->names, k->names_len);
+    for (size_t i = 0; i < k->count; i++) {
+        const char *name = (const char *)block + k->count * entry_size + k->name_off[i];
+        memcpy(block + i * entry_size + name_field_off, &name, sizeof(name));
+    }
+    return block;
+}
+
+int tw_list(tw_client *c, const char *prefix, struct tw_tensor_info **out, size_t *count)
+{
+    struct tw__collect k = {0};
+    struct tw__creq r = {.op = TW__OP_LIST, .name = prefix, .collect = &k};
+    int rc;
+    if (!out || !count)
+        return TW_EINVAL;
+    *out = NULL;
+    *count = 0;
+    rc = run_one(c, &r);
+    if (rc)
+        goto out_free;
+    if (k.count) {
+        *out =
+            collect_pack(&k, sizeof(struct tw_tensor_info), offsetof(struct tw_tensor_info, name));
+        if (!*out) {
+            rc = -ENOMEM;
+            goto out_free;
+        }
+    }
+    *count = k.count;
+out_free:
+    collect_free(&k);
+    return rc;
+}
+
+void tw_list_free(struct tw_tensor_info *list)
+{
+    free(list);
+}
+
+int tw_stats(tw_client *c, struct tw_stat_entry **out, size_t *count)
+{
+    struct tw__collect k = {0};
+    struct tw__creq r = {.op = TW__OP_STATS, .collect = &k};
+    int rc;
+    if (!out || !count)
+        return TW_EINVAL;
+    *out = NULL;
+    *count = 0;
+    rc = run_one(c, &r);
+    if (rc)
+        goto out_free;
+    if (k.count) {
+        *out = collect_pack(&k, sizeof(struct tw_stat_entry), offsetof(struct tw_stat_entry, key));
+        if (!*out) {
+            rc = -ENOMEM;
+            goto out_free;
+        }
+    }
+    *count = k.count;
+out_free:
+    collect_free(&k);
+    return rc;
+}
+
+void tw_stats_free(struct tw_stat_entry *stats)
+{
+    free(stats);
+}
+
+static int batch(tw_client *c, struct tw_batch_item *items, size_t n, enum tw__op op)
+{
+    struct tw__creq *reqs;
+    int rc, first = 0;
+    if (!c || (n && !items))
+        return TW_EINVAL;
+    if (n == 0)
+        return 0;
+    reqs = calloc(n, sizeof(*reqs));
+    if (!reqs)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        reqs[i].op = op;
+        reqs[i].name = items[i].name;
+        reqs[i].buf = items[i].buf;
+        reqs[i].len = items[i].len;
+        reqs[i].desc = &items[i].desc;
+    }
+    rc = tw__client_engine_run(c, reqs, n);
+    for (size_t i = 0; i < n; i++) {
+        items[i].status = reqs[i].status;
+        items[i].latency_ns = reqs[i].t_end > reqs[i].t_start && reqs[i].t_start
+                                  ? reqs[i].t_end - reqs[i].t_start
+                                  : 0;
+        if (reqs[i].status && !first)
+            first = reqs[i].status;
+    }
+    free(reqs);
+    return first ? first : rc;
+}
+
+int tw_batch_get(tw_client *c, struct tw_batch_item *items, size_t n)
+{
+    return batch(c, items, n, TW__OP_GET);
+}
+
+int tw_batch_put(tw_client *c, struct tw_batch_item *items, size_t n)
+{
+    return batch(c, items, n, TW__OP_PUT);
+}

@@ -1,0 +1,206 @@
+/*
+ * libtensorwire internals: the connection (conn.c), the request engine that
+ * pipelines requests on it (engine.c) and the data planes that move tensor
+ * bytes for one transfer (dp_inline.c; an RDMA plane plugs in the same way).
+ *
+ * Ownership: struct tw_client owns its socket, its receive and send buffers
+ * and its state machine. A struct tw__creq belongs to the caller of
+ * tw__client_engine_run (usually on its stack or in one calloc'd array) and points at
+ * caller memory (names, tensor buffers) only for the duration of that call.
+ * Nothing here is thread-safe: one handle, one thread at a time.
+ */
+#ifndef TW_CLIENT_INTERNAL_H
+#define TW_CLIENT_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "proto/proto.h"
+#include "proto/sm.h"
+#include "tensorwire/client.h"
+
+#define TW__CLIENT_ERRMSG_LEN 1280
+#define TW__CLIENT_RX_INITIAL (256u * 1024u)
+/* DATA payloads at least this large are received straight into the
+ * destination; smaller ones are copied out of the receive buffer, which costs
+ * less than the extra system calls. */
+#define TW__CLIENT_DIRECT_RECV_MIN (64u * 1024u)
+#define TW__RUN_SYNC SIZE_MAX
+#define TW__CLIENT_PAGE 4096u /* tw_get_alloc alignment */
+
+enum tw__op {
+    TW__OP_GET = 1,
+    TW__OP_PUT,
+    TW__OP_STAT,
+    TW__OP_DELETE,
+    TW__OP_LIST,
+    TW__OP_PING,
+    TW__OP_STATS
+};
+
+struct tw__creq;
+struct tw_client;
+
+/*
+ * A data plane moves the bytes of one transfer once the control plane has
+ * agreed on it (TENSOR_INFO for a get, PUT_ACCEPT for a put). The engine picks
+ * one per request (tw__client_pick_data_plane) and asks the server for it; the
+ * server's answer (data_plane field) must match ops->wire_plane.
+ *
+ *   get_start   TENSOR_INFO arrived and the destination is big enough:
+ *               prepare to receive byte_length bytes into r->buf.
+ *   get_data    a DATA frame for r: header decoded, 8-byte offset prefix
+ *               consumed; receive n bytes at r->buf + offset (the plane reads
+ *               them from the connection). NULL: DATA is a protocol error.
+ *   put_start   PUT_ACCEPT arrived: send r->len bytes from r->buf.
+ *   on_message  RDMA_REGISTER / RDMA_READY / RDMA_DONE for r (NULL: error).
+ * All return 0 or a negative code; a negative code from a plane is
+ * connection-fatal unless the plane finished the request itself.
+ */
+struct tw__client_dp_ops {
+    const char *name;   /* "inline tcp" */
+    uint8_t wire_plane; /* TW_DP_INLINE, TW_DP_RDMA */
+    uint8_t xfer_flags; /* TENSOR_REQUEST/PUT flags to ask for it */
+    int (*get_start)(struct tw_client *c, struct tw__creq *r);
+    int (*get_data)(struct tw_client *c, struct tw__creq *r, uint64_t offset, uint32_t n, int more);
+    int (*put_start)(struct tw_client *c, struct tw__creq *r);
+    int (*on_message)(struct tw_client *c, struct tw__creq *r, const struct tw_msg *msg);
+};
+
+extern const struct tw__client_dp_ops tw__client_dp_inline;
+
+/* Where a listing or stats reply is accumulated (tw_list / tw_stats). */
+struct tw__collect {
+    uint8_t *names; /* all NUL-terminated names/keys, back to back */
+    size_t names_len, names_cap;
+    void *entries; /* struct tw_tensor_info[] or struct tw_stat_entry[] */
+    size_t count, cap;
+    size_t *name_off; /* offset of entry i's name in names */
+};
+
+struct tw__creq {
+    enum tw__op op;
+    uint64_t id;      /* 0 until sent */
+    const char *name; /* caller's, NUL-terminated; NULL for PING/STATS */
+    size_t name_len;
+    uint8_t *buf;                /* get: destination; put: source */
+    size_t len;                  /* get: capacity; put: bytes */
+    struct tw_tensor_desc *desc; /* put: input; get/stat: output (may be NULL) */
+    const struct tw__client_dp_ops *dp;
+    uint64_t expect;   /* get: byte_length announced */
+    uint64_t received; /* get: bytes so far; put: bytes queued */
+    uint32_t crc, crc_expected;
+    int check_crc;
+    int alloc; /* get: allocate buf (page-aligned) at TENSOR_INFO */
+    int started, finished;
+    int status;
+    uint8_t ping[TW_PING_PAYLOAD_LEN];
+    struct tw__collect *collect; /* LIST, STATS */
+    size_t index;                /* position in the run, for error reporting */
+    uint64_t t_start, t_end;     /* CLOCK_MONOTONIC ns: sent, finished */
+};
+
+/* One segment of the send queue: bytes in the send buffer (ptr NULL, at
+ * offset off) or caller memory (ptr). */
+struct tw__txseg {
+    const uint8_t *ptr;
+    size_t off;
+    size_t len;
+};
+
+struct tw_client {
+    int fd;
+    int broken;  /* connection gone: every call fails -ENOTCONN */
+    int closing; /* GOODBYE received: start nothing new */
+    struct tw_sm sm;
+    int request_timeout_ms;
+    uint32_t want_inflight;
+    int checksum; /* option and capability both on */
+    uint64_t next_id;
+
+    /* Receive buffer: bytes [rpos, rlen) are unread. rconsume is the size of
+     * the frame handed out by tw__client_conn_next, consumed on the next call. */
+    uint8_t *rbuf;
+    size_t rcap, rpos, rlen, rconsume;
+
+    /* Send queue: encoded frames in tbuf, described in order by segs. */
+    uint8_t *tbuf;
+    size_t tcap, tlen;
+    struct tw__txseg *segs;
+    size_t nsegs, segcap;
+
+    /* The run in progress (engine.c). Ids are handed out in send order from
+     * run_base; run_map[id - run_base] is the request's index in run, or
+     * TW__RUN_SYNC for a PING sent after a cancel. */
+    size_t *run_map;
+    struct tw__creq *run;
+    size_t run_n;
+    size_t run_active;   /* started and not finished, plus sync PINGs */
+    size_t sync_pending; /* PINGs sent after cancels, not yet answered */
+    uint64_t run_base;
+    size_t err_index; /* index of the lowest failed request in the run */
+
+    char errmsg[TW__CLIENT_ERRMSG_LEN];
+};
+
+/* --- conn.c ------------------------------------------------------------ */
+
+/* printf into c->errmsg (replaces it). */
+void tw__client_seterr(struct tw_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Opens a TCP connection to "HOST:PORT" within timeout_ms (<= 0: forever).
+ * Returns the connected, non-blocking, TCP_NODELAY socket or a negative code;
+ * detail in c->errmsg. */
+int tw__client_conn_open(struct tw_client *c, const char *addr, int timeout_ms, int sockbuf);
+
+/* Queues msg (validated by the codec and the state machine). For DATA with
+ * msg->u.data.bytes.ptr set, the bytes are sent from that memory without a
+ * copy and must stay valid until tw__client_conn_flush returns. */
+int tw__client_conn_queue(struct tw_client *c, const struct tw_msg *msg);
+/* Sends everything queued. */
+int tw__client_conn_flush(struct tw_client *c, int timeout_ms);
+
+/* Reads the next frame. Control frames: returns 1 and *msg views the receive
+ * buffer until the next call. DATA frames are given to on_data (engine.c) and
+ * the call returns 0. Returns a negative code on failure (connection-fatal:
+ * c->broken is set and c->errmsg says why). */
+int tw__client_conn_next(struct tw_client *c, struct tw_msg *msg, int timeout_ms);
+
+/* Receives exactly n bytes of the current DATA payload into dst (NULL:
+ * discard them). For the data planes. */
+int tw__client_conn_recv_payload(struct tw_client *c, uint8_t *dst, size_t n, int timeout_ms);
+
+/* Marks the connection dead after a fatal verdict: best-effort
+ * ERROR(wire_code, 0) when send_error, then shutdown. Returns err. */
+int tw__client_conn_fail(struct tw_client *c, int err, int send_error);
+
+/* --- auth.c ------------------------------------------------------------ */
+
+/* Reads a token file: contents with trailing whitespace stripped, 1..1024
+ * bytes. *out is malloc'd (caller frees, after wiping). */
+int tw__client_token_read_file(const char *path, char **out, size_t *out_len, char *err,
+                               size_t errcap);
+/* mac = HMAC-SHA256(token, label || a || b), a and b TW_AUTH_NONCE_LEN bytes. */
+int tw__client_auth_mac(const char *token, size_t token_len, const char *label, const uint8_t *a,
+                        const uint8_t *b, uint8_t mac[TW_AUTH_MAC_LEN]);
+
+/* --- engine.c ---------------------------------------------------------- */
+
+/* Runs reqs[0..n) to completion, keeping up to the negotiated max_inflight
+ * in flight. Every request gets a status. Returns 0 or a connection-level
+ * error (then every unfinished request has that status too). */
+int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n);
+/* Called by tw__client_conn_next for each DATA frame. */
+int tw__client_engine_on_data(struct tw_client *c, const struct tw_msg *msg);
+/* Ends request r with status (records the error message for the run). */
+void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int status, const char *msg,
+                              size_t msg_len);
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t tw__client_now_ns(void);
+/* Chooses the data plane for one transfer (inline only for now). */
+const struct tw__client_dp_ops *tw__client_pick_data_plane(struct tw_client *c,
+                                                           const struct tw__creq *r);
+
+#endif

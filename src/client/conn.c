@@ -1,0 +1,510 @@
+/*
+ * The client's side of one TCP connection: connect with a deadline, a send
+ * queue flushed with sendmsg (frames gathered, tensor bytes sent from the
+ * caller's memory), and a receive buffer that hands out whole control frames
+ * and gives DATA frames to the engine after their 8-byte prefix so the bytes
+ * can land straight in the destination.
+ *
+ * Every message goes through the codec (tw__msg_encode / decode) and the
+ * connection state machine (tw__sm_on_send / on_recv); a receive verdict that
+ * tw__sm_verdict_is_fatal() classifies as fatal kills the connection, the
+ * others cannot happen on the client (the server never opens requests).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "client/client_internal.h"
+
+void tw__client_seterr(struct tw_client *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->errmsg, sizeof(c->errmsg), fmt, ap);
+    va_end(ap);
+}
+
+/* Waits for events on the socket. Returns 0, TW_ETIMEDOUT or -errno. */
+static int wait_fd(struct tw_client *c, short events, int timeout_ms)
+{
+    struct pollfd p = {.fd = c->fd, .events = events};
+    for (;;) {
+        int n = poll(&p, 1, timeout_ms > 0 ? timeout_ms : -1);
+        if (n > 0)
+            return 0;
+        if (n == 0) {
+            tw__client_seterr(c, "no progress from the server within %d ms", timeout_ms);
+            return TW_ETIMEDOUT;
+        }
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+static int split_addr(const char *addr, char *host, size_t hostcap, char *port, size_t portcap)
+{
+    const char *colon;
+    const char *h = addr;
+    size_t hlen;
+    if (addr[0] == '[') {
+        const char *end = strchr(addr, ']');
+        if (!end || end[1] != ':')
+            return TW_EINVAL;
+        h = addr + 1;
+        hlen = (size_t)(end - h);
+        colon = end + 1;
+    } else {
+        colon = strrchr(addr, ':');
+        if (!colon)
+            return TW_EINVAL;
+        hlen = (size_t)(colon - addr);
+    }
+    if (hlen == 0 || hlen >= hostcap || strlen(colon + 1) == 0 || strlen(colon + 1) >= portcap)
+        return TW_EINVAL;
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    strcpy(port, colon + 1);
+    for (const char *p = port; *p; p++)
+        if (*p < '0' || *p > '9')
+            return TW_EINVAL;
+    return 0;
+}
+
+static int connect_one(struct tw_client *c, const struct addrinfo *ai, int timeout_ms, int sockbuf)
+{
+    int one = 1, err;
+    socklen_t elen = sizeof(err);
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    if (fd < 0)
+        return -errno;
+    /* Small control frames must not wait for Nagle. */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (sockbuf > 0) {
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sockbuf, sizeof(sockbuf));
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sockbuf, sizeof(sockbuf));
+    }
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+        return fd;
+    if (errno != EINPROGRESS) {
+        err = -errno;
+        goto out_close_fd;
+    }
+    c->fd = fd;
+    err = wait_fd(c, POLLOUT, timeout_ms);
+    c->fd = -1;
+    if (err)
+        goto out_close_fd;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) < 0) {
+        err = -errno;
+        goto out_close_fd;
+    }
+    if (err) {
+        err = -err;
+        goto out_close_fd;
+    }
+    return fd;
+
+out_close_fd:
+    close(fd);
+    return err;
+}
+
+int tw__client_conn_open(struct tw_client *c, const char *addr, int timeout_ms, int sockbuf)
+{
+    char host[256], port[16];
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res, *ai;
+    int rc, fd = TW_EINVAL;
+
+    if (!addr || split_addr(addr, host, sizeof(host), port, sizeof(port)) != 0) {
+        tw__client_seterr(c, "bad server address '%s': expected HOST:PORT", addr ? addr : "(null)");
+        return TW_EINVAL;
+    }
+    rc = getaddrinfo(host, port, &hints, &res);
+    if (rc != 0) {
+        tw__client_seterr(c, "cannot resolve '%s': %s", host, gai_strerror(rc));
+        return rc == EAI_SYSTEM ? -errno : -EHOSTUNREACH;
+    }
+    for (ai = res; ai; ai = ai->ai_next) {
+        fd = connect_one(c, ai, timeout_ms, sockbuf);
+        if (fd >= 0)
+            break;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        if (fd != TW_ETIMEDOUT)
+            tw__client_seterr(c, "cannot connect to %s: %s", addr, tw_strerror(fd));
+        else
+            tw__client_seterr(c, "cannot connect to %s within %d ms", addr, timeout_ms);
+        return fd;
+    }
+    /* From here the socket is blocking, and every call that must not block
+     * says MSG_DONTWAIT. Only the receive of a large DATA payload blocks in
+     * the kernel (MSG_WAITALL), bounded by SO_RCVTIMEO: one system call per
+     * frame instead of a poll + recv pair per socket-buffer's worth. */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    if (c->request_timeout_ms > 0) {
+        struct timeval tv = {.tv_sec = c->request_timeout_ms / 1000,
+                             .tv_usec = (c->request_timeout_ms % 1000) * 1000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    }
+    c->fd = fd;
+    return 0;
+}
+
+/* --- sending ------------------------------------------------------------ */
+
+static int tx_reserve(struct tw_client *c, size_t bytes)
+{
+    if (c->tlen + bytes > c->tcap) {
+        size_t cap = c->tcap ? c->tcap : 4096;
+        while (cap < c->tlen + bytes)
+            cap *= 2;
+        uint8_t *p = realloc(c->tbuf, cap);
+        if (!p)
+            return -ENOMEM;
+        c->tbuf = p;
+        c->tcap = cap;
+    }
+    if (c->nsegs + 2 > c->segcap) {
+        size_t cap = c->segcap ? c->segcap * 2 : 64;
+        struct tw__txseg *s = realloc(c->segs, cap * sizeof(*s));
+        if (!s)
+            return -ENOMEM;
+        c->segs = s;
+        c->segcap = cap;
+    }
+    return 0;
+}
+
+static void tx_add_seg(struct tw_client *c, const uint8_t *ptr, size_t off, size_t len)
+{
+    /* Adjacent pieces of the send buffer merge into one iovec. */
+    if (!ptr && c->nsegs > 0) {
+        struct tw__txseg *last = &c->segs[c->nsegs - 1];
+        if (!last->ptr && last->off + last->len == off) {
+            last->len += len;
+            return;
+        }
+    }
+    c->segs[c->nsegs++] = (struct tw__txseg){.ptr = ptr, .off = off, .len = len};
+}
+
+int tw__client_conn_queue(struct tw_client *c, const struct tw_msg *msg)
+{
+    struct tw_msg m = *msg;
+    const uint8_t *zc = NULL;
+    size_t zc_len = 0;
+    ssize_t n;
+    int rc;
+
+    if (c->broken)
+        return -ENOTCONN;
+    if (m.hdr.tag == TW_TAG_DATA && m.u.data.bytes.ptr) {
+        /* Zero copy: encode header + offset only, send the bytes in place. */
+        zc = m.u.data.bytes.ptr;
+        zc_len = m.u.data.bytes.len;
+        m.u.data.bytes.ptr = NULL;
+    }
+    n = tw__msg_encoded_len(&m);
+    if (n < 0) {
+        tw__client_seterr(c, "refusing to send an invalid %s: %s", tw__tag_name(m.hdr.tag),
+                          tw_strerror((int)n));
+        return (int)n;
+    }
+    rc = tw__sm_on_send(&c->sm, &m);
+    if (rc < 0) {
+        tw__client_seterr(c, "%s not allowed now: %s", tw__tag_name(m.hdr.tag), tw_strerror(rc));
+        return rc;
+    }
+    rc = tx_reserve(c, (size_t)n);
+    if (rc)
+        return rc;
+    n = tw__msg_encode(&m, c->tbuf + c->tlen, c->tcap - c->tlen);
+    if (n < 0)
+        return (int)n;
+    tx_add_seg(c, NULL, c->tlen, (size_t)n);
+    c->tlen += (size_t)n;
+    if (zc_len)
+        tx_add_seg(c, zc, 0, zc_len);
+    return 0;
+}
+
+int tw__client_conn_flush(struct tw_client *c, int timeout_ms)
+{
+    struct iovec iov[64];
+    size_t seg = 0, seg_off = 0;
+    int rc = 0;
+
+    while (seg < c->nsegs) {
+        int niov = 0;
+        for (size_t s = seg; s < c->nsegs && niov < 64; s++, niov++) {
+            const struct tw__txseg *t = &c->segs[s];
+            const uint8_t *base = t->ptr ? t->ptr : c->tbuf + t->off;
+            size_t skip = s == seg ? seg_off : 0;
+            iov[niov].iov_base = (void *)(base + skip);
+            iov[niov].iov_len = t->len - skip;
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+        ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                rc = wait_fd(c, POLLOUT, timeout_ms);
+                if (rc)
+                    goto out_fail;
+                continue;
+            }
+            rc = -errno;
+            tw__client_seterr(c, "send failed: %s", strerror(errno));
+            goto out_fail;
+        }
+        /* Advance over what was written (partial writes are normal). */
+        size_t left = (size_t)w;
+        while (left > 0) {
+            size_t avail = c->segs[seg].len - seg_off;
+            if (left < avail) {
+                seg_off += left;
+                left = 0;
+            } else {
+                left -= avail;
+                seg++;
+                seg_off = 0;
+            }
+        }
+    }
+    c->nsegs = 0;
+    c->tlen = 0;
+    return 0;
+
+out_fail:
+    c->nsegs = 0;
+    c->tlen = 0;
+    c->broken = 1;
+    return rc;
+}
+
+/* --- receiving ---------------------------------------------------------- */
+
+/* One recv into the free tail of the receive buffer. Returns bytes read,
+ * or a negative code (EOF is -ECONNRESET). */
+static int rx_fill_once(struct tw_client *c, int timeout_ms)
+{
+    for (;;) {
+        ssize_t r = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, MSG_DONTWAIT);
+        if (r > 0) {
+            c->rlen += (size_t)r;
+            return (int)r;
+        }
+        if (r == 0) {
+            tw__client_seterr(c, "the server closed the connection");
+            return -ECONNRESET;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            int e = -errno;
+            tw__client_seterr(c, "receive failed: %s", strerror(errno));
+            return e;
+        }
+        int rc = wait_fd(c, POLLIN, timeout_ms);
+        if (rc)
+            return rc;
+    }
+}
+
+/* Makes at least need bytes available at rbuf + rpos. */
+static int rx_need(struct tw_client *c, size_t need, int timeout_ms)
+{
+    if (c->rlen - c->rpos >= need)
+        return 0;
+    if (c->rpos > 0) {
+        memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+        c->rlen -= c->rpos;
+        c->rpos = 0;
+    }
+    if (need > c->rcap) {
+        size_t cap = c->rcap;
+        while (cap < need)
+            cap *= 2;
+        uint8_t *p = realloc(c->rbuf, cap);
+        if (!p)
+            return -ENOMEM;
+        c->rbuf = p;
+        c->rcap = cap;
+    }
+    while (c->rlen < need) {
+        int rc = rx_fill_once(c, timeout_ms);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int tw__client_conn_recv_payload(struct tw_client *c, uint8_t *dst, size_t n, int timeout_ms)
+{
+    /* First whatever is buffered already. */
+    size_t have = c->rlen - c->rpos;
+    size_t take = have < n ? have : n;
+    if (take) {
+        if (dst)
+            memcpy(dst, c->rbuf + c->rpos, take);
+        c->rpos += take;
+        n -= take;
+        if (dst)
+            dst += take;
+    }
+    if (n == 0)
+        return 0;
+    if (!dst || n < TW__CLIENT_DIRECT_RECV_MIN) {
+        /* Small remainder or discard: go through the buffer. */
+        while (n > 0) {
+            c->rpos = c->rlen = 0;
+            int rc = rx_fill_once(c, timeout_ms);
+            if (rc < 0)
+                return rc;
+            size_t got = c->rlen < n ? c->rlen : n;
+            if (dst) {
+                memcpy(dst, c->rbuf, got);
+                dst += got;
+            }
+            c->rpos = got;
+            n -= got;
+        }
+        return 0;
+    }
+    /* Large remainder: straight into the destination, no copy, waiting in
+     * the kernel for all of it (SO_RCVTIMEO bounds each wait). */
+    while (n > 0) {
+        ssize_t r = recv(c->fd, dst, n, MSG_WAITALL);
+        if (r > 0) {
+            dst += r;
+            n -= (size_t)r;
+            continue;
+        }
+        if (r == 0) {
+            tw__client_seterr(c, "the server closed the connection in the middle of DATA");
+            return -ECONNRESET;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            int e = -errno;
+            tw__client_seterr(c, "receive failed: %s", strerror(errno));
+            return e;
+        }
+        /* EAGAIN from a blocking socket: SO_RCVTIMEO passed without a byte. */
+        tw__client_seterr(c, "no progress from the server within %d ms", timeout_ms);
+        return TW_ETIMEDOUT;
+    }
+    return 0;
+}
+
+int tw__client_conn_fail(struct tw_client *c, int err, int send_error)
+{
+    if (c->broken)
+        return err;
+    if (send_error && c->fd >= 0) {
+        /* Best effort, straight to the socket: the queue may hold a partial
+         * frame of a failed flush. */
+        static const char text[] = "client: malformed or out-of-order message";
+        struct tw_msg m = {.hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_ERROR}};
+        uint8_t buf[TW_FRAME_HEADER_LEN + 8 + sizeof(text)];
+        m.u.error.code = TW_WIRE_PROTOCOL_ERROR;
+        m.u.error.message.ptr = (const uint8_t *)text;
+        m.u.error.message.len = sizeof(text) - 1;
+        ssize_t n = tw__msg_encode(&m, buf, sizeof(buf));
+        if (n > 0) {
+            ssize_t w = send(c->fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+            (void)w;
+        }
+    }
+    c->broken = 1;
+    if (c->fd >= 0)
+        shutdown(c->fd, SHUT_RDWR);
+    return err;
+}
+
+/* The server broke the protocol: say what, tell it (ERROR(PROTOCOL_ERROR,
+ * 0)) and close. tag 0 means the header itself was bad. */
+static int fatal_recv(struct tw_client *c, int verdict, uint32_t tag)
+{
+    tw__client_seterr(c, "server sent an invalid %s frame: %s (%s)", tag ? tw__tag_name(tag) : "",
+                      tw_strerror(verdict), tw_strerror_name(verdict));
+    return tw__client_conn_fail(c, verdict, 1);
+}
+
+int tw__client_conn_next(struct tw_client *c, struct tw_msg *msg, int timeout_ms)
+{
+    struct tw_frame_header hdr;
+    int rc;
+
+    if (c->broken)
+        return -ENOTCONN;
+    c->rpos += c->rconsume;
+    c->rconsume = 0;
+
+    rc = rx_need(c, TW_FRAME_HEADER_LEN, timeout_ms);
+    if (rc)
+        return tw__client_conn_fail(c, rc, 0);
+    rc = tw__frame_decode_header(c->rbuf + c->rpos, c->rlen - c->rpos, c->sm.max_frame, &hdr);
+    if (rc)
+        return fatal_recv(c, rc, 0);
+
+    if (hdr.tag == TW_TAG_DATA) {
+        rc = rx_need(c, TW_FRAME_HEADER_LEN + TW_DATA_PREFIX_LEN, timeout_ms);
+        if (rc)
+            return tw__client_conn_fail(c, rc, 0);
+        rc = tw__msg_decode_data_prefix(&hdr, c->rbuf + c->rpos + TW_FRAME_HEADER_LEN, msg);
+        if (rc)
+            return fatal_recv(c, rc, hdr.tag);
+        msg->hdr = hdr;
+        c->rpos += TW_FRAME_HEADER_LEN + TW_DATA_PREFIX_LEN;
+        rc = tw__sm_on_recv(&c->sm, msg);
+        if (rc < 0)
+            return fatal_recv(c, rc, hdr.tag);
+        if (rc == TW_SM_STALE)
+            rc = tw__client_conn_recv_payload(c, NULL, msg->u.data.bytes.len, timeout_ms);
+        else
+            rc = tw__client_engine_on_data(c, msg);
+        if (rc < 0)
+            return c->broken ? rc : tw__client_conn_fail(c, rc, rc <= -1100);
+        return 0;
+    }
+
+    /* Refuse from the header alone a control frame larger than its message
+     * can be, before buffering it. */
+    if (hdr.payload_len > tw__max_payload_len(hdr.tag))
+        return fatal_recv(c, TW_EFRAME_TOO_LARGE, hdr.tag);
+    rc = rx_need(c, TW_FRAME_HEADER_LEN + (size_t)hdr.payload_len, timeout_ms);
+    if (rc)
+        return tw__client_conn_fail(c, rc, 0);
+    ssize_t n = tw__msg_decode(c->rbuf + c->rpos, TW_FRAME_HEADER_LEN + (size_t)hdr.payload_len,
+                               c->sm.max_frame, msg);
+    if (n < 0)
+        return fatal_recv(c, (int)n, hdr.tag);
+    c->rconsume = (size_t)n;
+    rc = tw__sm_on_recv(&c->sm, msg);
+    if (rc < 0)
+        return fatal_recv(c, rc, hdr.tag);
+    if (rc == TW_SM_STALE)
+        return 0;
+    return 1;
+}

@@ -1,0 +1,597 @@
+/*
+ * The request engine: runs an array of requests on one connection, keeping up
+ * to the negotiated max_inflight of them open, and routes every reply to its
+ * request by id.
+ *
+ * Ids: a run of n requests reserves ids base..base+n-1 (request i gets
+ * base + i), so a reply finds its request by subtraction. Requests rejected
+ * locally before sending leave a gap; the protocol only requires ids to
+ * increase.
+ *
+ * Flushing: queued frames are sent before any read that could block, never
+ * later, so the server is never left waiting for bytes we hold (that would
+ * deadlock both sides). Frames already complete in the receive buffer are
+ * processed first, so one sendmsg carries the answers to many of them.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client/client_internal.h"
+
+uint64_t tw__client_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int status_from_wire(uint32_t code)
+{
+    if (code >= 1 && code < 100)
+        return TW_ERR_FROM_WIRE(code);
+    return TW_EINTERNAL;
+}
+
+void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int status, const char *msg,
+                              size_t msg_len)
+{
+    if (r->finished)
+        return;
+    r->finished = 1;
+    r->status = status;
+    if (r->started) {
+        r->t_end = tw__client_now_ns();
+        if (c->run_active > 0)
+            c->run_active--;
+    }
+    if (status < 0 && r->index < c->err_index) {
+        c->err_index = r->index;
+        if (msg)
+            snprintf(c->errmsg, sizeof(c->errmsg), "%.*s", (int)msg_len, msg);
+        else
+            snprintf(c->errmsg, sizeof(c->errmsg), "%s", tw_strerror(status));
+    }
+}
+
+static struct tw__creq *lookup(struct tw_client *c, uint64_t id)
+{
+    if (!c->run || id < c->run_base || id >= c->next_id)
+        return NULL;
+    size_t idx = c->run_map[id - c->run_base];
+    if (idx == TW__RUN_SYNC)
+        return NULL;
+    struct tw__creq *r = &c->run[idx];
+    return r->started ? r : NULL;
+}
+
+const struct tw__client_dp_ops *tw__client_pick_data_plane(struct tw_client *c,
+                                                           const struct tw__creq *r)
+{
+    /* One plane today. An RDMA plane is chosen here per transfer once the
+     * endpoint exchange succeeded and the buffer's memory kind allows it. */
+    (void)c;
+    (void)r;
+    return &tw__client_dp_inline;
+}
+
+static void desc_from_wire(const struct tw_descriptor *w, struct tw_tensor_desc *d)
+{
+    memset(d, 0, sizeof(*d));
+    d->dtype = w->dtype;
+    d->ndim = w->ndim;
+    for (unsigned i = 0; i < w->ndim && i < TW_TENSOR_MAX_NDIM; i++)
+        d->shape[i] = w->shape[i];
+    size_t tl = w->device_tag.len <= TW_TENSOR_MAX_DEVICE_TAG ? w->device_tag.len
+                                                              : TW_TENSOR_MAX_DEVICE_TAG;
+    memcpy(d->device_tag, w->device_tag.ptr, tl);
+    d->device_tag[tl] = '\0';
+    d->byte_length = w->byte_length;
+}
+
+/* Appends name (not NUL-terminated) plus a NUL to the collector. */
+static int collect_add(struct tw__collect *k, const uint8_t *name, size_t len, size_t entry_size,
+                       const void *entry)
+{
+    if (k->names_len + len + 1 > k->names_cap) {
+        size_t cap = k->names_cap ? k->names_cap : 1024;
+        while (cap < k->names_len + len + 1)
+            cap *= 2;
+        uint8_t *p = realloc(k->names, cap);
+        if (!p)
+            return -ENOMEM;
+        k->names = p;
+        k->names_cap = cap;
+    }
+    if (k->count == k->cap) {
+        size_t cap = k->cap ? k->cap * 2 : 64;
+        void *e = realloc(k->entries, cap * entry_size);
+        if (!e)
+            return -ENOMEM;
+        k->entries = e;
+        size_t *o = realloc(k->name_off, cap * sizeof(*o));
+        if (!o)
+            return -ENOMEM;
+        k->name_off = o;
+        k->cap = cap;
+    }
+    memcpy((uint8_t *)k->entries + k->count * entry_size, entry, entry_size);
+    k->name_off[k->count] = k->names_len;
+    memcpy(k->names + k->names_len, name, len);
+    k->names[k->names_len + len] = '\0';
+    k->names_len += len + 1;
+    k->count++;
+    return 0;
+}
+
+static int on_list_reply(struct tw_client *c, struct tw__creq *r, const struct tw_msg *msg)
+{
+    size_t cursor = 0;
+    struct tw_descriptor w;
+    int rc;
+    while ((rc = tw__list_next(msg, &cursor, &w)) == 1) {
+        struct tw_tensor_info info = {.name = NULL};
+        desc_from_wire(&w, &info.desc);
+        rc = collect_add(r->collect, w.name.ptr, w.name.len, sizeof(info), &info);
+        if (rc) {
+            tw__client_engine_finish(c, r, rc, "out of memory collecting the listing", 36);
+            return 0;
+        }
+    }
+    if (rc < 0)
+        return rc; /* malformed entries: fatal */
+    if (!(msg->hdr.flags & TW_FRAME_MORE))
+        tw__client_engine_finish(c, r, 0, NULL, 0);
+    return 0;
+}
+
+static int on_stats_reply(struct tw_client *c, struct tw__creq *r, const struct tw_msg *msg)
+{
+    size_t cursor = 0;
+    struct tw_bytes key;
+    uint64_t value;
+    int rc;
+    while ((rc = tw__stats_next(msg, &cursor, &key, &value)) == 1) {
+        struct tw_stat_entry e = {.key = NULL, .value = value};
+        if (collect_add(r->collect, key.ptr, key.len, sizeof(e), &e)) {
+            tw__client_engine_finish(c, r, -ENOMEM, "out of memory collecting stats", 30);
+            return 0;
+        }
+    }
+    if (rc < 0)
+        return rc;
+    tw__client_engine_finish(c, r, 0, NULL, 0);
+    return 0;
+}
+
+/*
+ * Sends ERROR(CANCELLED) for r, then a PING. The server handles its input in
+ * order, so by the time the PONG arrives it has stopped r and every DATA frame
+ * it had already sent for r came before the PONG: the reader discards them as
+ * stale, and the run ends only after the PONG. No bytes of a cancelled
+ * transfer are left on the connection for a later call (where they could
+ * stall a large send while the server waits for us to read).
+ * The PING takes r's in-flight slot, so the window is never exceeded.
+ */
+static int cancel_request(struct tw_client *c, struct tw__creq *r, const char *why)
+{
+    struct tw_msg m = {
+        .hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_ERROR, .request_id = r->id}};
+    struct tw_msg p = {.hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_PING}};
+    int rc;
+    m.u.error.code = TW_WIRE_CANCELLED;
+    m.u.error.message.ptr = (const uint8_t *)why;
+    m.u.error.message.len = (uint32_t)strlen(why);
+    rc = tw__client_conn_queue(c, &m);
+    if (rc)
+        return rc;
+    /* Ids are handed out in send order (the protocol wants them strictly
+     * increasing on the wire); the map marks this one as a sync marker. */
+    c->run_map[c->next_id - c->run_base] = TW__RUN_SYNC;
+    p.hdr.request_id = c->next_id++;
+    memcpy(p.u.ping.payload, &p.hdr.request_id, sizeof(p.u.ping.payload));
+    rc = tw__client_conn_queue(c, &p);
+    if (rc)
+        return rc;
+    c->sync_pending++;
+    c->run_active++;
+    return 0;
+}
+
+/* A reply to one of cancel_request's PINGs (PONG, or ERROR such as BUSY):
+ * either way the server has handled the cancel before it. */
+static int on_sync_reply(struct tw_client *c, const struct tw_msg *msg)
+{
+    if (msg->hdr.tag != TW_TAG_PONG && msg->hdr.tag != TW_TAG_ERROR)
+        return TW_EOUT_OF_ORDER;
+    if (c->sync_pending == 0)
+        return TW_EUNKNOWN_REQUEST;
+    c->sync_pending--;
+    c->run_active--;
+    return 0;
+}
+
+static int on_tensor_info(struct tw_client *c, struct tw__creq *r, const struct tw_msg *msg)
+{
+    const struct tw_descriptor *w = &msg->u.tensor_info.desc;
+    struct tw_tensor_desc d;
+    desc_from_wire(w, &d);
+    if (r->desc)
+        *r->desc = d;
+    if (r->op == TW__OP_STAT) {
+        if (msg->u.tensor_info.data_plane != TW_DP_NONE)
+            return TW_EBAD_FIELD;
+        tw__client_engine_finish(c, r, 0, NULL, 0);
+        return 0;
+    }
+    if (msg->u.tensor_info.data_plane != r->dp->wire_plane)
+        return TW_EBAD_FIELD;
+    r->expect = w->byte_length;
+    if (r->alloc && !r->buf) {
+        size_t want = w->byte_length ? (size_t)w->byte_length : 1;
+        void *p = NULL;
+        if ((uint64_t)(size_t)w->byte_length != w->byte_length ||
+            posix_memalign(&p, TW__CLIENT_PAGE, want) != 0) {
+            int rc = cancel_request(c, r, "client out of memory");
+            if (rc)
+                return rc;
+            tw__client_engine_finish(c, r, -ENOMEM, "cannot allocate the destination buffer", 38);
+            return 0;
+        }
+        r->buf = p;
+        r->len = (size_t)w->byte_length;
+    }
+    if (w->byte_length > r->len) {
+        char why[200];
+        int rc = cancel_request(c, r, "client buffer too small");
+        if (rc)
+            return rc;
+        int n = snprintf(why, sizeof(why), "tensor '%s' needs %llu bytes; the buffer holds %zu",
+                         r->name, (unsigned long long)w->byte_length, r->len);
+        tw__client_engine_finish(c, r, -ENOBUFS, why,
+                                 (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
+        return 0;
+    }
+    r->check_crc = c->checksum && (w->flags & TW_DESC_HAS_CRC32C);
+    r->crc_expected = w->crc32c;
+    r->crc = 0;
+    return r->dp->get_start(c, r);
+}
+
+/* Routes one control frame. Returns 0 or a connection-fatal code. */
+static int dispatch(struct tw_client *c, const struct tw_msg *msg)
+{
+    uint32_t tag = msg->hdr.tag;
+    uint64_t id = msg->hdr.request_id;
+    struct tw__creq *r;
+
+    if (id == 0) {
+        if (tag == TW_TAG_GOODBYE) {
+            c->closing = 1;
+            return 0;
+        }
+        if (tag == TW_TAG_ERROR) {
+            int st = status_from_wire(msg->u.error.code);
+            tw__client_seterr(c, "%.*s", (int)msg->u.error.message.len,
+                              (const char *)msg->u.error.message.ptr);
+            tw__client_conn_fail(c, st, 0);
+            return st;
+        }
+        return TW_EOUT_OF_ORDER;
+    }
+    if (id >= c->run_base && id < c->next_id && c->run_map[id - c->run_base] == TW__RUN_SYNC)
+        return on_sync_reply(c, msg);
+    r = lookup(c, id);
+    if (!r || r->finished)
+        return TW_EUNKNOWN_REQUEST;
+
+    switch (tag) {
+    case TW_TAG_ERROR:
+        tw__client_engine_finish(c, r, status_from_wire(msg->u.error.code),
+                                 (const char *)msg->u.error.message.ptr, msg->u.error.message.len);
+        return 0;
+    case TW_TAG_TENSOR_INFO:
+        if (r->op != TW__OP_GET && r->op != TW__OP_STAT)
+            return TW_EOUT_OF_ORDER;
+        return on_tensor_info(c, r, msg);
+    case TW_TAG_PUT_ACCEPT:
+        if (r->op != TW__OP_PUT)
+            return TW_EOUT_OF_ORDER;
+        if (msg->u.put_accept.data_plane != r->dp->wire_plane)
+            return TW_EBAD_FIELD;
+        return r->dp->put_start(c, r);
+    case TW_TAG_OK:
+        if (r->op != TW__OP_PUT && r->op != TW__OP_DELETE)
+            return TW_EOUT_OF_ORDER;
+        if (r->op == TW__OP_PUT && r->received != r->len)
+            return TW_EOUT_OF_ORDER; /* OK before all our bytes were queued */
+        tw__client_engine_finish(c, r, 0, NULL, 0);
+        return 0;
+    case TW_TAG_LIST_REPLY:
+        if (r->op != TW__OP_LIST)
+            return TW_EOUT_OF_ORDER;
+        return on_list_reply(c, r, msg);
+    case TW_TAG_STATS_REPLY:
+        if (r->op != TW__OP_STATS)
+            return TW_EOUT_OF_ORDER;
+        return on_stats_reply(c, r, msg);
+    case TW_TAG_PONG:
+        if (r->op != TW__OP_PING)
+            return TW_EOUT_OF_ORDER;
+        if (memcmp(msg->u.ping.payload, r->ping, TW_PING_PAYLOAD_LEN) != 0)
+            return TW_EBAD_FIELD;
+        tw__client_engine_finish(c, r, 0, NULL, 0);
+        return 0;
+    case TW_TAG_RDMA_REGISTER:
+    case TW_TAG_RDMA_READY:
+    case TW_TAG_RDMA_DONE:
+        if (!r->dp->on_message)
+            return TW_ENOT_NEGOTIATED;
+        return r->dp->on_message(c, r, msg);
+    default:
+        return TW_EOUT_OF_ORDER;
+    }
+}
+
+int tw__client_engine_on_data(struct tw_client *c, const struct tw_msg *msg)
+{
+    struct tw__creq *r = lookup(c, msg->hdr.request_id);
+    if (!r || r->finished || r->op != TW__OP_GET || !r->dp->get_data) {
+        tw__client_seterr(c, "server sent DATA for request %llu, which expects none",
+                          (unsigned long long)msg->hdr.request_id);
+        return TW_EOUT_OF_ORDER;
+    }
+    return r->dp->get_data(c, r, msg->u.data.offset, msg->u.data.bytes.len,
+                           (msg->hdr.flags & TW_FRAME_MORE) != 0);
+}
+
+static int name_msg(struct tw__creq *r, struct tw_bytes *b)
+{
+    if (!r->name)
+        return TW_EBAD_NAME;
+    r->name_len = strlen(r->name);
+    b->ptr = (const uint8_t *)r->name;
+    b->len = (uint32_t)r->name_len;
+    return tw__name_check(b->ptr, r->name_len);
+}
+
+/* Builds and queues the request-opening frame of r. A negative return before
+ * anything was queued is a local argument error (r is finished with it). */
+static int start_request(struct tw_client *c, struct tw__creq *r)
+{
+    struct tw_msg m = {.hdr = {.version = TW_PROTO_VERSION}};
+    int rc = 0;
+
+    if ((r->op == TW__OP_GET || r->op == TW__OP_PUT) && !r->buf && r->len && !r->alloc) {
+        tw__client_engine_finish(c, r, TW_EINVAL, "NULL buffer with a non-zero length", 34);
+        return TW_EINVAL;
+    }
+    if (r->op == TW__OP_PUT && !r->desc) {
+        tw__client_engine_finish(c, r, TW_EINVAL, "put without a descriptor", 24);
+        return TW_EINVAL;
+    }
+
+    switch (r->op) {
+    case TW__OP_GET:
+        m.hdr.tag = TW_TAG_TENSOR_REQUEST;
+        r->dp = tw__client_pick_data_plane(c, r);
+        m.u.tensor_request.flags = r->dp->xfer_flags;
+        rc = name_msg(r, &m.u.tensor_request.name);
+        break;
+    case TW__OP_PUT: {
+        struct tw_descriptor *w = &m.u.tensor_put.desc;
+        const struct tw_tensor_desc *d = r->desc;
+        const char *tag = d->device_tag[0] ? d->device_tag : "cpu";
+        m.hdr.tag = TW_TAG_TENSOR_PUT;
+        r->dp = tw__client_pick_data_plane(c, r);
+        m.u.tensor_put.flags = r->dp->xfer_flags;
+        rc = name_msg(r, &w->name);
+        if (rc)
+            break;
+        if (d->ndim > TW_TENSOR_MAX_NDIM) {
+            rc = TW_EBAD_SHAPE;
+            break;
+        }
+        w->dtype = d->dtype;
+        w->ndim = d->ndim;
+        memcpy(w->shape, d->shape, sizeof(uint64_t) * d->ndim);
+        w->device_tag.ptr = (const uint8_t *)tag;
+        w->device_tag.len = (uint32_t)strnlen(tag, TW_TENSOR_MAX_DEVICE_TAG + 1);
+        rc = tw__shape_bytes(d->dtype, d->ndim, d->shape, &w->byte_length);
+        if (rc)
+            break;
+        if (w->byte_length != r->len) {
+            char why[160];
+            int n = snprintf(why, sizeof(why),
+                             "put '%s': shape and dtype give %llu bytes but %zu were passed",
+                             r->name, (unsigned long long)w->byte_length, r->len);
+            tw__client_engine_finish(c, r, TW_EINVAL, why, (size_t)n);
+            return TW_EINVAL;
+        }
+        if (c->checksum) {
+            w->flags |= TW_DESC_HAS_CRC32C;
+            w->crc32c = tw__crc32c(0, r->buf, r->len);
+        }
+        rc = tw__descriptor_check(w);
+        break;
+    }
+    case TW__OP_STAT:
+    case TW__OP_DELETE:
+        m.hdr.tag = r->op == TW__OP_STAT ? TW_TAG_STAT : TW_TAG_DELETE;
+        rc = name_msg(r, &m.u.name.name);
+        break;
+    case TW__OP_LIST:
+        m.hdr.tag = TW_TAG_LIST;
+        m.u.list.prefix.ptr = (const uint8_t *)(r->name ? r->name : "");
+        m.u.list.prefix.len = (uint32_t)(r->name ? strlen(r->name) : 0);
+        if (m.u.list.prefix.len > TW_MAX_NAME_LEN ||
+            !tw__utf8_valid(m.u.list.prefix.ptr, m.u.list.prefix.len))
+            rc = TW_EBAD_NAME;
+        break;
+    case TW__OP_PING:
+        m.hdr.tag = TW_TAG_PING;
+        memcpy(m.u.ping.payload, r->ping, TW_PING_PAYLOAD_LEN);
+        break;
+    case TW__OP_STATS:
+        m.hdr.tag = TW_TAG_STATS;
+        break;
+    }
+    if (rc < 0) {
+        char why[160];
+        int n = snprintf(why, sizeof(why), "%s%s%s: %s", r->name ? "'" : "", r->name ? r->name : "",
+                         r->name ? "'" : "", tw_strerror(rc));
+        /* Local validation failures map to INVALID_ARGUMENT, like the
+         * server's answer to the same request would. */
+        tw__client_engine_finish(c, r, TW_EINVAL, why,
+                                 (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
+        return TW_EINVAL;
+    }
+    r->id = c->next_id;
+    m.hdr.request_id = r->id;
+    r->started = 1;
+    r->t_start = tw__client_now_ns();
+    rc = tw__client_conn_queue(c, &m);
+    if (rc) {
+        r->started = 0;
+        return rc;
+    }
+    c->run_map[c->next_id - c->run_base] = r->index;
+    c->next_id++;
+    return 0;
+}
+
+/* True when a whole frame (header and payload) is already buffered. */
+static int frame_buffered(const struct tw_client *c)
+{
+    size_t pos = c->rpos + c->rconsume;
+    size_t have = c->rlen - pos;
+    if (have < TW_FRAME_HEADER_LEN)
+        return 0;
+    const uint8_t *p = c->rbuf + pos;
+    uint32_t plen =
+        (uint32_t)p[12] | (uint32_t)p[13] << 8 | (uint32_t)p[14] << 16 | (uint32_t)p[15] << 24;
+    return have - TW_FRAME_HEADER_LEN >= plen;
+}
+
+static size_t count_unfinished(const struct tw__creq *reqs, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += !reqs[i].finished;
+    return k;
+}
+
+int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
+{
+    size_t next = 0, active = 0, window;
+    int rc = 0;
+
+    c->err_index = SIZE_MAX;
+    c->errmsg[0] = '\0';
+    if (c->broken) {
+        for (size_t i = 0; i < n; i++)
+            tw__client_engine_finish(c, &reqs[i], -ENOTCONN,
+                                     "the connection is closed (an earlier call failed)", 49);
+        return -ENOTCONN;
+    }
+    c->run = reqs;
+    c->run_n = n;
+    c->run_active = 0;
+    c->sync_pending = 0;
+    c->run_base = c->next_id;
+    /* At most one id per request plus one sync PING per cancelled request. */
+    c->run_map = malloc(2 * n * sizeof(*c->run_map));
+    if (!c->run_map) {
+        c->run = NULL;
+        for (size_t i = 0; i < n; i++)
+            tw__client_engine_finish(c, &reqs[i], -ENOMEM, "out of memory", 13);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        reqs[i].index = i;
+    window = c->sm.max_inflight < c->want_inflight ? c->sm.max_inflight : c->want_inflight;
+    if (window == 0)
+        window = 1;
+
+    for (;;) {
+        /* Open requests up to the window. */
+        while (next < n && active < window) {
+            struct tw__creq *r = &reqs[next++];
+            if (r->finished)
+                continue;
+            if (c->closing) {
+                tw__client_engine_finish(c, r, TW_ESHUTDOWN,
+                                         "the server is shutting down (GOODBYE)", 37);
+                continue;
+            }
+            rc = start_request(c, r);
+            if (rc == TW_EINVAL && r->finished)
+                continue;
+            if (rc)
+                goto out_fail;
+            c->run_active++;
+            active = c->run_active;
+        }
+        if (active == 0 && next >= n)
+            break;
+        if (!frame_buffered(c)) {
+            rc = tw__client_conn_flush(c, c->request_timeout_ms);
+            if (rc)
+                goto out_fail;
+        }
+        struct tw_msg msg;
+        rc = tw__client_conn_next(c, &msg, c->request_timeout_ms);
+        if (rc < 0)
+            goto out_fail;
+        if (rc == 1) {
+            rc = dispatch(c, &msg);
+            if (rc < 0) {
+                if (!c->broken) {
+                    tw__client_seterr(c, "server sent an unexpected %s for request %llu: %s",
+                                      tw__tag_name(msg.hdr.tag),
+                                      (unsigned long long)msg.hdr.request_id, tw_strerror_name(rc));
+                    tw__client_conn_fail(c, rc, 1);
+                }
+                goto out_fail;
+            }
+        }
+        active = c->run_active; /* tw__client_engine_finish counts down */
+    }
+    rc = tw__client_conn_flush(c, c->request_timeout_ms); /* pending cancels */
+    if (rc)
+        goto out_fail;
+    c->run = NULL;
+    free(c->run_map);
+    c->run_map = NULL;
+    return 0;
+
+out_fail:
+    /* Connection-level failure: every unfinished request shares it. The
+     * message explaining it is already in c->errmsg. A close after the
+     * server's GOODBYE is its shutdown, not a network fault. */
+    if (c->closing && rc == -ECONNRESET) {
+        rc = TW_ESHUTDOWN;
+        tw__client_seterr(c, "the server shut down (GOODBYE) before answering");
+    }
+    if (count_unfinished(reqs, n)) {
+        char keep[TW__CLIENT_ERRMSG_LEN];
+        memcpy(keep, c->errmsg, sizeof(keep));
+        for (size_t i = 0; i < n; i++)
+            if (!reqs[i].finished) {
+                reqs[i].finished = 1;
+                reqs[i].status = rc;
+            }
+        memcpy(c->errmsg, keep, sizeof(keep));
+        c->err_index = 0;
+    }
+    c->tlen = 0;
+    c->nsegs = 0;
+    tw__client_conn_fail(c, rc, 0);
+    c->run = NULL;
+    free(c->run_map);
+    c->run_map = NULL;
+    return rc;
+}

@@ -1,0 +1,435 @@
+/*
+ * libtensorwire against a real tensorwired: round trips for every dtype, 0-d
+ * and empty tensors, a large tensor (256 MiB; 1 GiB with TW_TEST_BIG=1),
+ * server errors surfaced with their messages, buffer-too-small recovery,
+ * batches with per-item status, checksums, auth and capacity.
+ */
+#include <stdint.h>
+
+#include <sys/socket.h>
+
+#include "client/client_internal.h" /* to look at the socket after a cancel */
+#include "tensorwire/tensorwire.h"
+#include "integration/server_fixture.h"
+#include "tw_test.h"
+
+static struct tw_test_server srv;
+
+static tw_client *connect_default(void)
+{
+    tw_client *c = NULL;
+    char err[256];
+    int rc = tw_client_connect_error(srv.addr, NULL, &c, err, sizeof(err));
+    if (rc)
+        TW_FAIL("connect %s: %s: %s", srv.addr, tw_strerror_name(rc), err);
+    return c;
+}
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        p[i] = (uint8_t)x;
+    }
+}
+
+static void test_every_dtype_round_trip(void)
+{
+    tw_client *c = connect_default();
+    for (int dt = 1; dt <= TW_DTYPE_COUNT; dt++) {
+        char name[64];
+        struct tw_tensor_desc d = {.dtype = (uint8_t)dt, .ndim = 3, .shape = {2, 3, 5}};
+        size_t len = 30 * tw_dtype_size(dt);
+        uint8_t src[30 * 8], dst[30 * 8 + 16];
+        struct tw_tensor_desc got, st;
+        snprintf(name, sizeof(name), "dtypes/%s", tw_dtype_name(dt));
+        fill(src, len, (uint32_t)dt);
+        TW_ASSERT_OK(tw_put(c, name, &d, src, len));
+        memset(dst, 0, sizeof(dst));
+        TW_ASSERT_OK(tw_get(c, name, dst, sizeof(dst), &got));
+        TW_ASSERT_MEM_EQ(dst, src, len);
+        TW_ASSERT_EQ(got.dtype, dt);
+        TW_ASSERT_EQ(got.ndim, 3);
+        TW_ASSERT_EQ_U64(got.shape[2], 5);
+        TW_ASSERT_EQ_U64(got.byte_length, len);
+        TW_ASSERT_STR_EQ(got.device_tag, "cpu");
+        TW_ASSERT_OK(tw_stat(c, name, &st));
+        TW_ASSERT_EQ(st.dtype, dt);
+        TW_ASSERT_EQ_U64(st.byte_length, len);
+    }
+    struct tw_tensor_info *list;
+    size_t n;
+    TW_ASSERT_OK(tw_list(c, "dtypes/", &list, &n));
+    TW_ASSERT_EQ(n, TW_DTYPE_COUNT);
+    for (size_t i = 1; i < n; i++)
+        TW_ASSERT(strcmp(list[i - 1].name, list[i].name) < 0); /* sorted */
+    TW_ASSERT(strncmp(list[0].name, "dtypes/", 7) == 0);
+    tw_list_free(list);
+    for (int dt = 1; dt <= TW_DTYPE_COUNT; dt++) {
+        char name[64];
+        snprintf(name, sizeof(name), "dtypes/%s", tw_dtype_name(dt));
+        TW_ASSERT_OK(tw_delete(c, name));
+    }
+    TW_ASSERT_OK(tw_list(c, "dtypes/", &list, &n));
+    TW_ASSERT_EQ(n, 0);
+    TW_ASSERT(list == NULL);
+    tw_close(c);
+}
+
+static void test_scalar_and_empty(void)
+{
+    tw_client *c = connect_default();
+    double pi = 3.14159265358979, back = 0;
+    struct tw_tensor_desc d = {.dtype = TW_F64, .ndim = 0}, got;
+    TW_ASSERT_OK(tw_put(c, "scalar/pi", &d, &pi, sizeof(pi)));
+    TW_ASSERT_OK(tw_get(c, "scalar/pi", &back, sizeof(back), &got));
+    TW_ASSERT(back == pi);
+    TW_ASSERT_EQ(got.ndim, 0);
+    TW_ASSERT_EQ_U64(got.byte_length, 8);
+
+    struct tw_tensor_desc e = {.dtype = TW_F32, .ndim = 3, .shape = {3, 0, 2}};
+    TW_ASSERT_OK(tw_put(c, "empty/a", &e, NULL, 0));
+    uint8_t one;
+    TW_ASSERT_OK(tw_get(c, "empty/a", &one, 0, &got));
+    TW_ASSERT_EQ_U64(got.byte_length, 0);
+    TW_ASSERT_EQ(got.ndim, 3);
+    TW_ASSERT_EQ_U64(got.shape[1], 0);
+    void *buf;
+    size_t len = 99;
+    TW_ASSERT_OK(tw_get_alloc(c, "empty/a", &buf, &len, &got));
+    TW_ASSERT(buf != NULL);
+    TW_ASSERT_EQ(len, 0);
+    tw_free(buf);
+    TW_ASSERT_OK(tw_delete(c, "empty/a"));
+    TW_ASSERT_OK(tw_delete(c, "scalar/pi"));
+    tw_close(c);
+}
+
+static void test_errors_surface(void)
+{
+    tw_client *c = connect_default();
+    uint8_t b[16];
+    struct tw_tensor_desc d;
+    TW_ASSERT_ERR(tw_get(c, "nope/w0", b, sizeof(b), &d), TW_ENOTFOUND);
+    const char *msg = tw_client_last_error_message(c);
+    TW_ASSERT(msg[0] != '\0');
+    fprintf(stderr, "  NOT_FOUND message: %s\n", msg);
+    TW_ASSERT_ERR(tw_stat(c, "nope/w0", &d), TW_ENOTFOUND);
+    TW_ASSERT_ERR(tw_delete(c, "nope/w0"), TW_ENOTFOUND);
+
+    /* Local validation: wrong length, bad name. The connection lives on. */
+    struct tw_tensor_desc f = {.dtype = TW_F32, .ndim = 1, .shape = {4}};
+    float v[4] = {1, 2, 3, 4};
+    TW_ASSERT_ERR(tw_put(c, "x", &f, v, 12), TW_EINVAL);
+    TW_ASSERT(strstr(tw_client_last_error_message(c), "16 bytes") != NULL);
+    TW_ASSERT_ERR(tw_put(c, "", &f, v, 16), TW_EINVAL);
+    TW_ASSERT_ERR(tw_put(c, "bad\xff", &f, v, 16), TW_EINVAL);
+    struct tw_tensor_desc bad = {.dtype = 99, .ndim = 1, .shape = {4}};
+    TW_ASSERT_ERR(tw_put(c, "x", &bad, v, 16), TW_EINVAL);
+
+    /* Buffer too small: -ENOBUFS with the needed size, then still usable. */
+    TW_ASSERT_OK(tw_put(c, "small/v", &f, v, 16));
+    float out[2];
+    TW_ASSERT_ERR(tw_get(c, "small/v", out, sizeof(out), &d), -ENOBUFS);
+    TW_ASSERT_EQ_U64(d.byte_length, 16);
+    uint64_t rtt;
+    TW_ASSERT_OK(tw_ping(c, &rtt));
+    float out4[4];
+    TW_ASSERT_OK(tw_get(c, "small/v", out4, sizeof(out4), &d));
+    TW_ASSERT_MEM_EQ(out4, v, 16);
+    TW_ASSERT_OK(tw_delete(c, "small/v"));
+    tw_close(c);
+}
+
+/* A get cancelled for a too-small buffer returns only once the server has
+ * acknowledged the cancel: none of the cancelled tensor's bytes remain on
+ * the connection, buffered or in the socket. */
+static void test_cancel_leaves_nothing_behind(void)
+{
+    struct tw_client_options o;
+    tw_client *c = NULL;
+    size_t n = 8u << 20;
+    uint8_t *buf = calloc(1, n), small[1024];
+    struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {n}}, got;
+    tw_client_options_init(&o);
+    o.max_frame = 64 * 1024;
+    TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &c));
+    TW_ASSERT_OK(tw_put(c, "cancel/t", &d, buf, n));
+    for (int i = 0; i < 3; i++) {
+        TW_ASSERT_ERR(tw_get(c, "cancel/t", small, sizeof(small), &got), -ENOBUFS);
+        TW_ASSERT_EQ_U64(got.byte_length, n);
+        TW_ASSERT_EQ(c->rlen - c->rpos - c->rconsume, 0);
+        uint8_t peek;
+        errno = 0;
+        TW_ASSERT_EQ(recv(c->fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT), -1);
+        TW_ASSERT(errno == EAGAIN || errno == EWOULDBLOCK);
+    }
+    /* A batch mixing cancels and successes. */
+    struct tw_batch_item items[6];
+    for (int i = 0; i < 6; i++) {
+        items[i] = (struct tw_batch_item){
+            .name = "cancel/t", .buf = i % 2 ? small : buf, .len = i % 2 ? sizeof(small) : n};
+    }
+    TW_ASSERT_ERR(tw_batch_get(c, items, 6), -ENOBUFS);
+    for (int i = 0; i < 6; i++)
+        TW_ASSERT_ERR(items[i].status, i % 2 ? -ENOBUFS : 0);
+    TW_ASSERT_EQ(c->rlen - c->rpos - c->rconsume, 0);
+    TW_ASSERT_OK(tw_delete(c, "cancel/t"));
+    free(buf);
+    tw_close(c);
+}
+
+static void test_large_tensor(void)
+{
+    const char *big = getenv("TW_TEST_BIG");
+    size_t n = big && strcmp(big, "1") == 0 ? (1ull << 30) : (256ull << 20);
+    tw_client *c = connect_default();
+    uint8_t *src = malloc(n), *dst = malloc(n);
+    TW_ASSERT(src && dst);
+    fill(src, n, 7);
+    memset(dst, 0, n);
+    struct tw_tensor_desc d = {.dtype = TW_F32, .ndim = 2, .shape = {n / 4096, 1024}}, got;
+    uint64_t t0 = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t0 = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    TW_ASSERT_OK(tw_put(c, "large/t", &d, src, n));
+    TW_ASSERT_OK(tw_get(c, "large/t", dst, n, &got));
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t t1 = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    TW_ASSERT_EQ_U64(got.byte_length, n);
+    TW_ASSERT(memcmp(src, dst, n) == 0);
+    fprintf(stderr, "  %zu MiB put+get in %.2f s\n", n >> 20, (double)(t1 - t0) / 1e9);
+    void *a;
+    size_t alen;
+    TW_ASSERT_OK(tw_get_alloc(c, "large/t", &a, &alen, NULL));
+    TW_ASSERT_EQ(alen, n);
+    TW_ASSERT_EQ((uintptr_t)a % 4096, 0);
+    TW_ASSERT(memcmp(a, src, n) == 0);
+    tw_free(a);
+    TW_ASSERT_OK(tw_delete(c, "large/t"));
+    free(src);
+    free(dst);
+    tw_close(c);
+}
+
+static void test_batch_statuses(void)
+{
+    enum { N = 200 };
+    tw_client *c = connect_default();
+    struct tw_batch_item *items = calloc(N, sizeof(*items));
+    uint8_t *src = malloc((size_t)N * 3000), *dst = calloc(N, 3000);
+    char(*names)[32] = calloc(N, 32);
+    TW_ASSERT(items && src && dst && names);
+    for (int i = 0; i < N; i++) {
+        size_t len = (size_t)(i * 13 % 3000);
+        snprintf(names[i], 32, "batch/%03d", i);
+        fill(src + (size_t)i * 3000, len, (uint32_t)i);
+        items[i] =
+            (struct tw_batch_item){.name = names[i], .buf = src + (size_t)i * 3000, .len = len};
+        items[i].desc.dtype = TW_U8;
+        items[i].desc.ndim = 1;
+        items[i].desc.shape[0] = len;
+    }
+    TW_ASSERT_OK(tw_batch_put(c, items, N));
+    for (int i = 0; i < N; i++) {
+        TW_ASSERT_EQ(items[i].status, 0);
+        items[i].buf = dst + (size_t)i * 3000;
+        items[i].len = 3000;
+    }
+    /* Every 10th get asks for a missing name; every 7th has too small a buffer. */
+    for (int i = 0; i < N; i += 10)
+        items[i].name = "batch/missing";
+    for (int i = 3; i < N; i += 7)
+        items[i].len = items[i].desc.shape[0] ? items[i].desc.shape[0] - 1 : 0;
+    int rc = tw_batch_get(c, items, N);
+    TW_ASSERT_ERR(rc, TW_ENOTFOUND); /* item 0 is the first failure */
+    for (int i = 0; i < N; i++) {
+        size_t len = (size_t)(i * 13 % 3000);
+        if (i % 10 == 0)
+            TW_ASSERT_ERR(items[i].status, TW_ENOTFOUND);
+        else if ((i - 3) % 7 == 0 && len > 0)
+            TW_ASSERT_ERR(items[i].status, -ENOBUFS);
+        else {
+            TW_ASSERT_ERR(items[i].status, 0);
+            TW_ASSERT_EQ_U64(items[i].desc.byte_length, len);
+            TW_ASSERT_MEM_EQ(dst + (size_t)i * 3000, src + (size_t)i * 3000, len);
+        }
+    }
+    struct tw_tensor_info *list;
+    size_t n;
+    TW_ASSERT_OK(tw_list(c, "batch/", &list, &n));
+    TW_ASSERT_EQ(n, N);
+    tw_list_free(list);
+    for (int i = 0; i < N; i++)
+        TW_ASSERT_OK(tw_delete(c, names[i]));
+    free(items);
+    free(src);
+    free(dst);
+    free(names);
+    tw_close(c);
+}
+
+static void test_checksum_and_stats(void)
+{
+    struct tw_client_options o;
+    tw_client *c = NULL;
+    tw_client_options_init(&o);
+    o.checksum = 1;
+    o.max_frame = 64 * 1024; /* many frames per tensor */
+    TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &c));
+    TW_ASSERT_EQ(tw_client_max_frame(c), 64 * 1024);
+    size_t n = 1u << 20;
+    uint8_t *src = malloc(n), *dst = malloc(n);
+    fill(src, n, 3);
+    struct tw_tensor_desc d = {.dtype = TW_BF16, .ndim = 1, .shape = {n / 2}};
+    TW_ASSERT_OK(tw_put(c, "crc/t", &d, src, n));
+    TW_ASSERT_OK(tw_get(c, "crc/t", dst, n, NULL));
+    TW_ASSERT_MEM_EQ(dst, src, n);
+    struct tw_stat_entry *st;
+    size_t k;
+    TW_ASSERT_OK(tw_stats(c, &st, &k));
+    TW_ASSERT(k > 0);
+    for (size_t i = 0; i < k; i++)
+        TW_ASSERT(st[i].key && st[i].key[0]);
+    tw_stats_free(st);
+    TW_ASSERT_OK(tw_delete(c, "crc/t"));
+    free(src);
+    free(dst);
+    tw_close(c);
+}
+
+/* A listing larger than max_frame arrives in several LIST_REPLY frames
+ * (flags.MORE); the library must join them. */
+static void test_list_spans_frames(void)
+{
+    enum { N = 150 };
+    struct tw_client_options o;
+    tw_client *c = NULL;
+    char name[1024];
+    uint8_t v = 1;
+    struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 0};
+    tw_client_options_init(&o);
+    o.max_frame = 64 * 1024;
+    TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &c));
+    memset(name, 'n', sizeof(name));
+    memcpy(name, "longlist/", 9);
+    name[900] = '\0';
+    for (int i = 0; i < N; i++) {
+        snprintf(name + 9, 8, "%04d", i);
+        name[13] = 'x'; /* keep the 900-byte length */
+        TW_ASSERT_OK(tw_put(c, name, &d, &v, 1));
+    }
+    struct tw_tensor_info *list;
+    size_t n;
+    TW_ASSERT_OK(tw_list(c, "longlist/", &list, &n));
+    TW_ASSERT_EQ(n, N); /* 150 x ~940 bytes: at least 3 frames of 64 KiB */
+    for (size_t i = 0; i < n; i++) {
+        TW_ASSERT_EQ(strlen(list[i].name), 900);
+        TW_ASSERT_EQ_U64(list[i].desc.byte_length, 1);
+        if (i)
+            TW_ASSERT(strcmp(list[i - 1].name, list[i].name) < 0);
+    }
+    for (size_t i = 0; i < n; i++)
+        TW_ASSERT_OK(tw_delete(c, list[i].name));
+    tw_list_free(list);
+    tw_close(c);
+}
+
+static void test_connect_refused_and_bad_addr(void)
+{
+    tw_client *c = (tw_client *)1;
+    char err[256];
+    TW_ASSERT_ERR(tw_client_connect_error("127.0.0.1", NULL, &c, err, sizeof(err)), TW_EINVAL);
+    TW_ASSERT(c == NULL);
+    TW_ASSERT(strstr(err, "HOST:PORT") != NULL);
+    /* Port 1 on loopback: nothing listens there in a test container. */
+    TW_ASSERT_ERR(tw_client_connect_error("127.0.0.1:1", NULL, &c, err, sizeof(err)),
+                  -ECONNREFUSED);
+}
+
+static void test_auth(void)
+{
+    char tokpath[256], wrongpath[256];
+    tw_test_write_file(tokpath, sizeof(tokpath), "s3cret-token\n");
+    tw_test_write_file(wrongpath, sizeof(wrongpath), "not-the-token");
+    const char *extra[] = {"--token-file", tokpath, NULL};
+    struct tw_test_server a;
+    struct tw_client_options o;
+    tw_client *c = NULL;
+    char err[512];
+    tw_test_server_start(&a, extra);
+
+    tw_client_options_init(&o);
+    TW_ASSERT_ERR(tw_client_connect_error(a.addr, &o, &c, err, sizeof(err)), TW_EUNAUTHORIZED);
+    fprintf(stderr, "  no token: %s\n", err);
+    TW_ASSERT(strstr(err, "token") != NULL);
+    o.token_file = wrongpath;
+    TW_ASSERT_ERR(tw_client_connect_error(a.addr, &o, &c, err, sizeof(err)), TW_EUNAUTHORIZED);
+    fprintf(stderr, "  wrong token: %s\n", err);
+    o.token_file = tokpath;
+    TW_ASSERT_OK(tw_client_connect_error(a.addr, &o, &c, err, sizeof(err)));
+    uint8_t v = 42, back = 0;
+    struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 0};
+    TW_ASSERT_OK(tw_put(c, "auth/v", &d, &v, 1));
+    TW_ASSERT_OK(tw_get(c, "auth/v", &back, 1, NULL));
+    TW_ASSERT_EQ(back, 42);
+    tw_close(c);
+    o.token_file = NULL;
+    o.token = "s3cret-token";
+    TW_ASSERT_OK(tw_client_connect(a.addr, &o, &c));
+    tw_close(c);
+    tw_test_server_stop(&a);
+
+    /* A token given to a server that does not authenticate is refused. */
+    o.token = NULL;
+    o.token_file = tokpath;
+    TW_ASSERT_ERR(tw_client_connect_error(srv.addr, &o, &c, err, sizeof(err)), TW_EUNAUTHORIZED);
+    o.token_file = "/nonexistent/token";
+    TW_ASSERT_ERR(tw_client_connect_error(srv.addr, &o, &c, err, sizeof(err)), -ENOENT);
+    unlink(tokpath);
+    unlink(wrongpath);
+}
+
+static void test_capacity(void)
+{
+    const char *extra[] = {"--capacity", "1Mi", NULL};
+    struct tw_test_server s;
+    tw_client *c = NULL;
+    tw_test_server_start(&s, extra);
+    TW_ASSERT_OK(tw_client_connect(s.addr, NULL, &c));
+    size_t n = 2u << 20;
+    uint8_t *buf = calloc(1, n);
+    struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {n}};
+    TW_ASSERT_ERR(tw_put(c, "cap/big", &d, buf, n), TW_ECAPACITY);
+    fprintf(stderr, "  capacity: %s\n", tw_client_last_error_message(c));
+    TW_ASSERT(tw_client_last_error_message(c)[0] != '\0');
+    d.shape[0] = 512u << 10;
+    TW_ASSERT_OK(tw_put(c, "cap/fits", &d, buf, 512u << 10));
+    TW_ASSERT_ERR(tw_stat(c, "cap/big", NULL), TW_ENOTFOUND);
+    free(buf);
+    tw_close(c);
+    tw_test_server_stop(&s);
+}
+
+int main(void)
+{
+    tw_test_server_start(&srv, NULL);
+    fprintf(stderr, "server at %s\n", srv.addr);
+    TW_RUN(test_every_dtype_round_trip);
+    TW_RUN(test_scalar_and_empty);
+    TW_RUN(test_errors_surface);
+    TW_RUN(test_batch_statuses);
+    TW_RUN(test_checksum_and_stats);
+    TW_RUN(test_cancel_leaves_nothing_behind);
+    TW_RUN(test_large_tensor);
+    TW_RUN(test_list_spans_frames);
+    TW_RUN(test_connect_refused_and_bad_addr);
+    TW_RUN(test_auth);
+    TW_RUN(test_capacity);
+    tw_test_server_stop(&srv);
+    TW_DONE();
+}

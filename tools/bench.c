@@ -1,0 +1,260 @@
+/*
+ * `tensorwire bench`: count gets or puts of size bytes kept inflight deep on
+ * one connection (tw_batch_get / tw_batch_put), then the same bytes through a
+ * raw loopback socket loop with the same depth (tools/raw_loop.c), printed
+ * side by side with their ratio.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/npy.h"
+#include "tools/cli.h"
+
+#define BENCH_BUFFER_BUDGET (1ull << 30) /* client buffers kept at once */
+
+static const char usage_bench[] =
+    "usage: tensorwire bench [--op get|put] [--size SIZE] [--count N] [--inflight N]\n"
+    "                        [--warmup N] [--rounds R] [--sockbuf SIZE] [--json]\n"
+    "  Moves COUNT tensors of SIZE bytes (default 4Ki; K/M/G = 1000^n, Ki/Mi/Gi =\n"
+    "  1024^n) with INFLIGHT requests outstanding on one connection (default 16),\n"
+    "  after WARMUP untimed ones, then the same through a raw TCP loopback\n"
+    "  request/response loop, and prints throughput, p50/p99 latency and the ratio.\n"
+    "  R rounds (default 3) alternate the two; throughput is the median round,\n"
+    "  latency percentiles are over all requests.\n"
+    "  Default COUNT: as many as make 1 GiB (at least 8, at most 100000).\n"
+    "  Client buffers are capped at 1 GiB: beyond that, in-flight requests share\n"
+    "  buffers (contents are not verified here; the integration tests do that).\n"
+    "  --json prints one JSON object. The tensors bench/<pid>/* are removed after.\n";
+
+struct result {
+    double bytes_per_s, ops_per_s, p50_us, p99_us;
+};
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* rates: requests/s of each round (sorted here); lat: all samples (sorted). */
+static void summarize(uint64_t *lat, uint64_t n, uint64_t size, double *rates, uint64_t rounds,
+                      struct result *r)
+{
+    qsort(lat, n, sizeof(*lat), cmp_u64);
+    qsort(rates, rounds, sizeof(*rates), cmp_double);
+    r->ops_per_s = rounds % 2 ? rates[rounds / 2] : (rates[rounds / 2 - 1] + rates[rounds / 2]) / 2;
+    r->bytes_per_s = r->ops_per_s * (double)size;
+    r->p50_us = (double)lat[n / 2] / 1e3;
+    uint64_t i99 = (n * 99) / 100;
+    r->p99_us = (double)lat[i99 < n ? i99 : n - 1] / 1e3;
+}
+
+static int parse_count(const char *s, uint64_t *v, uint64_t max)
+{
+    return s && (tw__cli_parse_size(s, v) != 0 || *v == 0 || *v > max);
+}
+
+int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
+{
+    const char *o_op = "get", *o_size = "4Ki", *o_count = NULL, *o_inflight = "16", *o_json = NULL,
+               *o_warmup = NULL, *o_sockbuf = NULL, *o_rounds = "3";
+    uint64_t size = 0, count = 0, inflight = 0, warmup = 0, sockbuf = 0, nbuf, elapsed = 0,
+             raw_elapsed = 0;
+    struct tw_batch_item *items = NULL;
+    uint8_t **bufs = NULL;
+    uint64_t *lat = NULL, *raw_lat = NULL, rounds = 0;
+    double *tw_rate = NULL, *raw_rate = NULL;
+    struct result tw_res, raw_res;
+    struct tw_cli cli2 = *cli;
+    char name_prefix[64];
+    char(*names)[80] = NULL;
+    int op_put, rc, ret = TW_CLI_FAILED;
+    tw_client *c = NULL;
+
+    for (int i = 1; i < argc; i++) {
+        const char **slot = NULL;
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+            return fputs(usage_bench, stdout), TW_CLI_OK;
+        if (strcmp(a, "--json") == 0) {
+            o_json = "1";
+            continue;
+        }
+        if (strcmp(a, "--op") == 0)
+            slot = &o_op;
+        else if (strcmp(a, "--size") == 0)
+            slot = &o_size;
+        else if (strcmp(a, "--count") == 0)
+            slot = &o_count;
+        else if (strcmp(a, "--inflight") == 0)
+            slot = &o_inflight;
+        else if (strcmp(a, "--warmup") == 0)
+            slot = &o_warmup;
+        else if (strcmp(a, "--sockbuf") == 0)
+            slot = &o_sockbuf;
+        else if (strcmp(a, "--rounds") == 0)
+            slot = &o_rounds;
+        if (!slot || i + 1 >= argc) {
+            fprintf(stderr, "tensorwire bench: bad argument '%s'\n", a);
+            fputs(usage_bench, stderr);
+            return TW_CLI_USAGE;
+        }
+        *slot = argv[++i];
+    }
+    op_put = strcmp(o_op, "put") == 0;
+    if ((!op_put && strcmp(o_op, "get") != 0) || tw__cli_parse_size(o_size, &size) ||
+        size > (64ull << 30) || parse_count(o_count, &count, 100000000) ||
+        parse_count(o_inflight, &inflight, 65536) || parse_count(o_rounds, &rounds, 100) ||
+        (o_warmup && tw__cli_parse_size(o_warmup, &warmup)) ||
+        (o_sockbuf && (tw__cli_parse_size(o_sockbuf, &sockbuf) || sockbuf > (1u << 30)))) {
+        fprintf(stderr,
+                "tensorwire bench: bad --op, --size, --count, --inflight, --warmup or --sockbuf\n");
+        fputs(usage_bench, stderr);
+        return TW_CLI_USAGE;
+    }
+    if (!o_count) {
+        count = size ? (1ull << 30) / size : 100000;
+        count = count < 8 ? 8 : count > 100000 ? 100000 : count;
+    }
+    if (!o_warmup)
+        warmup = inflight < count ? inflight : count;
+    nbuf = BENCH_BUFFER_BUDGET / (size ? size : 1);
+    nbuf = nbuf < 1 ? 1 : nbuf;
+    nbuf = nbuf < inflight ? nbuf : inflight;
+    nbuf = nbuf < count ? nbuf : count;
+
+    cli2.opts.max_inflight = (uint32_t)inflight;
+    cli2.opts.socket_buffer_bytes = (int)sockbuf;
+    c = tw_cli_connect(&cli2);
+    if (!c)
+        return TW_CLI_FAILED;
+    if (tw_client_max_inflight(c) < inflight)
+        fprintf(stderr, "tensorwire bench: note: the server allows %u in flight, not %llu\n",
+                tw_client_max_inflight(c), (unsigned long long)inflight);
+
+    bufs = calloc(nbuf, sizeof(*bufs));
+    names = calloc(nbuf, sizeof(*names));
+    uint64_t nitems = count > warmup ? count : warmup;
+    items = calloc(nitems, sizeof(*items));
+    lat = calloc(count * rounds, sizeof(*lat));
+    raw_lat = calloc(count * rounds, sizeof(*raw_lat));
+    tw_rate = calloc(rounds, sizeof(*tw_rate));
+    raw_rate = calloc(rounds, sizeof(*raw_rate));
+    if (!bufs || !names || !items || !lat || !raw_lat || !tw_rate || !raw_rate) {
+        fprintf(stderr, "tensorwire bench: out of memory\n");
+        goto out_free;
+    }
+    snprintf(name_prefix, sizeof(name_prefix), "bench/%d", (int)getpid());
+    for (uint64_t i = 0; i < nbuf; i++) {
+        if (posix_memalign((void **)&bufs[i], 4096, size ? size : 1) != 0) {
+            bufs[i] = NULL;
+            fprintf(stderr, "tensorwire bench: cannot allocate %llu bytes\n",
+                    (unsigned long long)size);
+            goto out_free;
+        }
+        memset(bufs[i], (int)(i * 37 + 1), size);
+        snprintf(names[i], sizeof(names[i]), "%s/%llu", name_prefix, (unsigned long long)i);
+    }
+
+    struct tw_tensor_desc desc = {.dtype = TW_U8, .ndim = 1, .shape = {size}};
+    if (!op_put) {
+        /* Gets read tensors that exist: store one per buffer first. */
+        for (uint64_t i = 0; i < nbuf; i++) {
+            rc = tw_put(c, names[i], &desc, bufs[i], size);
+            if (rc) {
+                ret = tw_cli_fail(c, rc, "bench: put %s", names[i]);
+                goto out_cleanup;
+            }
+        }
+    }
+    for (uint64_t i = 0; i < nitems; i++) {
+        items[i].name = names[i % nbuf];
+        items[i].desc = desc;
+        items[i].buf = bufs[i % nbuf];
+        items[i].len = size;
+    }
+    if (warmup) {
+        rc = op_put ? tw_batch_put(c, items, warmup) : tw_batch_get(c, items, warmup);
+        if (rc) {
+            ret = tw_cli_fail(c, rc, "bench: warmup %s", o_op);
+            goto out_cleanup;
+        }
+    }
+    /* Rounds alternate ours and the baseline so drift in machine load hits
+     * both alike; throughput is the median over rounds, latency percentiles
+     * are over all samples. */
+    for (uint64_t round = 0; round < rounds; round++) {
+        uint64_t t0 = tw_cli_now_ns();
+        rc = op_put ? tw_batch_put(c, items, count) : tw_batch_get(c, items, count);
+        elapsed = tw_cli_now_ns() - t0;
+        if (rc) {
+            ret = tw_cli_fail(c, rc, "bench: %s", o_op);
+            goto out_cleanup;
+        }
+        for (uint64_t i = 0; i < count; i++)
+            lat[round * count + i] = items[i].latency_ns;
+        tw_rate[round] = (double)count / ((double)elapsed / 1e9);
+
+        rc = tw_raw_loop(op_put, size, count, (uint32_t)inflight, (int)sockbuf,
+                         raw_lat + round * count, &raw_elapsed);
+        if (rc) {
+            fprintf(stderr, "tensorwire bench: raw socket loop failed: %s\n", strerror(-rc));
+            goto out_cleanup;
+        }
+        raw_rate[round] = (double)count / ((double)raw_elapsed / 1e9);
+    }
+    summarize(lat, count * rounds, size, tw_rate, rounds, &tw_res);
+    summarize(raw_lat, count * rounds, size, raw_rate, rounds, &raw_res);
+
+    double ratio = raw_res.ops_per_s > 0 ? tw_res.ops_per_s / raw_res.ops_per_s : 0;
+    if (o_json) {
+        printf("{\"op\":\"%s\",\"size\":%llu,\"count\":%llu,\"inflight\":%llu,"
+               "\"bytes_per_s\":%.0f,\"baseline_bytes_per_s\":%.0f,\"ratio\":%.4f,"
+               "\"ops_per_s\":%.1f,\"baseline_ops_per_s\":%.1f,"
+               "\"p50_us\":%.1f,\"p99_us\":%.1f,\"baseline_p50_us\":%.1f,\"baseline_p99_us\":%.1f,"
+               "\"rounds\":%llu,\"max_frame\":%u,\"data_plane\":\"inline tcp\"}\n",
+               o_op, (unsigned long long)size, (unsigned long long)count,
+               (unsigned long long)inflight, tw_res.bytes_per_s, raw_res.bytes_per_s, ratio,
+               tw_res.ops_per_s, raw_res.ops_per_s, tw_res.p50_us, tw_res.p99_us, raw_res.p50_us,
+               raw_res.p99_us, (unsigned long long)rounds, tw_client_max_frame(c));
+    } else {
+        printf("bench %s: size %llu B, count %llu x %llu rounds, in flight %llu, data plane: "
+               "inline tcp\n",
+               o_op, (unsigned long long)size, (unsigned long long)count,
+               (unsigned long long)rounds, (unsigned long long)inflight);
+        printf("%-16s %16s %16s %8s\n", "", "tensorwire", "raw socket", "ratio");
+        printf("%-16s %16.1f %16.1f %8.3f\n", "MiB/s", tw_res.bytes_per_s / 1048576.0,
+               raw_res.bytes_per_s / 1048576.0, ratio);
+        printf("%-16s %16.0f %16.0f %8.3f\n", "ops/s", tw_res.ops_per_s, raw_res.ops_per_s,
+               raw_res.ops_per_s > 0 ? tw_res.ops_per_s / raw_res.ops_per_s : 0);
+        printf("%-16s %16.1f %16.1f\n", "p50 latency us", tw_res.p50_us, raw_res.p50_us);
+        printf("%-16s %16.1f %16.1f\n", "p99 latency us", tw_res.p99_us, raw_res.p99_us);
+    }
+    ret = TW_CLI_OK;
+
+out_cleanup:
+    for (uint64_t i = 0; i < nbuf && names; i++)
+        if (names[i][0])
+            tw_delete(c, names[i]); /* best effort; NOT_FOUND is fine */
+out_free:
+    for (uint64_t i = 0; bufs && i < nbuf; i++)
+        free(bufs[i]);
+    free(bufs);
+    free(names);
+    free(items);
+    free(lat);
+    free(raw_lat);
+    free(tw_rate);
+    free(raw_rate);
+    tw_close(c);
+    return ret;
+}
