@@ -95,8 +95,9 @@ TW_EXTERN int tw_tensor_desc_bytes(const struct tw_tensor_desc *desc, uint64_t *
  * only (nothing is kept). */
 struct tw_client_options {
     const char *token;       /* shared secret (1..1024 bytes), or NULL */
-    const char *token_file;  /* read when token is NULL; trailing whitespace
-                                and newlines are stripped */
+    const char *token_file;  /* read when token is NULL; the token is the
+                                content without trailing space, tab, CR, LF
+                                (docs/protocol.md §6.3) */
     int connect_timeout_ms;  /* TCP connect + handshake; default 10000 */
     int request_timeout_ms;  /* longest wait without any progress (no byte
                                 sent or received) inside one call; default
@@ -125,8 +126,9 @@ typedef struct tw_client tw_client;
  * tw_close). On failure *out is set to NULL and nothing needs releasing; when
  * the failure came from the server (e.g. TW_EUNAUTHORIZED) and you want its
  * message, use tw_client_connect_error instead.
- * Errors: TW_EINVAL (bad addr/options, unreadable or empty token file),
- * -ECONNREFUSED and other -errno, TW_ETIMEDOUT, TW_EUNAUTHORIZED (server needs
+ * Errors: TW_EINVAL (bad addr/options, a token or token file content that is
+ * empty or longer than 1024 bytes), -errno when the token file cannot be
+ * opened or read (e.g. -ENOENT), -ECONNREFUSED and other -errno, TW_ETIMEDOUT, TW_EUNAUTHORIZED (server needs
  * a token and none was given, the server rejected it, the server's proof was
  * wrong, or a token was given but the server does not authenticate), TW_EBUSY
  * (server full), TW_EPROTO and TW_E* verdicts for a misbehaving server.

@@ -10,10 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-#include <openssl/rand.h>
-
 #include "client/client_internal.h"
+#include "common/token.h"
+#include "proto/auth.h"
 #include "tensorwire/version.h"
 
 /* The public dtype codes are the wire codes. */
@@ -23,9 +22,6 @@ _Static_assert((int)TW_F64 == (int)TW_DTYPE_F64 && (int)TW_BOOL == (int)TW_DTYPE
                "public dtype codes must equal the wire codes");
 _Static_assert(TW_TENSOR_MAX_NDIM == TW_MAX_NDIM, "ndim limits differ");
 _Static_assert(TW_TENSOR_MAX_NAME == TW_MAX_NAME_LEN, "name limits differ");
-
-#define LABEL_CLIENT "tensorwire-v1 client"
-#define LABEL_SERVER "tensorwire-v1 server"
 
 /* --- dtypes ------------------------------------------------------------- */
 
@@ -125,8 +121,9 @@ static int handshake_next(struct tw_client *c, struct tw_msg *msg, uint32_t want
     return 0;
 }
 
-static int handshake(struct tw_client *c, const struct tw_client_options *o, const char *token,
-                     size_t token_len)
+/* token->len == 0: no token was given. */
+static int handshake(struct tw_client *c, const struct tw_client_options *o,
+                     const struct tw_token *token)
 {
     char agent[80];
     struct tw_msg m = {.hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_HELLO}};
@@ -157,7 +154,7 @@ static int handshake(struct tw_client *c, const struct tw_client_options *o, con
         return tw__client_conn_fail(c, TW_ENOT_NEGOTIATED, 0);
     }
     if (in.u.hello_ack.auth_method == TW_AUTH_NONE) {
-        if (token) {
+        if (token->len) {
             /* A token means the caller wants to know it talks to the right
              * server; a server that does not authenticate cannot prove it. */
             tw__client_seterr(c, "a token was given but the server does not authenticate; "
@@ -170,21 +167,21 @@ static int handshake(struct tw_client *c, const struct tw_client_options *o, con
         tw__client_seterr(c, "unknown auth method %u", in.u.hello_ack.auth_method);
         return tw__client_conn_fail(c, TW_EBAD_FIELD, 1);
     }
-    if (!token) {
+    if (!token->len) {
         tw__client_seterr(c, "the server requires a token (token / token_file, CLI --token-file)");
         return tw__client_conn_fail(c, TW_EUNAUTHORIZED, 0);
     }
     memcpy(server_nonce, in.u.hello_ack.server_nonce, TW_AUTH_NONCE_LEN);
-    if (RAND_bytes(client_nonce, TW_AUTH_NONCE_LEN) != 1) {
-        tw__client_seterr(c, "RAND_bytes failed");
+    if (tw__auth_nonce(client_nonce) < 0) {
+        tw__client_seterr(c, "cannot generate a nonce (OpenSSL RAND_bytes failed)");
         return tw__client_conn_fail(c, TW_EINTERNAL, 0);
     }
     memset(&m, 0, sizeof(m));
     m.hdr.version = TW_PROTO_VERSION;
     m.hdr.tag = TW_TAG_AUTH;
     memcpy(m.u.auth.client_nonce, client_nonce, TW_AUTH_NONCE_LEN);
-    rc = tw__client_auth_mac(token, token_len, LABEL_CLIENT, server_nonce, client_nonce,
-                             m.u.auth.mac);
+    rc = tw__auth_mac(token->bytes, token->len, TW_AUTH_PROOF_CLIENT, server_nonce, client_nonce,
+                      m.u.auth.mac);
     if (rc)
         return tw__client_conn_fail(c, rc, 0);
     rc = tw__client_conn_queue(c, &m);
@@ -195,10 +192,11 @@ static int handshake(struct tw_client *c, const struct tw_client_options *o, con
     rc = handshake_next(c, &in, TW_TAG_AUTH_OK, timeout);
     if (rc)
         return rc;
-    rc = tw__client_auth_mac(token, token_len, LABEL_SERVER, client_nonce, server_nonce, mac);
+    rc = tw__auth_mac(token->bytes, token->len, TW_AUTH_PROOF_SERVER, server_nonce, client_nonce,
+                      mac);
     if (rc)
         return tw__client_conn_fail(c, rc, 0);
-    if (CRYPTO_memcmp(mac, in.u.auth_ok.mac, TW_AUTH_MAC_LEN) != 0) {
+    if (!tw__auth_mac_equal(mac, in.u.auth_ok.mac)) {
         tw__client_seterr(c, "the server's AUTH_OK proof is wrong: it does not hold our token");
         return tw__client_conn_fail(c, TW_EUNAUTHORIZED, 0);
     }
@@ -210,10 +208,10 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
 {
     struct tw_client_options o;
     struct tw_client *c;
-    char *token = NULL;
-    size_t token_len = 0;
+    struct tw_token token; /* on the stack, wiped on every way out */
     int rc;
 
+    tw__token_clear(&token);
     if (errbuf && cap)
         errbuf[0] = '\0';
     if (!out)
@@ -246,20 +244,11 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
         goto out_free_client;
     }
     if (o.token) {
-        token_len = strlen(o.token);
-        if (token_len == 0 || token_len > 1024) {
-            tw__client_seterr(c, "token must be 1..1024 bytes");
-            rc = TW_EINVAL;
+        rc = tw__token_set(&token, o.token, strlen(o.token), c->errmsg, sizeof(c->errmsg));
+        if (rc)
             goto out_free_client;
-        }
-        token = strdup(o.token);
-        if (!token) {
-            rc = -ENOMEM;
-            goto out_free_client;
-        }
     } else if (o.token_file) {
-        rc = tw__client_token_read_file(o.token_file, &token, &token_len, c->errmsg,
-                                        sizeof(c->errmsg));
+        rc = tw__token_load_file(&token, o.token_file, c->errmsg, sizeof(c->errmsg));
         if (rc)
             goto out_free_client;
     }
@@ -269,22 +258,16 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
     rc = tw__client_conn_open(c, addr, o.connect_timeout_ms, o.socket_buffer_bytes);
     if (rc)
         goto out_free_token;
-    rc = handshake(c, &o, token, token_len);
+    rc = handshake(c, &o, &token);
     if (rc)
         goto out_free_token;
-    if (token) {
-        OPENSSL_cleanse(token, token_len);
-        free(token);
-    }
+    tw__token_clear(&token);
     c->errmsg[0] = '\0';
     *out = c;
     return 0;
 
 out_free_token:
-    if (token) {
-        OPENSSL_cleanse(token, token_len);
-        free(token);
-    }
+    tw__token_clear(&token);
 out_free_client:
     if (errbuf && cap)
         snprintf(errbuf, cap, "%s", c->errmsg[0] ? c->errmsg : tw_strerror(rc));

@@ -176,16 +176,6 @@ int tw__client_conn_recv_payload(struct tw_client *c, uint8_t *dst, size_t n, in
  * ERROR(wire_code, 0) when send_error, then shutdown. Returns err. */
 int tw__client_conn_fail(struct tw_client *c, int err, int send_error);
 
-/* --- auth.c ------------------------------------------------------------ */
-
-/* Reads a token file: contents with trailing whitespace stripped, 1..1024
- * bytes. *out is malloc'd (caller frees, after wiping). */
-int tw__client_token_read_file(const char *path, char **out, size_t *out_len, char *err,
-                               size_t errcap);
-/* mac = HMAC-SHA256(token, label || a || b), a and b TW_AUTH_NONCE_LEN bytes. */
-int tw__client_auth_mac(const char *token, size_t token_len, const char *label, const uint8_t *a,
-                        const uint8_t *b, uint8_t mac[TW_AUTH_MAC_LEN]);
-
 /* --- engine.c ---------------------------------------------------------- */
 
 /* Runs reqs[0..n) to completion, keeping up to the negotiated max_inflight

@@ -88,7 +88,8 @@ static void handle_auth(struct tw_srv_conn *c, const struct tw_msg *m)
 {
     struct tw_srv *srv = c->srv;
     uint8_t want[TW_AUTH_MAC_LEN];
-    if (tw__auth_mac(&srv->token, 1, c->server_nonce, m->u.auth.client_nonce, want) < 0) {
+    if (tw__auth_mac(srv->token.bytes, srv->token.len, TW_AUTH_PROOF_CLIENT, c->server_nonce,
+                     m->u.auth.client_nonce, want) < 0) {
         tw__conn_fail(c, TW_WIRE_INTERNAL, "HMAC computation failed");
         return;
     }
@@ -102,8 +103,8 @@ static void handle_auth(struct tw_srv_conn *c, const struct tw_msg *m)
     struct tw_msg r;
     memset(&r, 0, sizeof(r));
     r.hdr.tag = TW_TAG_AUTH_OK;
-    if (tw__auth_mac(&srv->token, 0, c->server_nonce, m->u.auth.client_nonce, r.u.auth_ok.mac) <
-        0) {
+    if (tw__auth_mac(srv->token.bytes, srv->token.len, TW_AUTH_PROOF_SERVER, c->server_nonce,
+                     m->u.auth.client_nonce, r.u.auth_ok.mac) < 0) {
         tw__conn_fail(c, TW_WIRE_INTERNAL, "HMAC computation failed");
         return;
     }

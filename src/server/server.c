@@ -97,7 +97,7 @@ int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errb
     srv->cfg = *cfg;
     srv->lfd = -1;
     if (cfg->token_file[0]) {
-        rc = tw__auth_load_token(&srv->token, cfg->token_file, errbuf, errlen);
+        rc = tw__token_load_file(&srv->token, cfg->token_file, errbuf, errlen);
         if (rc < 0)
             return rc;
     }
@@ -165,7 +165,7 @@ out_destroy_store:
 out_destroy_loop:
     tw__loop_destroy(&srv->loop);
 out_clear_token:
-    tw__auth_clear_token(&srv->token);
+    tw__token_clear(&srv->token);
     return rc;
 }
 
@@ -241,5 +241,5 @@ void tw__srv_destroy(struct tw_srv *srv)
     free(srv->scratch);
     srv->scratch = NULL;
     tw__loop_destroy(&srv->loop);
-    tw__auth_clear_token(&srv->token);
+    tw__token_clear(&srv->token);
 }

@@ -15,11 +15,12 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "common/token.h"
 #include "net/addr.h"
 #include "net/loop.h"
+#include "proto/auth.h"
 #include "proto/proto.h"
 #include "proto/sm.h"
-#include "server/auth.h"
 #include "server/config.h"
 #include "server/store.h"
 #include "server/xfer.h"
@@ -126,7 +127,7 @@ struct tw_srv {
     struct tw_srv_config cfg;
     struct tw_loop loop;
     struct tw_store store;
-    struct tw_auth_token token;
+    struct tw_token token;
     int lfd;
     struct tw_io listen_io;
     struct tw_timer accept_retry;

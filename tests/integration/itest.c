@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "net/sock.h"
-#include "server/auth.h"
+#include "proto/auth.h"
 #include "tw_test.h"
 
 #define IO_TIMEOUT_S 20
@@ -293,19 +293,18 @@ int itc_handshake_caps(struct itc *c, const char *token, uint64_t caps)
     if (m.u.hello_ack.auth_method == TW_AUTH_NONE)
         return 0;
     TW_ASSERT_EQ(m.u.hello_ack.auth_method, TW_AUTH_HMAC_SHA256);
-    struct tw_auth_token tok;
-    memset(&tok, 0, sizeof(tok));
-    if (token) {
-        tok.len = strlen(token);
-        memcpy(tok.bytes, token, tok.len);
-    }
+    /* No token: AUTH carries an all-zero MAC, which the server must reject. */
+    const uint8_t *key = (const uint8_t *)(token ? token : "");
+    size_t key_len = token ? strlen(token) : 0;
     uint8_t snonce[TW_AUTH_NONCE_LEN];
     memcpy(snonce, m.u.hello_ack.server_nonce, sizeof(snonce));
     struct tw_msg a;
     memset(&a, 0, sizeof(a));
     a.hdr.tag = TW_TAG_AUTH;
     TW_ASSERT_OK(tw__auth_nonce(a.u.auth.client_nonce));
-    TW_ASSERT_OK(tw__auth_mac(&tok, 1, snonce, a.u.auth.client_nonce, a.u.auth.mac));
+    if (key_len)
+        TW_ASSERT_OK(tw__auth_mac(key, key_len, TW_AUTH_PROOF_CLIENT, snonce, a.u.auth.client_nonce,
+                                  a.u.auth.mac));
     itc_send(c, &a);
     rc = itc_recv(c, &m);
     if (rc < 0)
@@ -314,7 +313,8 @@ int itc_handshake_caps(struct itc *c, const char *token, uint64_t caps)
         return (int)m.u.error.code;
     TW_ASSERT_EQ(m.hdr.tag, TW_TAG_AUTH_OK);
     uint8_t want[TW_AUTH_MAC_LEN];
-    TW_ASSERT_OK(tw__auth_mac(&tok, 0, snonce, a.u.auth.client_nonce, want));
+    TW_ASSERT_OK(
+        tw__auth_mac(key, key_len, TW_AUTH_PROOF_SERVER, snonce, a.u.auth.client_nonce, want));
     TW_ASSERT_MEM_EQ(m.u.auth_ok.mac, want, TW_AUTH_MAC_LEN);
     return 0;
 }
