@@ -1,0 +1,8 @@
+# RDMA data plane (src/fabric/): integration tests over real libfabric
+# providers, one executable per provider (each skips with 77 when its
+# provider cannot be opened here), and the benchmark.
+foreach(prov tcp shm)
+  tw_add_test(test_fabric_rma_${prov} ${CMAKE_SOURCE_DIR}/tests/integration/test_fabric_rma.c
+              TIMEOUT 120 LABELS fabric integration tsan)
+  target_compile_definitions(test_fabric_rma_${prov} PRIVATE TW_TEST_PROVIDER="${prov}")
+endforeach()

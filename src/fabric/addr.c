@@ -1,0 +1,230 @@
+/*
+ * Address exchange (RDMA_ENDPOINT): host id, our addresses in preference
+ * order, choosing a peer's offered entry, and peers in the address vectors.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fabric/fabric_int.h"
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int tw__fabric_host_id_from(const char *path, uint8_t out[TW_HOST_ID_LEN])
+{
+    char buf[64];
+    size_t got = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    while (got < sizeof(buf) - 1) {
+        ssize_t n = read(fd, buf + got, sizeof(buf) - 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int e = -errno;
+            close(fd);
+            return e;
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    /* 8-4-4-4-12 hex digits; dashes only at those places. */
+    unsigned nib = 0;
+    for (size_t i = 0; i < got && nib < 2 * TW_HOST_ID_LEN; i++) {
+        if (buf[i] == '-' && (nib == 8 || nib == 12 || nib == 16 || nib == 20))
+            continue;
+        int v = hexval(buf[i]);
+        if (v < 0)
+            return TW_EBAD_FIELD;
+        if (nib % 2 == 0)
+            out[nib / 2] = (uint8_t)(v << 4);
+        else
+            out[nib / 2] |= (uint8_t)v;
+        nib++;
+    }
+    return nib == 2 * TW_HOST_ID_LEN ? 0 : TW_EBAD_FIELD;
+}
+
+int tw__fabric_host_id(uint8_t out[TW_HOST_ID_LEN])
+{
+    return tw__fabric_host_id_from("/proc/sys/kernel/random/boot_id", out);
+}
+
+unsigned tw__fabric_local_addrs(const struct tw_fabric *fab, const struct tw_fabric_addr **addrs)
+{
+    /* fab->addrs is filled once when the rails open, in preference order. */
+    *addrs = fab->addrs;
+    return fab->nrails;
+}
+
+void tw__fabric_addr_view(const struct tw_fabric_addr *a, struct tw_fabric_entry *v)
+{
+    v->provider.ptr = (const uint8_t *)a->provider;
+    v->provider.len = (uint32_t)strlen(a->provider);
+    v->addr_format = a->addr_format;
+    v->addr.ptr = a->addr;
+    v->addr.len = a->addr_len;
+}
+
+static struct tw_fabric_rail *rail_by_name(struct tw_fabric *fab, const uint8_t *name, size_t len)
+{
+    for (unsigned i = 0; i < fab->nrails; i++) {
+        const char *p = fab->rails[i].addr.provider;
+        if (strlen(p) == len && memcmp(p, name, len) == 0)
+            return &fab->rails[i];
+    }
+    return NULL;
+}
+
+static int insert_locked(struct tw_fabric_rail *r, uint32_t addr_format, const void *addr,
+                         size_t addr_len, struct tw_fabric_peer **out)
+{
+    struct tw_fabric *fab = r->fab;
+    if (addr_format != r->addr.addr_format)
+        return tw__fabric_fail(fab, TW_ENOFABRIC, "%s: address format %u, expected %u",
+                               r->addr.provider, addr_format, r->addr.addr_format);
+    if (addr_len == 0 || addr_len > TW_MAX_FABRIC_ADDR_LEN)
+        return tw__fabric_fail(fab, TW_ENOFABRIC, "%s: address length %zu", r->addr.provider,
+                               addr_len);
+    struct tw_fabric_peer *p = calloc(1, sizeof(*p));
+    if (!p)
+        return tw__fabric_fail(fab, -ENOMEM, "out of memory");
+    memcpy(p->addr, addr, addr_len);
+    p->addr_len = addr_len;
+    p->addr_format = addr_format;
+    p->rail = r;
+    p->refs = 1;
+    int ret = fi_av_insert(r->av, p->addr, 1, &p->fi_addr, 0, NULL);
+    if (ret != 1) {
+        free(p);
+        ret = ret < 0 ? ret : -EADDRNOTAVAIL;
+        return tw__fabric_fail(fab, ret, "%s: fi_av_insert: %s", r->addr.provider,
+                               fi_strerror(-ret));
+    }
+    link_add_tail(&fab->peers, &p->node);
+    *out = p;
+    return 0;
+}
+
+int tw__fabric_peer_insert(struct tw_fabric *fab, const char *provider, uint32_t addr_format,
+                           const void *addr, size_t addr_len, struct tw_fabric_peer **peer)
+{
+    pthread_mutex_lock(&fab->lock);
+    struct tw_fabric_rail *r = rail_by_name(fab, (const uint8_t *)provider, strlen(provider));
+    int ret = r ? insert_locked(r, addr_format, addr, addr_len, peer)
+                : tw__fabric_fail(fab, TW_ENOFABRIC, "no rail for provider \"%s\" (%s)",
+                                  provider, fab->describe);
+    pthread_mutex_unlock(&fab->lock);
+    return ret;
+}
+
+int tw__fabric_accept_offer(struct tw_fabric *fab, const uint8_t peer_host_id[TW_HOST_ID_LEN],
+                            const struct tw_fabric_entry *entries, unsigned count,
+                            struct tw_fabric_peer **peer, const struct tw_fabric_addr **ours,
+                            char *reason, size_t reasonlen)
+{
+    char why[TW_MAX_REASON_LEN + 1] = "";
+    size_t used = 0;
+    int ret = TW_ENOFABRIC;
+    pthread_mutex_lock(&fab->lock);
+    for (unsigned i = 0; i < count && i < TW_FABRIC_MAX_RAILS; i++) {
+        const struct tw_fabric_entry *e = &entries[i];
+        struct tw_fabric_rail *r = rail_by_name(fab, e->provider.ptr, e->provider.len);
+        const char *skip = NULL;
+        if (!r)
+            skip = "not offered here";
+        else if (r->is_shm && memcmp(peer_host_id, fab->host_id, TW_HOST_ID_LEN) != 0)
+            skip = "other host";
+        else if (e->addr_format != r->addr.addr_format)
+            skip = "address format";
+        else if ((ret = insert_locked(r, e->addr_format, e->addr.ptr, e->addr.len, peer)) != 0)
+            skip = "fi_av_insert failed";
+        else {
+            *ours = &r->addr;
+            pthread_mutex_unlock(&fab->lock);
+            if (reason && reasonlen)
+                reason[0] = '\0';
+            return 0;
+        }
+        int n = snprintf(why + used, sizeof(why) - used, "%s%.*s: %s", used ? "; " : "",
+                         (int)(e->provider.len > 32 ? 32 : e->provider.len),
+                         (const char *)e->provider.ptr, skip);
+        if (n > 0 && (size_t)n < sizeof(why) - used)
+            used += (size_t)n;
+        ret = TW_ENOFABRIC;
+    }
+    if (count == 0)
+        snprintf(why, sizeof(why), "no entries offered");
+    pthread_mutex_unlock(&fab->lock);
+    if (reason && reasonlen)
+        snprintf(reason, reasonlen < sizeof(why) ? reasonlen : sizeof(why), "%s", why);
+    tw__fabric_fail(fab, ret, "no offered data plane usable: %s", why);
+    return ret;
+}
+
+const char *tw__fabric_peer_provider(const struct tw_fabric_peer *peer)
+{
+    return peer->rail->addr.provider;
+}
+
+void tw__fabric_peer_put_locked(struct tw_fabric_peer *p)
+{
+    if (--p->refs)
+        return;
+    fi_av_remove(p->rail->av, &p->fi_addr, 1, 0);
+    link_del(&p->node);
+    free(p);
+}
+
+int tw__fabric_peer_reset_locked(struct tw_fabric_peer *p)
+{
+    /* Removing the address tears down the provider's connection to it
+     * (tcp;ofi_rxm), which flushes operations the peer never answered.
+     * Re-inserting gives later transfers a fresh connection. */
+    struct tw_fabric_rail *r = p->rail;
+    r->fab->st.peer_resets++;
+    fi_av_remove(r->av, &p->fi_addr, 1, 0);
+    int ret = fi_av_insert(r->av, p->addr, 1, &p->fi_addr, 0, NULL);
+    if (ret != 1) {
+        p->fi_addr = FI_ADDR_NOTAVAIL;
+        return ret < 0 ? ret : -EADDRNOTAVAIL;
+    }
+    return 0;
+}
+
+void tw__fabric_peer_remove(struct tw_fabric_peer *peer)
+{
+    if (!peer)
+        return;
+    struct tw_fabric *fab = peer->rail->fab;
+    pthread_mutex_lock(&fab->lock);
+    peer->removed = 1;
+    tw__fabric_xfer_fail_peer_locked(fab, peer, -ECONNABORTED, "peer removed");
+    tw__fabric_peer_put_locked(peer);
+    pthread_mutex_unlock(&fab->lock);
+    tw__fabric_mover_wake(fab);
+}
+
+void tw__fabric_peers_close_locked(struct tw_fabric *fab)
+{
+    while (!link_empty(&fab->peers)) {
+        struct tw_fabric_peer *p = TW_CONTAINER_OF(fab->peers.next, struct tw_fabric_peer, node);
+        p->refs = 1;
+        tw__fabric_peer_put_locked(p);
+    }
+}
