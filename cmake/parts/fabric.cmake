@@ -5,4 +5,12 @@ foreach(prov tcp shm)
   tw_add_test(test_fabric_rma_${prov} ${CMAKE_SOURCE_DIR}/tests/integration/test_fabric_rma.c
               TIMEOUT 120 LABELS fabric integration tsan)
   target_compile_definitions(test_fabric_rma_${prov} PRIVATE TW_TEST_PROVIDER="${prov}")
+  tw_add_test(test_fabric_fork_${prov} ${CMAKE_SOURCE_DIR}/tests/integration/test_fabric_fork.c
+              TIMEOUT 120 LABELS fabric integration)
+  target_compile_definitions(test_fabric_fork_${prov} PRIVATE TW_TEST_PROVIDER="${prov}")
 endforeach()
+
+# Benchmark (not a test): raw libfabric loop vs the engine.
+add_executable(bench_fabric ${CMAKE_SOURCE_DIR}/bench/bench_fabric.c)
+target_link_libraries(bench_fabric PRIVATE tw_core)
+set_target_properties(bench_fabric PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)

@@ -148,6 +148,8 @@ int tw__fabric_accept_offer(struct tw_fabric *fab, const uint8_t peer_host_id[TW
         const char *skip = NULL;
         if (!r)
             skip = "not offered here";
+        else if (r->is_shm && r->stuck_ops)
+            skip = "endpoint blocked by an unanswered operation";
         else if (r->is_shm && memcmp(peer_host_id, fab->host_id, TW_HOST_ID_LEN) != 0)
             skip = "other host";
         else if (e->addr_format != r->addr.addr_format)

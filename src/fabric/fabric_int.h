@@ -66,6 +66,11 @@ struct tw_fabric_rail {
     uint64_t next_key;    /* next requested key when !FI_MR_PROV_KEY; never reused */
     size_t max_msg;       /* ep_attr->max_msg_size */
     int is_shm;
+    /* Operations of finished (abandoned) transfers the provider still
+     * holds. shm (libfabric 1.17) answers RMA in order, so while one of
+     * these is unanswered every later operation on this endpoint waits
+     * behind it: for good if its peer died. */
+    unsigned stuck_ops;
     struct tw_fabric_addr addr;
 };
 
