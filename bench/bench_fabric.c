@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fabric/fabric.h"
 
@@ -202,6 +203,19 @@ static double engine_rep(struct engine *e, int write, size_t size, struct tw_fab
     return (double)(tw__fabric_now_ns() - t0) / iters;
 }
 
+static double engine_rep_once(struct engine *e, int write, size_t size, struct tw_fabric_rkey rk)
+{
+    struct tw_fabric_xfer_desc d = {.op = write ? TW_FABRIC_PUSH : TW_FABRIC_PULL,
+                                    .peer = e->peer, .local = e->mr, .remote = rk,
+                                    .length = size,
+                                    .deadline_ns = tw__fabric_now_ns() + 60ull * 1000000000ull};
+    struct tw_fabric_completion c;
+    uint64_t t0 = tw__fabric_now_ns();
+    if (tw__fabric_xfer_run(e->plane, &d, &c))
+        DIE("engine transfer: %s", c.msg);
+    return (double)(tw__fabric_now_ns() - t0);
+}
+
 static double raw_rep(struct raw *r, int write, void *buf, size_t size, struct tw_fabric_rkey rk)
 {
     int iters = iters_for(size);
@@ -317,6 +331,17 @@ int main(int argc, char **argv)
             printf("%-8s %14.2f %14.3f %14.2f %14.3f %8.2f\n", ss, mr / 1000, (double)sizes[i] / mr,
                    me / 1000, (double)sizes[i] / me, mr / me);
         }
+        /* First operation after the target went idle: its mover has
+         * stopped spinning and sleeps in poll() on the CQ wait fd, so this
+         * is the wake-up cost a request pays after a quiet period. */
+        double vi[101];
+        for (int k = 0; k < reps; k++) {
+            struct timespec ts = {0, 50 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            vi[k] = engine_rep_once(&e, write, 4096, rk);
+        }
+        printf("4 KiB after 50 ms idle (target mover asleep): %.2f us median\n",
+               median(vi, reps) / 1000);
         raw_close(&r);
         engine_close(&e);
     }

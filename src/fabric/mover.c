@@ -4,14 +4,21 @@
  *
  * Loop: while there is work (a transfer, a parked op, or a remotely
  * accessible registration whose peer needs our target-side progress) poll
- * every rail's CQ; after SPIN_POLLS empty polls block in poll() on the
- * rails' CQ wait fds (after fi_trywait() said that is safe) and on wake_fd,
- * with a short timeout so deadlines are checked. A rail without a wait fd
- * makes the loop sleep BACKOFF_NS instead. Without work the thread sleeps on
- * wake_fd only, costing nothing.
+ * every rail's CQ; after SPIN_POLLS empty polls sleep in ppoll() on wake_fd
+ * and the rails' CQ wait fds (once fi_trywait() said that is safe), then
+ * poll again. Without work the thread sleeps on wake_fd only.
+ *
+ * Sleep bounds: on tcp;ofi_rxm the CQ wait fd fires for a peer's incoming
+ * RMA request too (checked by hand: readable within the same millisecond,
+ * not readable without traffic), so the sleep may be long: 1 ms while our
+ * own transfers run (deadline granularity), 20 ms otherwise. shm offers no
+ * wait fd (FI_WAIT_FD is refused; rail.c falls back to FI_WAIT_NONE), so
+ * with such a rail the sleep is a NAP_NS nap: target-side latency stays in
+ * tens of microseconds at ~20k wake-ups per second while registrations are
+ * exposed (during RDMA requests and TW_FABRIC_LINGER after).
  *
  * Lock: fab->lock is held while calling into libfabric and dropped around
- * poll(); submitters take it briefly, so they never wait for a blocked poll.
+ * ppoll(); submitters take it briefly, so they never wait for a sleep.
  */
 #include <errno.h>
 #include <poll.h>
@@ -23,9 +30,9 @@
 #include "fabric/fabric_int.h"
 
 #define SPIN_POLLS 2000
-#define BLOCK_TIMEOUT_MS 1 /* deadline granularity while transfers run */
-#define IDLE_TIMEOUT_MS 20 /* target-side only: fd wakes us; this is a safety net */
-#define BACKOFF_NS 20000
+#define NAP_NS 50000L             /* a rail without wait fd */
+#define ACTIVE_SLEEP_NS 1000000L  /* own transfers running: deadline granularity */
+#define IDLE_SLEEP_NS 20000000L   /* target side only: the fd wakes us */
 
 static void drain_fd(int fd)
 {
@@ -53,13 +60,19 @@ void tw__fabric_done_push_locked(struct tw_fabric *fab, struct tw_fabric_xfer *x
     signal_fd(fab->event_fd);
 }
 
-/* Returns 1 if every rail can block on its fd (nothing pending), else 0. */
-static int try_wait_locked(struct tw_fabric *fab, struct pollfd *pfd, nfds_t *n)
+/* Adds the CQ wait fds to pfd and sets *sleep_ns. Returns 0 if
+ * fi_trywait() reports pending events on some rail (do not sleep), else 1.
+ * A rail without a wait fd bounds the sleep to NAP_NS. */
+static int try_wait_locked(struct tw_fabric *fab, struct pollfd *pfd, nfds_t *n, long *sleep_ns)
 {
+    *sleep_ns = link_empty(&fab->active) && link_empty(&fab->zombies) ? IDLE_SLEEP_NS
+                                                                       : ACTIVE_SLEEP_NS;
     for (unsigned i = 0; i < fab->nrails; i++) {
         struct tw_fabric_rail *r = &fab->rails[i];
-        if (r->wait_fd < 0)
-            return 0;
+        if (r->wait_fd < 0) {
+            *sleep_ns = NAP_NS;
+            continue;
+        }
         struct fid *f = &r->cq->fid;
         if (fi_trywait(r->fabric, &f, 1) != 0)
             return 0;
@@ -92,22 +105,18 @@ static void *mover_main(void *arg)
         if (tw__fabric_progress_locked(fab) > 0) {
             idle = 0;
         } else if (++idle >= SPIN_POLLS) {
-            int can_block = try_wait_locked(fab, pfd, &n);
-            int timeout = link_empty(&fab->active) && link_empty(&fab->zombies)
-                              ? IDLE_TIMEOUT_MS
-                              : BLOCK_TIMEOUT_MS;
-            pthread_mutex_unlock(&fab->lock);
-            if (can_block) {
-                poll(pfd, n, timeout);
-            } else {
-                struct timespec ts = {0, BACKOFF_NS};
-                nanosleep(&ts, NULL);
-                /* Keep spinning right after a nap: work may be pending. */
+            /* fi_trywait() must say "nothing pending" before we may sleep on
+             * the fds; if it does not, poll again right away. */
+            long sleep_ns;
+            if (try_wait_locked(fab, pfd, &n, &sleep_ns)) {
+                struct timespec nap = {0, sleep_ns};
+                pthread_mutex_unlock(&fab->lock);
+                ppoll(pfd, n, &nap, NULL);
+                if (pfd[0].revents & POLLIN)
+                    drain_fd(fab->wake_fd);
+                pthread_mutex_lock(&fab->lock);
             }
-            if (poll(pfd, 1, 0) > 0)
-                drain_fd(fab->wake_fd);
-            pthread_mutex_lock(&fab->lock);
-            idle = can_block ? 0 : SPIN_POLLS - 1;
+            idle = SPIN_POLLS; /* sleep between polls until work shows up */
             continue;
         }
         /* Let submitters in between polls. */
