@@ -133,6 +133,24 @@ int tw__fabric_peer_insert(struct tw_fabric *fab, const char *provider, uint32_t
     return ret;
 }
 
+int tw__fabric_peer_insert_entry(struct tw_fabric *fab, const struct tw_fabric_entry *e,
+                                 struct tw_fabric_peer **peer)
+{
+    pthread_mutex_lock(&fab->lock);
+    struct tw_fabric_rail *r = rail_by_name(fab, e->provider.ptr, e->provider.len);
+    int ret = r ? insert_locked(r, e->addr_format, e->addr.ptr, e->addr.len, peer)
+                : tw__fabric_fail(fab, TW_ENOFABRIC, "no rail for provider \"%.*s\" (%s)",
+                                  (int)(e->provider.len > 64 ? 64 : e->provider.len),
+                                  (const char *)e->provider.ptr, fab->describe);
+    pthread_mutex_unlock(&fab->lock);
+    return ret;
+}
+
+void tw__fabric_plane_host_id(const struct tw_fabric *fab, uint8_t out[TW_HOST_ID_LEN])
+{
+    memcpy(out, fab->host_id, TW_HOST_ID_LEN);
+}
+
 int tw__fabric_accept_offer(struct tw_fabric *fab, const uint8_t peer_host_id[TW_HOST_ID_LEN],
                             const struct tw_fabric_entry *entries, unsigned count,
                             struct tw_fabric_peer **peer, const struct tw_fabric_addr **ours,

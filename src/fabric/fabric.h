@@ -163,6 +163,15 @@ int tw__fabric_accept_offer(struct tw_fabric *fab, const uint8_t peer_host_id[TW
 int tw__fabric_peer_insert(struct tw_fabric *fab, const char *provider, uint32_t addr_format,
                            const void *addr, size_t addr_len, struct tw_fabric_peer **peer);
 
+/* Same, from a decoded RDMA_ENDPOINT ACCEPT entry (provider bytes need no
+ * NUL). */
+int tw__fabric_peer_insert_entry(struct tw_fabric *fab, const struct tw_fabric_entry *e,
+                                 struct tw_fabric_peer **peer);
+
+/* The host id the plane read at open (all zero if boot_id was unreadable),
+ * for the host_id field of OFFER / ACCEPT. */
+void tw__fabric_plane_host_id(const struct tw_fabric *fab, uint8_t out[TW_HOST_ID_LEN]);
+
 /* Fails the peer's transfers still in flight (-ECONNABORTED, delivered as
  * usual), then removes its address once they have drained. The handle is
  * invalid after this call. NULL is ignored. */
@@ -246,6 +255,10 @@ struct tw_fabric_completion {
     uint64_t bytes;  /* bytes moved by completed chunks */
     char msg[TW_FABRIC_ERRMSG_LEN]; /* empty on success; else fi_cq_strerror() etc. */
 };
+
+/* The RDMA_DONE status for a completion: 0, TIMEOUT, CANCELLED,
+ * SHUTTING_DOWN, or INTERNAL for provider and connection errors. */
+uint32_t tw__fabric_status_to_wire(int status);
 
 /* CLOCK_MONOTONIC in nanoseconds: the clock of deadline_ns. */
 uint64_t tw__fabric_now_ns(void);

@@ -17,7 +17,6 @@
  * fab->zombies until they drain or the plane closes.
  */
 #include <errno.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +30,22 @@ uint64_t tw__fabric_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint32_t tw__fabric_status_to_wire(int status)
+{
+    switch (status) {
+    case 0:
+        return 0;
+    case TW_ETIMEDOUT:
+        return TW_WIRE_TIMEOUT;
+    case TW_ECANCELLED:
+        return TW_WIRE_CANCELLED;
+    case TW_ESHUTDOWN:
+        return TW_WIRE_SHUTTING_DOWN;
+    default:
+        return TW_WIRE_INTERNAL;
+    }
 }
 
 static void stop(struct tw_fabric_xfer *x, int status, const char *fmt, ...)

@@ -45,12 +45,14 @@ static void connect_planes(struct tw_fabric *c, struct tw_fabric *s, struct tw_f
     for (unsigned i = 0; i < n; i++)
         tw__fabric_addr_view(&mine[i], &offer[i]);
     uint8_t host[16];
-    TW_ASSERT_OK(tw__fabric_host_id(host));
+    tw__fabric_plane_host_id(c, host);
     char reason[257];
     TW_ASSERT_OK(tw__fabric_accept_offer(s, host, offer, n, sp, &theirs, reason, sizeof(reason)));
     TW_ASSERT(theirs != NULL);
-    TW_ASSERT_OK(tw__fabric_peer_insert(c, theirs->provider, theirs->addr_format, theirs->addr,
-                                        theirs->addr_len, cp));
+    /* The client sees the ACCEPT entry as a decoded wire view. */
+    struct tw_fabric_entry accept;
+    tw__fabric_addr_view(theirs, &accept);
+    TW_ASSERT_OK(tw__fabric_peer_insert_entry(c, &accept, cp));
     TW_ASSERT_STR_EQ(tw__fabric_peer_provider(*cp), tw__fabric_peer_provider(*sp));
 }
 
@@ -128,6 +130,15 @@ static void offer_rules(void)
     TW_ASSERT_ERR(tw__fabric_accept_offer(srv, host, &e[1], 1, &p, &ours, reason, sizeof(reason)),
                   TW_ENOFABRIC);
     TW_ASSERT_ERR(tw__fabric_peer_insert(cli, "no-such", 0, "x", 1, &p), TW_ENOFABRIC);
+}
+
+static void wire_status(void)
+{
+    TW_ASSERT_EQ(tw__fabric_status_to_wire(0), 0);
+    TW_ASSERT_EQ(tw__fabric_status_to_wire(TW_ETIMEDOUT), TW_WIRE_TIMEOUT);
+    TW_ASSERT_EQ(tw__fabric_status_to_wire(TW_ECANCELLED), TW_WIRE_CANCELLED);
+    TW_ASSERT_EQ(tw__fabric_status_to_wire(TW_ESHUTDOWN), TW_WIRE_SHUTTING_DOWN);
+    TW_ASSERT_EQ(tw__fabric_status_to_wire(-ECONNABORTED), TW_WIRE_INTERNAL);
 }
 
 static void host_id_parsing(void)
@@ -299,6 +310,66 @@ static void many_in_flight(void)
     free(dst);
 }
 
+static int wait_completion(struct tw_fabric *f, struct tw_fabric_completion *c, unsigned ms)
+{
+    uint64_t until = deadline_in_ms(ms);
+    while (tw__fabric_now_ns() < until) {
+        struct pollfd pfd = {.fd = tw__fabric_event_fd(f), .events = POLLIN};
+        poll(&pfd, 1, 50);
+        if (tw__fabric_done_pop(f, c) == 1)
+            return 1;
+    }
+    return 0;
+}
+
+/* Cancelling a running transfer, and removing its peer, each end it with
+ * the caller's status / ECONNABORTED, exactly once, after its operations
+ * drained; the event fd is quiet again afterwards. */
+static void cancel_and_remove(void)
+{
+    struct tw_fabric *c3 = open_plane(1);
+    struct tw_fabric_peer *cp, *sp;
+    connect_planes(c3, srv, &cp, &sp);
+    size_t n = 16u << 20;
+    uint8_t *src = calloc(1, n), *dst = calloc(1, n);
+    struct tw_fabric_mr *rsrc, *ldst;
+    TW_ASSERT_OK(tw__fabric_mr_register(sp, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0,
+                                        &rsrc));
+    TW_ASSERT_OK(tw__fabric_mr_register(cp, dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0,
+                                        &ldst));
+    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL, .peer = cp, .local = ldst,
+                                    .remote = tw__fabric_mr_rkey(rsrc), .length = n,
+                                    .deadline_ns = deadline_in_ms(30000), .cookie = 5};
+    tw__fabric_pause(srv, 1); /* keep it in flight */
+    struct tw_fabric_xfer *x;
+    TW_ASSERT_OK(tw__fabric_xfer_submit(c3, &d, &x));
+    tw__fabric_xfer_cancel(x, TW_ECANCELLED);
+    struct tw_fabric_completion c;
+    TW_ASSERT_EQ(wait_completion(c3, &c, 10000), 1);
+    fprintf(stderr, "  cancelled: %s: %s\n", tw_strerror_name(c.status), c.msg);
+    TW_ASSERT(c.bytes < n);
+    TW_ASSERT_ERR(c.status, TW_ECANCELLED);
+    TW_ASSERT_EQ_U64(c.cookie, 5);
+
+    d.cookie = 6;
+    TW_ASSERT_OK(tw__fabric_xfer_submit(c3, &d, NULL));
+    tw__fabric_peer_remove(cp);
+    TW_ASSERT_EQ(wait_completion(c3, &c, 10000), 1);
+    fprintf(stderr, "  peer removed: %s: %s\n", tw_strerror_name(c.status), c.msg);
+    TW_ASSERT_ERR(c.status, -ECONNABORTED);
+    TW_ASSERT_EQ_U64(c.cookie, 6);
+    tw__fabric_pause(srv, 0);
+    TW_ASSERT_EQ(tw__fabric_done_pop(c3, &c), 0);
+    struct pollfd pfd = {.fd = tw__fabric_event_fd(c3), .events = POLLIN};
+    TW_ASSERT_EQ(poll(&pfd, 1, 0), 0); /* drained: a level-triggered loop sleeps */
+    tw__fabric_mr_deregister(ldst);
+    tw__fabric_mr_deregister(rsrc);
+    tw__fabric_peer_remove(sp);
+    tw__fabric_close(c3);
+    free(src);
+    free(dst);
+}
+
 /* The server stops progressing mid-transfer: the client's transfer ends
  * with TIMEOUT at its deadline, nothing hangs, and the next one works. */
 static void deadline_when_peer_stalls(void)
@@ -451,6 +522,7 @@ int main(void)
 {
     TW_RUN(open_errors);
     TW_RUN(host_id_parsing);
+    TW_RUN(wire_status);
     srv = open_plane(1);
     cli = open_plane(0);
     TW_RUN(offer_rules);
@@ -458,6 +530,7 @@ int main(void)
     TW_RUN(pull_push_sizes);
     TW_RUN(bad_descriptors);
     TW_RUN(many_in_flight);
+    TW_RUN(cancel_and_remove);
     TW_RUN(deadline_when_peer_stalls);
     TW_RUN(old_key_rejected);
     tw__fabric_peer_remove(cli_peer);
