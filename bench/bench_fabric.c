@@ -290,9 +290,12 @@ int main(int argc, char **argv)
         DIE("target register: %s", tw__fabric_errmsg(target));
     struct tw_fabric_rkey rk = tw__fabric_mr_rkey(tmr);
 
+    unsigned def_depth = strcmp(tw__fabric_peer_provider(e.peer), "shm") == 0
+                             ? TW_FABRIC_DEFAULT_DEPTH_SHM
+                             : TW_FABRIC_DEFAULT_DEPTH;
     printf("provider %s (%s), op %s, reps %d, engine chunk %zu depth %u\n",
            tw__fabric_peer_provider(e.peer), prov, write ? "fi_write" : "fi_read", reps,
-           chunk ? chunk : (size_t)TW_FABRIC_DEFAULT_CHUNK, depth ? depth : TW_FABRIC_DEFAULT_DEPTH);
+           chunk ? chunk : (size_t)TW_FABRIC_DEFAULT_CHUNK, depth ? depth : def_depth);
 
     if (sweep) {
         engine_close(&e);

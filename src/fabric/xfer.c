@@ -315,12 +315,15 @@ int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_
                                (unsigned long long)d->length,
                                (unsigned long long)d->remote.length);
 
-    struct tw_fabric_xfer *x = calloc(1, sizeof(*x) + fab->depth * sizeof(struct tw_fabric_rma));
+    unsigned depth = fab->depth ? fab->depth
+                                : d->peer->rail->is_shm ? TW_FABRIC_DEFAULT_DEPTH_SHM
+                                                        : TW_FABRIC_DEFAULT_DEPTH;
+    struct tw_fabric_xfer *x = calloc(1, sizeof(*x) + depth * sizeof(struct tw_fabric_rma));
     if (!x)
         return tw__fabric_fail(fab, -ENOMEM, "out of memory");
     x->fab = fab;
     x->d = *d;
-    x->depth = fab->depth;
+    x->depth = depth;
     x->chunk = fab->chunk < d->peer->rail->max_msg ? fab->chunk : d->peer->rail->max_msg;
     x->sync = sync;
     for (unsigned i = 0; i < x->depth; i++)
