@@ -90,6 +90,55 @@ static void open_errors(void)
     TW_ASSERT_ERR(tw__fabric_open(&cfg, &f, err, sizeof(err)), TW_EINVAL);
 }
 
+/* "auto" opens every usable provider in preference order; a server picks
+ * shm for a same-host client and the next entry (tcp) for another host. */
+static void auto_rails(void)
+{
+    struct tw_fabric_config cfg = {.provider = "auto", .node = "127.0.0.1"};
+    struct tw_fabric *a = NULL, *b = NULL;
+    char err[512];
+    int ret = tw__fabric_open(&cfg, &a, err, sizeof(err));
+    if (ret) {
+        fprintf(stderr, "  auto: nothing usable here: %s\n", err);
+        return;
+    }
+    TW_ASSERT_OK(tw__fabric_open(&cfg, &b, err, sizeof(err)));
+    fprintf(stderr, "  auto: %s\n", tw__fabric_describe(a));
+    TW_ASSERT(strncmp(tw__fabric_describe(a), "rails: ", 7) == 0);
+    const struct tw_fabric_addr *addrs, *ours;
+    unsigned n = tw__fabric_local_addrs(a, &addrs);
+    TW_ASSERT(n >= 1 && n <= TW_FABRIC_MAX_RAILS);
+    int shm_at = -1, tcp_at = -1;
+    for (unsigned i = 0; i < n; i++) {
+        for (unsigned k = 0; k < i; k++)
+            TW_ASSERT(strcmp(addrs[i].provider, addrs[k].provider) != 0);
+        if (strcmp(addrs[i].provider, "shm") == 0)
+            shm_at = (int)i;
+        if (strncmp(addrs[i].provider, "tcp;", 4) == 0)
+            tcp_at = (int)i;
+    }
+    if (shm_at >= 0 && tcp_at >= 0) {
+        TW_ASSERT(shm_at < tcp_at); /* preference order */
+        struct tw_fabric_entry offer[TW_FABRIC_MAX_RAILS];
+        for (unsigned i = 0; i < n; i++)
+            tw__fabric_addr_view(&addrs[i], &offer[i]);
+        uint8_t host[16], other[16];
+        tw__fabric_plane_host_id(a, host);
+        memset(other, 0x11, sizeof(other));
+        struct tw_fabric_peer *p;
+        char reason[257];
+        TW_ASSERT_OK(tw__fabric_accept_offer(b, host, offer, n, &p, &ours, reason, sizeof(reason)));
+        TW_ASSERT_STR_EQ(ours->provider, "shm");
+        tw__fabric_peer_remove(p);
+        TW_ASSERT_OK(tw__fabric_accept_offer(b, other, offer, n, &p, &ours, reason,
+                                             sizeof(reason)));
+        TW_ASSERT_STR_EQ(ours->provider, addrs[tcp_at].provider);
+        tw__fabric_peer_remove(p);
+    }
+    tw__fabric_close(a);
+    tw__fabric_close(b);
+}
+
 static void offer_rules(void)
 {
     const struct tw_fabric_addr *mine, *ours = NULL;
@@ -523,6 +572,7 @@ int main(void)
     TW_RUN(open_errors);
     TW_RUN(host_id_parsing);
     TW_RUN(wire_status);
+    TW_RUN(auto_rails);
     srv = open_plane(1);
     cli = open_plane(0);
     TW_RUN(offer_rules);
