@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fabric/fabric.h"
 
@@ -293,6 +294,10 @@ int main(int argc, char **argv)
     unsigned def_depth = strcmp(tw__fabric_peer_provider(e.peer), "shm") == 0
                              ? TW_FABRIC_DEFAULT_DEPTH_SHM
                              : TW_FABRIC_DEFAULT_DEPTH;
+    double load[1] = {0};
+    if (getloadavg(load, 1) == 1)
+        printf("host: %ld CPUs online, load average %.2f (figures are only comparable within "
+               "one run)\n", sysconf(_SC_NPROCESSORS_ONLN), load[0]);
     printf("provider %s (%s), op %s, reps %d, engine chunk %zu depth %u\n",
            tw__fabric_peer_provider(e.peer), prov, write ? "fi_write" : "fi_read", reps,
            chunk ? chunk : (size_t)TW_FABRIC_DEFAULT_CHUNK, depth ? depth : def_depth);
