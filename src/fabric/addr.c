@@ -211,22 +211,6 @@ void tw__fabric_peer_put_locked(struct tw_fabric_peer *p)
     free(p);
 }
 
-int tw__fabric_peer_reset_locked(struct tw_fabric_peer *p)
-{
-    /* Removing the address tears down the provider's connection to it
-     * (tcp;ofi_rxm), which flushes operations the peer never answered.
-     * Re-inserting gives later transfers a fresh connection. */
-    struct tw_fabric_rail *r = p->rail;
-    r->fab->st.peer_resets++;
-    fi_av_remove(r->av, &p->fi_addr, 1, 0);
-    int ret = fi_av_insert(r->av, p->addr, 1, &p->fi_addr, 0, NULL);
-    if (ret != 1) {
-        p->fi_addr = FI_ADDR_NOTAVAIL;
-        return ret < 0 ? ret : -EADDRNOTAVAIL;
-    }
-    return 0;
-}
-
 void tw__fabric_peer_remove(struct tw_fabric_peer *peer)
 {
     if (!peer)

@@ -73,8 +73,8 @@
 #define TW_FABRIC_DEFAULT_DEPTH 8u
 #define TW_FABRIC_DEFAULT_DEPTH_SHM 2u
 #define TW_FABRIC_MAX_DEPTH 256u
-/* How long a timed-out or cancelled transfer waits for its operations to be
- * cancelled before the peer's connection is reset to flush them. */
+/* How long a timed-out or cancelled transfer waits for its operations to
+ * come back (cancelled or completed) before it completes with buffer_busy. */
 #define TW_FABRIC_DEFAULT_DRAIN_NS (200ull * 1000 * 1000)
 
 struct tw_fabric;
@@ -216,10 +216,21 @@ struct tw_fabric_rkey {
 int tw__fabric_mr_register(struct tw_fabric_peer *peer, void *addr, size_t len, unsigned access,
                            enum tw_fabric_iface iface, int device, struct tw_fabric_mr **mr);
 
-/* Closes the registration: its key is revoked (the peer's later RMA with it
- * fails). A transfer still using it as its local buffer keeps it alive until
- * the transfer drained; the key is revoked immediately all the same. */
+/* Releases the registration: fi_close() of the MR, which revokes its key
+ * (the peer's later RMA with it fails, see docs/testing.md "Fabric" for how
+ * each provider reports that). If a transfer still uses it as its local
+ * buffer (running, or abandoned operations: buffer_busy), the MR stays open
+ * until that drained and is closed then; otherwise at once. The handle is
+ * invalid after this call. NULL is ignored. */
 void tw__fabric_mr_deregister(struct tw_fabric_mr *mr);
+
+/* Deregisters like tw__fabric_mr_deregister() and calls on_idle(arg) once
+ * no operation can touch the memory any more: at once if no transfer holds
+ * the registration, else when the last abandoned operation drained (or at
+ * tw__fabric_close()). Free or reuse the buffer in on_idle, never before,
+ * when a completion had buffer_busy set. on_idle runs on any thread with the
+ * plane's lock held: it must not call tw__fabric_* functions. */
+void tw__fabric_mr_release(struct tw_fabric_mr *mr, void (*on_idle)(void *arg), void *arg);
 
 /* Key, address and length to send in RDMA_REGISTER. */
 struct tw_fabric_rkey tw__fabric_mr_rkey(const struct tw_fabric_mr *mr);
@@ -256,6 +267,12 @@ struct tw_fabric_completion {
     int status;      /* 0, TW_ETIMEDOUT, TW_ECANCELLED, -ECONNABORTED, or a
                         negative errno from the provider's error completion */
     uint64_t bytes;  /* bytes moved by completed chunks */
+    /* 1 when the transfer ended (deadline, cancel) while the provider still
+     * held some of its operations, which fi_cancel() could not take back
+     * (tcp;ofi_rxm cannot cancel RMA). They may still complete and write
+     * into the local buffer later: release its registration with
+     * tw__fabric_mr_release() and free the buffer in on_idle. */
+    int buffer_busy;
     char msg[TW_FABRIC_ERRMSG_LEN]; /* empty on success; else fi_cq_strerror() etc. */
 };
 
@@ -299,8 +316,9 @@ int tw__fabric_progress(struct tw_fabric *fab);
 
 /* Counters for STATS and tests. */
 struct tw_fabric_stats {
-    uint64_t xfers_done, xfers_failed, bytes, ops_posted, ops_failed, peer_resets;
+    uint64_t xfers_done, xfers_failed, bytes, ops_posted, ops_failed;
     unsigned xfers_active, mrs_open, peers;
+    unsigned stuck_ops; /* ops of abandoned transfers the provider still holds */
 };
 void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st);
 

@@ -79,10 +79,9 @@ struct tw_fabric_peer {
     fi_addr_t fi_addr;
     uint32_t addr_format;
     size_t addr_len;
-    uint8_t addr[TW_MAX_FABRIC_ADDR_LEN]; /* kept to re-insert after a reset */
+    uint8_t addr[TW_MAX_FABRIC_ADDR_LEN];
     unsigned refs;                        /* 1 (owner) + transfers */
     int removed;
-    int broken;                           /* a provider error: reconnect when idle */
     struct tw_fabric_link node;           /* fab->peers */
 };
 
@@ -95,7 +94,9 @@ struct tw_fabric_mr {
     struct tw_fabric_rkey rkey;
     unsigned access;
     unsigned refs; /* 1 (owner, until deregister) + transfers using it locally */
-    struct tw_fabric_link node; /* fab->mrs */
+    void (*on_idle)(void *arg); /* tw__fabric_mr_release() */
+    void *on_idle_arg;
+    struct tw_fabric_link node; /* fab->mrs, or fab->idle_mrs while closing */
 };
 
 /* One RMA operation slot; fi_context2 first: libfabric may use it. */
@@ -117,7 +118,6 @@ struct tw_fabric_xfer {
     int status;          /* first error sticks */
     int stopping;        /* no more posts; drain then finish */
     int cancel_sent;
-    int reset_done;
     uint64_t stop_ns;
     int sync;            /* tw__fabric_xfer_run() waits for it */
     int finished;        /* completion produced */
@@ -140,6 +140,8 @@ struct tw_fabric {
     uint8_t host_id[TW_HOST_ID_LEN];
 
     struct tw_fabric_link peers, mrs, active, done, zombies;
+    struct tw_fabric_link idle_mrs; /* on_idle calls deferred until the rails closed */
+    int closing;
     unsigned remote_mrs; /* open registrations with remote access */
     uint64_t linger_until_ns; /* keep progressing after the last one closed */
     struct tw_fabric_stats st;
@@ -167,12 +169,12 @@ void tw__fabric_rail_close(struct tw_fabric_rail *rail);
 
 /* addr.c */
 void tw__fabric_peer_put_locked(struct tw_fabric_peer *peer);
-int tw__fabric_peer_reset_locked(struct tw_fabric_peer *peer);
 void tw__fabric_peers_close_locked(struct tw_fabric *fab);
 
 /* mr.c */
 void tw__fabric_mr_put_locked(struct tw_fabric_mr *mr);
 void tw__fabric_mrs_close_locked(struct tw_fabric *fab);
+void tw__fabric_mrs_idle_run(struct tw_fabric *fab);
 
 /* xfer.c */
 int tw__fabric_progress_locked(struct tw_fabric *fab);

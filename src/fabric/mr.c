@@ -133,6 +133,11 @@ out_free_mr:
     return ret;
 }
 
+static struct tw_fabric *fab_of(const struct tw_fabric_mr *m)
+{
+    return m->rail->fab;
+}
+
 void tw__fabric_mr_put_locked(struct tw_fabric_mr *m)
 {
     if (--m->refs)
@@ -147,7 +152,37 @@ void tw__fabric_mr_put_locked(struct tw_fabric_mr *m)
         m->rail->fab->linger_until_ns = tw__fabric_now_ns() + TW_FABRIC_LINGER_NS;
     }
     link_del(&m->node);
+    if (m->on_idle && fab_of(m)->closing) {
+        /* Closing: the provider may still touch the memory until the
+         * rails are closed; tw__fabric_close() calls on_idle after that. */
+        link_add_tail(&fab_of(m)->idle_mrs, &m->node);
+        return;
+    }
+    if (m->on_idle)
+        m->on_idle(m->on_idle_arg);
     free(m);
+}
+
+void tw__fabric_mr_release(struct tw_fabric_mr *m, void (*on_idle)(void *arg), void *arg)
+{
+    if (!m)
+        return;
+    struct tw_fabric *fab = m->rail->fab;
+    pthread_mutex_lock(&fab->lock);
+    m->on_idle = on_idle;
+    m->on_idle_arg = arg;
+    tw__fabric_mr_put_locked(m);
+    pthread_mutex_unlock(&fab->lock);
+}
+
+void tw__fabric_mrs_idle_run(struct tw_fabric *fab)
+{
+    while (!link_empty(&fab->idle_mrs)) {
+        struct tw_fabric_mr *m = TW_CONTAINER_OF(fab->idle_mrs.next, struct tw_fabric_mr, node);
+        link_del(&m->node);
+        m->on_idle(m->on_idle_arg);
+        free(m);
+    }
 }
 
 void tw__fabric_mr_deregister(struct tw_fabric_mr *m)

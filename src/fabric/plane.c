@@ -54,6 +54,7 @@ int tw__fabric_open(const struct tw_fabric_config *cfg, struct tw_fabric **out, 
     link_init(&fab->active);
     link_init(&fab->done);
     link_init(&fab->zombies);
+    link_init(&fab->idle_mrs);
     for (unsigned i = 0; i < TW_FABRIC_MAX_RAILS; i++)
         fab->rails[i].wait_fd = -1;
 
@@ -125,6 +126,7 @@ void tw__fabric_close(struct tw_fabric *fab)
         return;
     tw__fabric_mover_stop(fab);
     pthread_mutex_lock(&fab->lock);
+    fab->closing = 1;
     /* Transfers first (they reference peers and registrations), then
      * registrations (keys revoked), then peers; rails last. */
     tw__fabric_xfers_abort_locked(fab);
@@ -133,7 +135,9 @@ void tw__fabric_close(struct tw_fabric *fab)
     pthread_mutex_unlock(&fab->lock);
     for (unsigned i = 0; i < fab->nrails; i++)
         tw__fabric_rail_close(&fab->rails[i]);
-    /* Rails closed: providers hold no more op contexts; free what is left. */
+    /* Rails closed: providers hold no more op contexts and touch no more
+     * memory; hand released buffers back and free what is left. */
+    tw__fabric_mrs_idle_run(fab);
     while (!link_empty(&fab->zombies)) {
         struct tw_fabric_xfer *x = TW_CONTAINER_OF(fab->zombies.next, struct tw_fabric_xfer, node);
         link_del(&x->node);
@@ -176,6 +180,9 @@ void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st)
     st->mrs_open = 0;
     for (struct tw_fabric_link *l = fab->mrs.next; l != &fab->mrs; l = l->next)
         st->mrs_open++;
+    st->stuck_ops = 0;
+    for (unsigned i = 0; i < fab->nrails; i++)
+        st->stuck_ops += fab->rails[i].stuck_ops;
     st->peers = 0;
     for (struct tw_fabric_link *l = fab->peers.next; l != &fab->peers; l = l->next)
         st->peers++;

@@ -5,16 +5,17 @@
  * their operation through the fi_context2 at the start of each op slot.
  *
  * Stopping (deadline passed, error completion, cancel, peer removed): no
- * more posts; every outstanding op is fi_cancel()ed. The transfer completes
- * only when all its ops have drained, because until then the provider may
- * still write into the local buffer. Providers that cannot cancel RMA
- * (tcp;ofi_rxm ignores fi_cancel for RMA) and a peer that never answers
- * would keep ops forever, so after drain_ns the peer's address is removed
- * and re-inserted, which closes the provider's connection and flushes the
- * ops with errors; later transfers to that peer use a new connection. If
- * ops still linger after 5 * drain_ns the transfer completes anyway and its
- * op slots (and its reference on the local registration) stay parked on
- * fab->zombies until they drain or the plane closes.
+ * more posts; every outstanding op is fi_cancel()ed, and the transfer
+ * completes as soon as all its ops have come back. Providers that cannot
+ * cancel RMA (tcp;ofi_rxm ignores fi_cancel for it) keep ops of a peer that
+ * stopped answering, so after drain_ns the transfer completes anyway with
+ * buffer_busy set; its op slots and its reference on the local registration
+ * are parked on fab->zombies until the ops drain (the late answer of a peer
+ * that resumed does land in the buffer: tested) or the plane closes.
+ *
+ * We tried removing and re-inserting the peer's address to flush such ops:
+ * on tcp;ofi_rxm (1.17) it flushed nothing and made the next ~100 ms of
+ * transfers to that peer fail with ENOTCONN, so the engine does not do it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -104,14 +105,6 @@ static void settle(struct tw_fabric_xfer *x)
     }
 }
 
-static int peer_busy(struct tw_fabric *fab, const struct tw_fabric_peer *p)
-{
-    for (struct tw_fabric_link *l = fab->active.next; l != &fab->active; l = l->next)
-        if (TW_CONTAINER_OF(l, struct tw_fabric_xfer, node)->d.peer == p)
-            return 1;
-    return 0;
-}
-
 static void finish(struct tw_fabric_xfer *x)
 {
     struct tw_fabric *fab = x->fab;
@@ -122,14 +115,6 @@ static void finish(struct tw_fabric_xfer *x)
         fab->st.bytes += x->bytes_done;
     } else {
         fab->st.xfers_failed++;
-    }
-    /* tcp;ofi_rxm does not reconnect a connection that failed (a revoked
-     * key makes the target drop it): once no transfer uses the peer, remove
-     * and re-insert its address so the next transfer gets a new one. */
-    struct tw_fabric_peer *p = x->d.peer;
-    if (p && p->broken && !p->removed && !peer_busy(fab, p)) {
-        p->broken = 0;
-        tw__fabric_peer_reset_locked(p);
     }
     if (x->sync)
         pthread_cond_broadcast(&fab->done_cond);
@@ -149,8 +134,6 @@ static void op_done(struct tw_fabric_rma *op, int err, const char *msg)
         x->bytes_done += op->len;
     } else {
         x->fab->st.ops_failed++;
-        if (!(err == -ECANCELED && x->stopping))
-            x->d.peer->broken = 1;
         if (!(err == -ECANCELED && x->stopping))
             stop(x, err, "%s of %llu bytes at offset %llu failed: %s",
                  x->d.op == TW_FABRIC_PULL ? "fi_read" : "fi_write", (unsigned long long)op->len,
@@ -184,12 +167,11 @@ static void advance(struct tw_fabric_xfer *x, uint64_t now)
             finish(x);
         } else if (!x->cancel_sent) {
             cancel_ops(x);
-        } else if (!x->reset_done && now - x->stop_ns >= fab->drain_ns) {
-            x->reset_done = 1;
-            int ret = tw__fabric_peer_reset_locked(x->d.peer);
-            append_msg(x, ret ? "; peer connection reset failed" : "; peer connection reset");
-        } else if (now - x->stop_ns >= 5 * fab->drain_ns) {
-            append_msg(x, "; operations abandoned");
+        } else if (now - x->stop_ns >= fab->drain_ns) {
+            char note[96];
+            snprintf(note, sizeof(note), "; %u operations not cancellable, left to drain",
+                     x->inflight);
+            append_msg(x, note);
             x->d.peer->rail->stuck_ops += x->inflight;
             finish(x);
         }
@@ -217,7 +199,6 @@ static void advance(struct tw_fabric_xfer *x, uint64_t now)
         if (ret == -FI_EAGAIN)
             break; /* provider queue full: progress first */
         if (ret) {
-            p->broken = 1;
             stop(x, map_err((int)-ret), "%s at offset %llu: %s",
                  x->d.op == TW_FABRIC_PULL ? "fi_read" : "fi_write",
                  (unsigned long long)x->next_off, fi_strerror((int)-ret));
@@ -358,6 +339,7 @@ static void fill_completion(const struct tw_fabric_xfer *x, struct tw_fabric_com
     c->cookie = x->d.cookie;
     c->status = x->status;
     c->bytes = x->bytes_done;
+    c->buffer_busy = x->inflight > 0;
     snprintf(c->msg, sizeof(c->msg), "%s", x->msg);
 }
 
@@ -385,6 +367,7 @@ int tw__fabric_xfer_run(struct tw_fabric *fab, const struct tw_fabric_xfer_desc 
             memset(c, 0, sizeof(*c));
             c->cookie = d->cookie;
             c->status = ret;
+            c->buffer_busy = 0;
             snprintf(c->msg, sizeof(c->msg), "%s", fab->errmsg);
         }
         pthread_mutex_unlock(&fab->lock);
@@ -458,8 +441,8 @@ void tw__fabric_xfers_abort_locked(struct tw_fabric *fab)
 {
     for (struct tw_fabric_link *l = fab->active.next; l != &fab->active; l = l->next)
         stop(TW_CONTAINER_OF(l, struct tw_fabric_xfer, node), TW_ESHUTDOWN, "data plane closing");
-    /* Bounded drain: cancel, reset, abandon all happen inside progress. */
-    uint64_t until = tw__fabric_now_ns() + 6 * fab->drain_ns;
+    /* Bounded drain: cancelling and abandoning happen inside progress. */
+    uint64_t until = tw__fabric_now_ns() + 2 * fab->drain_ns;
     while (!link_empty(&fab->active) && tw__fabric_now_ns() < until)
         tw__fabric_progress_locked(fab);
     while (!link_empty(&fab->active)) {

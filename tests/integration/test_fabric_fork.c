@@ -214,12 +214,22 @@ static void stalled_then_dead_peer(void)
             (unsigned long long)ms, cc.msg);
     TW_ASSERT_ERR(ret, TW_ETIMEDOUT);
     TW_ASSERT(ms < 3000);
+    /* The provider kept the reads (fi_cancel cannot take RMA back here):
+     * they may land later, so the buffer must go through mr_release. */
+    TW_ASSERT_EQ(cc.buffer_busy, 1);
+    struct tw_fabric_stats st1;
+    tw__fabric_stats(plane, &st1);
+    TW_ASSERT(st1.stuck_ops > 0);
     kill(c.pid, SIGCONT);
     memset(buf, 0, REGION);
     ret = pull(&c, 20000, &cc);
     if (ret)
         TW_FAIL("pull after SIGCONT: %s: %s", tw_strerror_name(ret), cc.msg);
     TW_ASSERT_MEM_EQ(buf, want, REGION);
+    struct tw_fabric_stats st0;
+    tw__fabric_stats(plane, &st0);
+    fprintf(stderr, "  after SIGCONT: %u abandoned operations still held\n", st0.stuck_ops);
+    TW_ASSERT_EQ(st0.stuck_ops, 0); /* the late answers drained them */
 
     /* Dead: killed while an asynchronous transfer is in flight. */
     struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL, .peer = c.peer, .local = lmr,
