@@ -19,10 +19,11 @@
  *                          peer are failed with -ECONNABORTED.
  *   struct tw_fabric_mr    one memory registration on one rail. Created by
  *                          tw__fabric_mr_register(), released (and its key
- *                          revoked) by tw__fabric_mr_deregister(). The memory
- *                          itself stays the caller's; it must stay valid until
- *                          the registration is released AND no transfer that
- *                          uses it is still in flight.
+ *                          revoked) by tw__fabric_mr_deregister() or
+ *                          tw__fabric_mr_release(). The memory itself stays
+ *                          the caller's; it must stay valid until the
+ *                          registration is released AND no operation can
+ *                          touch it (see "Memory safety" below).
  *   struct tw_fabric_xfer  one transfer (pull = fi_read, push = fi_write) of a
  *                          whole region, cut into chunks with several
  *                          operations in flight and a deadline. Owned by the
@@ -32,18 +33,27 @@
  * Progress model (chosen and why): libfabric's tcp and shm providers make
  * data progress only when the application polls the completion queue
  * (FI_PROGRESS_MANUAL), and that is true on the *target* side too: a peer
- * that reads our registered memory over tcp;ofi_rxm stalls unless we poll.
- * A server whose epoll loop also had to spin on CQs would either burn a core
- * or add latency, and FI_WAIT_FD does not cover target-side progress on every
- * provider. So a plane opened with `threaded = 1` runs one data-mover thread
- * that owns every libfabric call on the hot path: it polls the CQs while a
- * transfer, a remotely accessible registration or a draining operation
- * exists (spinning, then backing off up to 200 us), and sleeps on a
- * condition variable otherwise. Finished asynchronous transfers are queued
- * and the mover writes to an eventfd (tw__fabric_event_fd()) that the
- * server's epoll loop watches; the loop then calls tw__fabric_done_pop()
- * until it returns 0. A blocking client uses tw__fabric_xfer_run(), which
- * works in both modes (threaded: waits for the mover; unthreaded: polls).
+ * that reads our registered memory stalls unless we poll. A server whose
+ * epoll loop also had to spin on CQs would either burn a core or add
+ * latency, and shm has no CQ wait fd at all. So a plane opened with
+ * `threaded = 1` runs one data-mover thread (mover.c) that polls the CQs
+ * while a transfer, a remotely accessible registration or a draining
+ * operation exists (spinning, then sleeping on the CQ wait fds, or napping
+ * 50 us where a rail has none), and sleeps on an internal eventfd otherwise.
+ * Finished asynchronous transfers are queued and the mover writes to an
+ * eventfd (tw__fabric_event_fd()) that the server's epoll loop watches; the
+ * loop then calls tw__fabric_done_pop() until it returns 0. A blocking
+ * client uses tw__fabric_xfer_run(), which works in both modes (threaded:
+ * waits for the mover; unthreaded: busy-polls inline). A client should be
+ * threaded too: in a pull put the server reads the client's memory, which
+ * needs the client's target-side progress while it blocks on its socket.
+ *
+ * Memory safety after a timeout: fi_cancel() cannot take back RMA on every
+ * provider (tcp;ofi_rxm). A transfer that stops while the provider still
+ * holds operations completes after drain_ns with buffer_busy = 1; those
+ * operations may still write the local buffer later, so such a buffer is
+ * released with tw__fabric_mr_release(), whose callback runs once nothing
+ * can touch it any more.
  *
  * Thread safety: every function may be called from any thread; one mutex per
  * plane serialises libfabric calls (domains are opened FI_THREAD_DOMAIN).

@@ -12,9 +12,11 @@
  *   FI_MR_ENDPOINT  bind the MR to the rail's endpoint, then enable it.
  *   FI_MR_RAW       not supported (rail.c rejects keys over 8 bytes).
  *
- * Revocation: fi_close() of the MR is the revocation; what a peer sees
- * afterwards depends on the provider (tests/integration/test_fabric_rma.c
- * shows an error completion on tcp;ofi_rxm and shm).
+ * Revocation: fi_close() of the MR is the revocation. What the peer then
+ * sees depends on the provider (verified in tests/integration/
+ * test_fabric_rma.c, old_key_rejected): tcp;ofi_rxm drops the connection
+ * and the peer gets an error completion; shm rejects the key silently and
+ * the peer's transfer runs into its deadline. No bytes move in either case.
  */
 #include <errno.h>
 #include <stdlib.h>
