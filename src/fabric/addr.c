@@ -91,6 +91,58 @@ static struct tw_fabric_rail *rail_by_name(struct tw_fabric *fab, const uint8_t 
     return NULL;
 }
 
+/* "fi_shm://tw_<pid>_<n>" (our own naming, rail.c) -> pid, else 0. */
+static int shm_peer_pid(const uint8_t *addr, size_t len)
+{
+    static const char prefix[] = "fi_shm://tw_";
+    size_t n = sizeof(prefix) - 1;
+    if (len <= n || memcmp(addr, prefix, n) != 0)
+        return 0;
+    long pid = 0;
+    for (size_t i = n; i < len && addr[i] >= '0' && addr[i] <= '9'; i++) {
+        pid = pid * 10 + (addr[i] - '0');
+        if (pid > 1 << 22)
+            return 0;
+    }
+    return (int)pid;
+}
+
+/*
+ * Whether a shm peer's process has exited. Why we look: shm 1.17 enqueues a
+ * command into the peer's own shared region under a spin lock that lives
+ * there; a peer killed while holding it makes every later fi_read/fi_write
+ * to it spin forever inside libfabric (seen in test_fabric_fork_shm). We
+ * cannot interrupt that, so we stop posting to a peer once its process is
+ * gone (or a zombie), checked at most once a millisecond. A death racing
+ * with a post can still hang that post: see docs/testing.md.
+ */
+int tw__fabric_peer_gone(struct tw_fabric_peer *p, uint64_t now)
+{
+    if (p->pid <= 0)
+        return 0;
+    if (now - p->alive_checked_ns < 1000000ull)
+        return 0;
+    p->alive_checked_ns = now;
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", p->pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT;
+    ssize_t n;
+    do
+        n = read(fd, buf, sizeof(buf) - 1);
+    while (n < 0 && errno == EINTR);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* "pid (comm) S ...": the state follows the last ')'. */
+    const char *rp = strrchr(buf, ')');
+    if (!rp || rp[1] != ' ')
+        return 0;
+    return rp[2] == 'Z' || rp[2] == 'X';
+}
+
 static int insert_locked(struct tw_fabric_rail *r, uint32_t addr_format, const void *addr,
                          size_t addr_len, struct tw_fabric_peer **out)
 {
@@ -109,6 +161,7 @@ static int insert_locked(struct tw_fabric_rail *r, uint32_t addr_format, const v
     p->addr_format = addr_format;
     p->rail = r;
     p->refs = 1;
+    p->pid = r->is_shm ? shm_peer_pid(p->addr, p->addr_len) : 0;
     int ret = fi_av_insert(r->av, p->addr, 1, &p->fi_addr, 0, NULL);
     if (ret != 1) {
         free(p);

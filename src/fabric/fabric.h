@@ -237,8 +237,11 @@ void tw__fabric_mr_deregister(struct tw_fabric_mr *mr);
 /* Deregisters like tw__fabric_mr_deregister() and calls on_idle(arg) once
  * no operation can touch the memory any more: at once if no transfer holds
  * the registration, else when the last abandoned operation drained (or at
- * tw__fabric_close()). Free or reuse the buffer in on_idle, never before,
- * when a completion had buffer_busy set. on_idle runs on any thread with the
+ * tw__fabric_close(): on tcp the closed sockets guarantee nothing arrives
+ * any more; on shm the peer writes our memory itself, so a buffer whose
+ * operations were never answered is NOT handed back at close and stays
+ * allocated). Free or reuse the buffer in on_idle, never before, when a
+ * completion had buffer_busy set. on_idle runs on any thread with the
  * plane's lock held: it must not call tw__fabric_* functions. */
 void tw__fabric_mr_release(struct tw_fabric_mr *mr, void (*on_idle)(void *arg), void *arg);
 

@@ -81,6 +81,8 @@ struct tw_fabric_peer {
     size_t addr_len;
     uint8_t addr[TW_MAX_FABRIC_ADDR_LEN];
     unsigned refs;                        /* 1 (owner) + transfers */
+    int pid;                              /* shm peer named by tensorwire, else 0 */
+    uint64_t alive_checked_ns;
     int removed;
     struct tw_fabric_link node;           /* fab->peers */
 };
@@ -95,6 +97,7 @@ struct tw_fabric_mr {
     unsigned access;
     unsigned refs; /* 1 (owner, until deregister) + transfers using it locally */
     void (*on_idle)(void *arg); /* tw__fabric_mr_release() */
+    int keep_on_close;          /* a shm peer may still write it: never hand back */
     void *on_idle_arg;
     struct tw_fabric_link node; /* fab->mrs, or fab->idle_mrs while closing */
 };
@@ -170,6 +173,7 @@ void tw__fabric_rail_close(struct tw_fabric_rail *rail);
 /* addr.c */
 void tw__fabric_peer_put_locked(struct tw_fabric_peer *peer);
 void tw__fabric_peers_close_locked(struct tw_fabric *fab);
+int tw__fabric_peer_gone(struct tw_fabric_peer *peer, uint64_t now);
 
 /* mr.c */
 void tw__fabric_mr_put_locked(struct tw_fabric_mr *mr);
@@ -184,6 +188,7 @@ void tw__fabric_xfer_free(struct tw_fabric_xfer *x);
 void tw__fabric_xfer_fail_peer_locked(struct tw_fabric *fab, struct tw_fabric_peer *peer,
                                       int status, const char *why);
 void tw__fabric_xfers_abort_locked(struct tw_fabric *fab);
+void tw__fabric_xfers_mark_unsafe_locked(struct tw_fabric *fab);
 int tw__fabric_busy_locked(const struct tw_fabric *fab);
 
 /* mover.c */

@@ -12,16 +12,19 @@
  * RMA request too (checked by hand: readable within the same millisecond,
  * not readable without traffic), so the sleep may be long: 1 ms while our
  * own transfers run (deadline granularity), 20 ms otherwise. shm offers no
- * wait fd (FI_WAIT_FD is refused; rail.c falls back to FI_WAIT_NONE), so
- * with such a rail the sleep is a NAP_NS nap: target-side latency stays in
- * tens of microseconds at ~20k wake-ups per second while registrations are
- * exposed (during RDMA requests and TW_FABRIC_LINGER after).
+ * wait fd (FI_WAIT_FD is refused; rail.c falls back to FI_WAIT_NONE): with
+ * such a rail the mover keeps polling with sched_yield() while registrations
+ * are exposed or transfers run (bench_fabric: a 4 KiB shm read took ~200 us
+ * with 50 us naps on a loaded host, 6 us with polling), and naps NAP_NS only
+ * during TW_FABRIC_LINGER. The price is one busy core while RDMA requests
+ * are in flight on a shm-capable plane.
  *
  * Lock: fab->lock is held while calling into libfabric and dropped around
  * ppoll(); submitters take it briefly, so they never wait for a sleep.
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -83,6 +86,21 @@ static int try_wait_locked(struct tw_fabric *fab, struct pollfd *pfd, nfds_t *n,
     return 1;
 }
 
+/* shm has no CQ wait fd, and its target-side work (serving a peer's read)
+ * produces no completion we could see: sleeping between polls delays every
+ * operation a peer sends us by the nap plus the scheduler's wake-up. With
+ * such a rail the mover keeps polling (yielding) while remotely accessible
+ * registrations or our own transfers exist. */
+static int must_spin_locked(const struct tw_fabric *fab)
+{
+    if (fab->remote_mrs == 0 && link_empty(&fab->active))
+        return 0;
+    for (unsigned i = 0; i < fab->nrails; i++)
+        if (fab->rails[i].wait_fd < 0)
+            return 1;
+    return 0;
+}
+
 static void *mover_main(void *arg)
 {
     struct tw_fabric *fab = arg;
@@ -104,7 +122,15 @@ static void *mover_main(void *arg)
         }
         if (tw__fabric_progress_locked(fab) > 0) {
             idle = 0;
-        } else if (++idle >= SPIN_POLLS) {
+        } else if (++idle >= SPIN_POLLS && must_spin_locked(fab)) {
+            /* A rail without wait fd and live work: stay runnable, but let
+             * other threads run first. */
+            pthread_mutex_unlock(&fab->lock);
+            sched_yield();
+            pthread_mutex_lock(&fab->lock);
+            idle = 0;
+            continue;
+        } else if (idle >= SPIN_POLLS) {
             /* fi_trywait() must say "nothing pending" before we may sleep on
              * the fds; if it does not, poll again right away. */
             long sleep_ns;

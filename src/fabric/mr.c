@@ -182,7 +182,8 @@ void tw__fabric_mrs_idle_run(struct tw_fabric *fab)
     while (!link_empty(&fab->idle_mrs)) {
         struct tw_fabric_mr *m = TW_CONTAINER_OF(fab->idle_mrs.next, struct tw_fabric_mr, node);
         link_del(&m->node);
-        m->on_idle(m->on_idle_arg);
+        if (!m->keep_on_close)
+            m->on_idle(m->on_idle_arg);
         free(m);
     }
 }

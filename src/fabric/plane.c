@@ -130,6 +130,7 @@ void tw__fabric_close(struct tw_fabric *fab)
     /* Transfers first (they reference peers and registrations), then
      * registrations (keys revoked), then peers; rails last. */
     tw__fabric_xfers_abort_locked(fab);
+    tw__fabric_xfers_mark_unsafe_locked(fab);
     tw__fabric_mrs_close_locked(fab);
     tw__fabric_peers_close_locked(fab);
     pthread_mutex_unlock(&fab->lock);

@@ -136,6 +136,7 @@ static int open_rail(struct tw_fabric_rail *r, struct fi_info *info, char *why, 
          * otherwise both claim fi_shm://<pid>. */
         static unsigned shm_seq;
         char name[64];
+        /* The pid in the name lets peers notice that we exited (addr.c). */
         int len = snprintf(name, sizeof(name), "fi_shm://tw_%d_%u", (int)getpid(),
                            __atomic_fetch_add(&shm_seq, 1, __ATOMIC_RELAXED));
         char *dup = strdup(name);

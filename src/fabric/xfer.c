@@ -181,6 +181,11 @@ static void advance(struct tw_fabric_xfer *x, uint64_t now)
     struct tw_fabric_peer *p = x->d.peer;
     struct tw_fabric_rail *r = p->rail;
     struct tw_fabric_mr *m = x->d.local;
+    if (x->next_off < x->d.length && tw__fabric_peer_gone(p, now)) {
+        stop(x, -ECONNRESET, "shm peer process %d has exited: %llu of %llu bytes moved", p->pid,
+             (unsigned long long)x->bytes_done, (unsigned long long)x->d.length);
+        return;
+    }
     for (unsigned i = 0; i < x->depth && x->next_off < x->d.length; i++) {
         struct tw_fabric_rma *op = &x->ops[i];
         if (op->busy)
@@ -450,6 +455,25 @@ void tw__fabric_xfers_abort_locked(struct tw_fabric *fab)
         finish(x);
     }
     /* Nobody pops any more: completions still queued are freed by close. */
+}
+
+/* At close: a shm peer serves our reads by writing into our memory itself
+ * (process_vm_writev), whether or not our endpoint still exists. Buffers of
+ * operations it never answered must therefore never be handed back. tcp
+ * closes its sockets with the rail, after which nothing can arrive. */
+static void mark_list(struct tw_fabric_link *head)
+{
+    for (struct tw_fabric_link *l = head->next; l != head; l = l->next) {
+        struct tw_fabric_xfer *x = TW_CONTAINER_OF(l, struct tw_fabric_xfer, node);
+        if (x->inflight && x->d.local && x->d.peer && x->d.peer->rail->is_shm)
+            x->d.local->keep_on_close = 1;
+    }
+}
+
+void tw__fabric_xfers_mark_unsafe_locked(struct tw_fabric *fab)
+{
+    mark_list(&fab->zombies);
+    mark_list(&fab->done);
 }
 
 int tw__fabric_busy_locked(const struct tw_fabric *fab)
