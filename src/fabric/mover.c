@@ -8,16 +8,13 @@
  * and the rails' CQ wait fds (once fi_trywait() said that is safe), then
  * poll again. Without work the thread sleeps on wake_fd only.
  *
- * Sleep bounds: on tcp;ofi_rxm the CQ wait fd fires for a peer's incoming
- * RMA request too (checked by hand: readable within the same millisecond,
- * not readable without traffic), so the sleep may be long: 1 ms while our
- * own transfers run (deadline granularity), 20 ms otherwise. shm offers no
- * wait fd (FI_WAIT_FD is refused; rail.c falls back to FI_WAIT_NONE): with
- * such a rail the mover keeps polling with sched_yield() while registrations
- * are exposed or transfers run (bench_fabric: a 4 KiB shm read took ~200 us
- * with 50 us naps on a loaded host, 6 us with polling), and naps NAP_NS only
- * during TW_FABRIC_LINGER. The price is one busy core while RDMA requests
- * are in flight on a shm-capable plane.
+ * Polling policy (must_spin_locked): the mover polls, yielding between
+ * rounds, while registrations are exposed or transfers run, i.e. while an
+ * RDMA request is in flight; that costs one busy core per plane during
+ * requests and buys microsecond reaction to a peer's reads. Afterwards
+ * (TW_FABRIC_LINGER, or only abandoned operations left) it sleeps on the
+ * CQ wait fds, 20 ms at most, or naps NAP_NS where a rail has no wait fd
+ * (shm), and once nothing is left it sleeps on wake_fd only.
  *
  * Lock: fab->lock is held while calling into libfabric and dropped around
  * ppoll(); submitters take it briefly, so they never wait for a sleep.
@@ -34,8 +31,8 @@
 
 #define SPIN_POLLS 2000
 #define NAP_NS 50000L             /* a rail without wait fd */
-#define ACTIVE_SLEEP_NS 1000000L  /* own transfers running: deadline granularity */
-#define IDLE_SLEEP_NS 20000000L   /* target side only: the fd wakes us */
+#define ACTIVE_SLEEP_NS 1000000L  /* abandoned ops left: drain granularity */
+#define IDLE_SLEEP_NS 20000000L   /* lingering: a safety net, the fd wakes us */
 
 static void drain_fd(int fd)
 {
@@ -86,19 +83,17 @@ static int try_wait_locked(struct tw_fabric *fab, struct pollfd *pfd, nfds_t *n,
     return 1;
 }
 
-/* shm has no CQ wait fd, and its target-side work (serving a peer's read)
- * produces no completion we could see: sleeping between polls delays every
- * operation a peer sends us by the nap plus the scheduler's wake-up. With
- * such a rail the mover keeps polling (yielding) while remotely accessible
- * registrations or our own transfers exist. */
+/* Target-side work (serving a peer's read or write into our memory)
+ * produces no completion we could see, and waking up costs: sleeping on the
+ * CQ wait fd between polls made the first 4 KiB read after a quiet period
+ * take ~1.9 ms on tcp;ofi_rxm (bench_fabric, "after 50 ms idle"), 65 us
+ * when polling; on shm (no wait fd at all) 50 us naps made every 4 KiB read
+ * ~200 us instead of ~4 us. So while remotely accessible registrations or
+ * our own transfers exist the mover keeps polling, yielding the CPU between
+ * rounds. */
 static int must_spin_locked(const struct tw_fabric *fab)
 {
-    if (fab->remote_mrs == 0 && link_empty(&fab->active))
-        return 0;
-    for (unsigned i = 0; i < fab->nrails; i++)
-        if (fab->rails[i].wait_fd < 0)
-            return 1;
-    return 0;
+    return fab->remote_mrs > 0 || !link_empty(&fab->active);
 }
 
 static void *mover_main(void *arg)
@@ -123,8 +118,7 @@ static void *mover_main(void *arg)
         if (tw__fabric_progress_locked(fab) > 0) {
             idle = 0;
         } else if (++idle >= SPIN_POLLS && must_spin_locked(fab)) {
-            /* A rail without wait fd and live work: stay runnable, but let
-             * other threads run first. */
+            /* Live work: stay runnable, but let other threads run first. */
             pthread_mutex_unlock(&fab->lock);
             sched_yield();
             pthread_mutex_lock(&fab->lock);
