@@ -291,9 +291,7 @@ int main(int argc, char **argv)
         DIE("target register: %s", tw__fabric_errmsg(target));
     struct tw_fabric_rkey rk = tw__fabric_mr_rkey(tmr);
 
-    unsigned def_depth = strcmp(tw__fabric_peer_provider(e.peer), "shm") == 0
-                             ? TW_FABRIC_DEFAULT_DEPTH_SHM
-                             : TW_FABRIC_DEFAULT_DEPTH;
+    unsigned def_depth = TW_FABRIC_DEFAULT_DEPTH;
     double load[1] = {0};
     if (getloadavg(load, 1) == 1)
         printf("host: %ld CPUs online, load average %.2f (figures are only comparable within "

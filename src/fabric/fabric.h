@@ -76,12 +76,13 @@
 #define TW_FABRIC_MAX_RAILS 8u /* also the most RDMA_ENDPOINT entries */
 #define TW_FABRIC_ERRMSG_LEN 512u
 
-/* Defaults chosen by bench/bench_fabric.c --sweep (docs/performance.md):
- * 1 MiB chunks; 8 in flight, except on shm, whose target serves operations
- * one after the other and reads fell from ~8 to ~4.7 GB/s beyond 2. */
+/* Defaults from bench/bench_fabric.c --sweep (docs/performance.md): on
+ * loopback tcp and shm every chunk >= 256 KiB with depth >= 2 lies within
+ * the host's noise; 1 MiB x 8 was at or near the top for both providers
+ * and is what RDMA NICs usually want (enough bytes in flight to cover a
+ * round trip). Re-tune on real NICs with --sweep. */
 #define TW_FABRIC_DEFAULT_CHUNK (1u << 20)
 #define TW_FABRIC_DEFAULT_DEPTH 8u
-#define TW_FABRIC_DEFAULT_DEPTH_SHM 2u
 #define TW_FABRIC_MAX_DEPTH 256u
 /* How long a timed-out or cancelled transfer waits for its operations to
  * come back (cancelled or completed) before it completes with buffer_busy. */
@@ -104,7 +105,7 @@ struct tw_fabric_config {
      * a NIC's IP); NULL lets the provider choose. */
     const char *node;
     size_t chunk_size;   /* bytes per RMA operation; 0 = TW_FABRIC_DEFAULT_CHUNK */
-    unsigned depth;      /* operations in flight per transfer; 0 = per-provider default */
+    unsigned depth;      /* operations in flight per transfer; 0 = default */
     uint64_t drain_ns;   /* 0 = TW_FABRIC_DEFAULT_DRAIN_NS */
     int threaded;        /* 1: start the data-mover thread (server, client) */
     int hmem;            /* 1: ask for FI_HMEM (device memory registration) */

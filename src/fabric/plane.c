@@ -45,7 +45,7 @@ int tw__fabric_open(const struct tw_fabric_config *cfg, struct tw_fabric **out, 
         return -ENOMEM;
     }
     fab->chunk = cfg->chunk_size ? cfg->chunk_size : TW_FABRIC_DEFAULT_CHUNK;
-    fab->depth = cfg->depth; /* 0: the rail's default (xfer.c) */
+    fab->depth = cfg->depth ? cfg->depth : TW_FABRIC_DEFAULT_DEPTH;
     fab->drain_ns = cfg->drain_ns ? cfg->drain_ns : TW_FABRIC_DEFAULT_DRAIN_NS;
     fab->hmem = cfg->hmem;
     fab->wake_fd = fab->event_fd = -1;

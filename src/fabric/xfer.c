@@ -301,9 +301,7 @@ int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_
                                (unsigned long long)d->length,
                                (unsigned long long)d->remote.length);
 
-    unsigned depth = fab->depth ? fab->depth
-                                : d->peer->rail->is_shm ? TW_FABRIC_DEFAULT_DEPTH_SHM
-                                                        : TW_FABRIC_DEFAULT_DEPTH;
+    unsigned depth = fab->depth ? fab->depth : TW_FABRIC_DEFAULT_DEPTH;
     struct tw_fabric_xfer *x = calloc(1, sizeof(*x) + depth * sizeof(struct tw_fabric_rma));
     if (!x)
         return tw__fabric_fail(fab, -ENOMEM, "out of memory");
