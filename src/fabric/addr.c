@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,13 +114,19 @@ static int shm_peer_pid(const uint8_t *addr, size_t len)
  * there; a peer killed while holding it makes every later fi_read/fi_write
  * to it spin forever inside libfabric (seen in test_fabric_fork_shm). We
  * cannot interrupt that, so we stop posting to a peer once its process is
- * gone (or a zombie), checked at most once a millisecond. A death racing
- * with a post can still hang that post: see docs/testing.md.
+ * gone (checked before every post) or a zombie (checked at most once a
+ * millisecond). A death racing with a post can still hang that post: see
+ * docs/testing.md.
  */
 int tw__fabric_peer_gone(struct tw_fabric_peer *p, uint64_t now)
 {
     if (p->pid <= 0)
         return 0;
+    /* Every post: a vanished process (ESRCH) costs one cheap syscall. */
+    if (kill(p->pid, 0) < 0 && errno == ESRCH)
+        return 1;
+    /* A zombie (exited, not yet reaped by its parent) still exists for
+     * kill(): look at its state, at most once a millisecond. */
     if (now - p->alive_checked_ns < 1000000ull)
         return 0;
     p->alive_checked_ns = now;
