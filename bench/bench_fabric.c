@@ -1,0 +1,362 @@
+/*
+ * bench_fabric: raw libfabric RMA loop vs the tensorwire engine, same
+ * provider, same target, same process.
+ *
+ *   bench_fabric [-p tcp|shm] [-o read|write] [-r reps] [-c chunk] [-d depth]
+ *                [-s size]... [--sweep]
+ *
+ * The target is a tensorwire plane with its data-mover thread (the provider
+ * needs target-side progress on tcp). The baseline is a bare libfabric RDM
+ * endpoint opened here, posting ONE fi_read/fi_write of the whole size and
+ * spinning on fi_cq_read until it completes: the most direct use of the
+ * provider. The engine runs tw__fabric_xfer_run() on an unthreaded plane
+ * (the client's blocking path) with its chunking and depth. Each repetition
+ * times `iters` back-to-back transfers; the median repetition is reported,
+ * with the ratio engine/raw throughput (>1: engine faster).
+ * --sweep runs the engine over chunk x depth for the largest size (tuning).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fabric/fabric.h"
+
+#define MAX_SIZES 8
+#define DIE(...)                                                                                   \
+    do {                                                                                           \
+        fprintf(stderr, "bench_fabric: " __VA_ARGS__);                                             \
+        fprintf(stderr, "\n");                                                                     \
+        exit(1);                                                                                   \
+    } while (0)
+
+struct raw {
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_cq *cq;
+    struct fid_av *av;
+    struct fid_ep *ep;
+    struct fid_mr *mr;
+    fi_addr_t peer;
+};
+
+static void raw_open(struct raw *r, const char *prov, void *buf, size_t len,
+                     const struct tw_fabric_addr *target)
+{
+    struct fi_info *hints = fi_allocinfo();
+    hints->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->domain_attr->mr_mode =
+        FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+    hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE; /* same semantics as the engine */
+    hints->fabric_attr->prov_name = strdup(prov);
+    int is_shm = strcmp(prov, "shm") == 0;
+    if (fi_getinfo(FI_VERSION(1, 17), is_shm ? NULL : "127.0.0.1", NULL, is_shm ? 0 : FI_SOURCE,
+                   hints, &r->info))
+        DIE("raw fi_getinfo(%s) failed", prov);
+    fi_freeinfo(hints);
+    if (is_shm) {
+        free(r->info->src_addr);
+        r->info->src_addr = strdup("fi_shm://tw_bench_raw");
+        r->info->src_addrlen = strlen("fi_shm://tw_bench_raw") + 1;
+    }
+    struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_CONTEXT, .size = 1024};
+    struct fi_av_attr ava = {.type = FI_AV_UNSPEC};
+    if (fi_fabric(r->info->fabric_attr, &r->fabric, NULL) ||
+        fi_domain(r->fabric, r->info, &r->domain, NULL) ||
+        fi_cq_open(r->domain, &cqa, &r->cq, NULL) || fi_av_open(r->domain, &ava, &r->av, NULL) ||
+        fi_endpoint(r->domain, r->info, &r->ep, NULL) ||
+        fi_ep_bind(r->ep, &r->cq->fid, FI_TRANSMIT | FI_RECV) ||
+        fi_ep_bind(r->ep, &r->av->fid, 0) || fi_enable(r->ep))
+        DIE("raw endpoint setup failed");
+    if (fi_mr_reg(r->domain, buf, len, FI_READ | FI_WRITE, 0, 0xbe0c, 0, &r->mr, NULL))
+        DIE("raw fi_mr_reg failed");
+    if (r->info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
+        fi_mr_bind(r->mr, &r->ep->fid, 0);
+        fi_mr_enable(r->mr);
+    }
+    if (fi_av_insert(r->av, target->addr, 1, &r->peer, 0, NULL) != 1)
+        DIE("raw fi_av_insert failed");
+}
+
+static void raw_close(struct raw *r)
+{
+    fi_close(&r->mr->fid);
+    fi_close(&r->ep->fid);
+    fi_close(&r->av->fid);
+    fi_close(&r->cq->fid);
+    fi_close(&r->domain->fid);
+    fi_close(&r->fabric->fid);
+    fi_freeinfo(r->info);
+}
+
+static void raw_once(struct raw *r, int write, void *buf, size_t len, struct tw_fabric_rkey rk)
+{
+    struct fi_context2 ctx;
+    ssize_t ret;
+    do {
+        ret = write ? fi_write(r->ep, buf, len, fi_mr_desc(r->mr), r->peer, rk.remote_addr, rk.key,
+                               &ctx)
+                    : fi_read(r->ep, buf, len, fi_mr_desc(r->mr), r->peer, rk.remote_addr, rk.key,
+                              &ctx);
+        if (ret == -FI_EAGAIN) {
+            struct fi_cq_entry e;
+            fi_cq_read(r->cq, &e, 1);
+        }
+    } while (ret == -FI_EAGAIN);
+    if (ret)
+        DIE("raw post: %s", fi_strerror((int)-ret));
+    for (;;) {
+        struct fi_cq_entry e;
+        ret = fi_cq_read(r->cq, &e, 1);
+        if (ret == 1)
+            return;
+        if (ret == -FI_EAVAIL) {
+            struct fi_cq_err_entry err = {0};
+            fi_cq_readerr(r->cq, &err, 0);
+            DIE("raw completion error: %s", fi_strerror(err.err));
+        }
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int iters_for(size_t size)
+{
+    if (size <= 64 * 1024)
+        return 2000;
+    if (size <= (4u << 20))
+        return 100;
+    return 1;
+}
+
+struct engine {
+    struct tw_fabric *plane;
+    struct tw_fabric_peer *peer;
+    struct tw_fabric_mr *mr;
+};
+
+static void engine_open(struct engine *e, const char *prov, size_t chunk, unsigned depth,
+                        void *buf, size_t len, struct tw_fabric *target,
+                        struct tw_fabric_peer **target_peer)
+{
+    struct tw_fabric_config cfg = {.provider = prov, .node = "127.0.0.1", .chunk_size = chunk,
+                                   .depth = depth};
+    char err[512];
+    if (tw__fabric_open(&cfg, &e->plane, err, sizeof(err)))
+        DIE("engine plane: %s", err);
+    const struct tw_fabric_addr *mine, *theirs;
+    tw__fabric_local_addrs(e->plane, &mine);
+    tw__fabric_local_addrs(target, &theirs);
+    if (tw__fabric_peer_insert(e->plane, theirs[0].provider, theirs[0].addr_format, theirs[0].addr,
+                               theirs[0].addr_len, &e->peer))
+        DIE("engine insert: %s", tw__fabric_errmsg(e->plane));
+    if (target_peer && tw__fabric_peer_insert(target, mine[0].provider, mine[0].addr_format,
+                                              mine[0].addr, mine[0].addr_len, target_peer))
+        DIE("target insert: %s", tw__fabric_errmsg(target));
+    if (tw__fabric_mr_register(e->peer, buf, len, TW_FABRIC_LOCAL_READ | TW_FABRIC_LOCAL_WRITE,
+                               TW_FABRIC_HOST, 0, &e->mr))
+        DIE("engine register: %s", tw__fabric_errmsg(e->plane));
+}
+
+static void engine_close(struct engine *e)
+{
+    tw__fabric_mr_deregister(e->mr);
+    tw__fabric_peer_remove(e->peer);
+    tw__fabric_close(e->plane);
+}
+
+static double engine_rep(struct engine *e, int write, size_t size, struct tw_fabric_rkey rk)
+{
+    int iters = iters_for(size);
+    struct tw_fabric_xfer_desc d = {.op = write ? TW_FABRIC_PUSH : TW_FABRIC_PULL,
+                                    .peer = e->peer, .local = e->mr, .remote = rk,
+                                    .length = size};
+    struct tw_fabric_completion c;
+    uint64_t t0 = tw__fabric_now_ns();
+    for (int i = 0; i < iters; i++) {
+        d.deadline_ns = tw__fabric_now_ns() + 60ull * 1000000000ull;
+        if (tw__fabric_xfer_run(e->plane, &d, &c))
+            DIE("engine transfer: %s", c.msg);
+    }
+    return (double)(tw__fabric_now_ns() - t0) / iters;
+}
+
+static double engine_rep_once(struct engine *e, int write, size_t size, struct tw_fabric_rkey rk)
+{
+    struct tw_fabric_xfer_desc d = {.op = write ? TW_FABRIC_PUSH : TW_FABRIC_PULL,
+                                    .peer = e->peer, .local = e->mr, .remote = rk,
+                                    .length = size,
+                                    .deadline_ns = tw__fabric_now_ns() + 60ull * 1000000000ull};
+    struct tw_fabric_completion c;
+    uint64_t t0 = tw__fabric_now_ns();
+    if (tw__fabric_xfer_run(e->plane, &d, &c))
+        DIE("engine transfer: %s", c.msg);
+    return (double)(tw__fabric_now_ns() - t0);
+}
+
+static double raw_rep(struct raw *r, int write, void *buf, size_t size, struct tw_fabric_rkey rk)
+{
+    int iters = iters_for(size);
+    uint64_t t0 = tw__fabric_now_ns();
+    for (int i = 0; i < iters; i++)
+        raw_once(r, write, buf, size, rk);
+    return (double)(tw__fabric_now_ns() - t0) / iters;
+}
+
+static void fmt_size(size_t s, char *out, size_t len)
+{
+    if (s >= (1u << 20))
+        snprintf(out, len, "%zu MiB", s >> 20);
+    else if (s >= 1024)
+        snprintf(out, len, "%zu KiB", s >> 10);
+    else
+        snprintf(out, len, "%zu B", s);
+}
+
+int main(int argc, char **argv)
+{
+    const char *prov = "tcp";
+    int write = 0, reps = 5, sweep = 0;
+    size_t chunk = 0, sizes[MAX_SIZES];
+    unsigned depth = 0, nsizes = 0;
+    static const struct option longopts[] = {{"sweep", no_argument, NULL, 'S'}, {0, 0, 0, 0}};
+    int opt;
+    while ((opt = getopt_long(argc, argv, "p:o:r:c:d:s:", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'p': prov = optarg; break;
+        case 'o': write = strcmp(optarg, "write") == 0; break;
+        case 'r': reps = atoi(optarg); break;
+        case 'c': chunk = strtoull(optarg, NULL, 0); break;
+        case 'd': depth = (unsigned)atoi(optarg); break;
+        case 's':
+            if (nsizes < MAX_SIZES)
+                sizes[nsizes++] = strtoull(optarg, NULL, 0);
+            break;
+        case 'S': sweep = 1; break;
+        default: DIE("usage: bench_fabric [-p prov] [-o read|write] [-r reps] [-c chunk] [-d depth] [-s size]... [--sweep]");
+        }
+    }
+    if (reps < 1 || reps > 101)
+        DIE("reps must be 1..101");
+    if (nsizes == 0) {
+        sizes[nsizes++] = 4096;
+        sizes[nsizes++] = 1u << 20;
+        sizes[nsizes++] = 256u << 20;
+    }
+    size_t max = 0;
+    for (unsigned i = 0; i < nsizes; i++)
+        max = sizes[i] > max ? sizes[i] : max;
+
+    uint8_t *remote = malloc(max), *local = malloc(max);
+    if (!remote || !local)
+        DIE("out of memory");
+    memset(remote, 0x5a, max);
+    memset(local, 0xa5, max);
+
+    struct tw_fabric_config tcfg = {.provider = prov, .node = "127.0.0.1", .threaded = 1};
+    struct tw_fabric *target;
+    char err[512];
+    if (tw__fabric_open(&tcfg, &target, err, sizeof(err)))
+        DIE("target plane: %s", err);
+
+    struct engine e;
+    struct tw_fabric_peer *tpeer;
+    engine_open(&e, prov, chunk, depth, local, max, target, &tpeer);
+    struct tw_fabric_mr *tmr;
+    if (tw__fabric_mr_register(tpeer, remote, max, TW_FABRIC_REMOTE_READ | TW_FABRIC_REMOTE_WRITE,
+                               TW_FABRIC_HOST, 0, &tmr))
+        DIE("target register: %s", tw__fabric_errmsg(target));
+    struct tw_fabric_rkey rk = tw__fabric_mr_rkey(tmr);
+
+    unsigned def_depth = TW_FABRIC_DEFAULT_DEPTH;
+    double load[1] = {0};
+    if (getloadavg(load, 1) == 1)
+        printf("host: %ld CPUs online, load average %.2f (figures are only comparable within "
+               "one run)\n", sysconf(_SC_NPROCESSORS_ONLN), load[0]);
+    printf("provider %s (%s), op %s, reps %d, engine chunk %zu depth %u\n",
+           tw__fabric_peer_provider(e.peer), prov, write ? "fi_write" : "fi_read", reps,
+           chunk ? chunk : (size_t)TW_FABRIC_DEFAULT_CHUNK, depth ? depth : def_depth);
+
+    if (sweep) {
+        engine_close(&e);
+        static const size_t chunks[] = {256u << 10, 1u << 20, 4u << 20, 16u << 20};
+        static const unsigned depths[] = {1, 2, 4, 8, 16};
+        printf("%-10s %-6s %12s\n", "chunk", "depth", "GB/s");
+        for (size_t ci = 0; ci < sizeof(chunks) / sizeof(chunks[0]); ci++)
+            for (size_t di = 0; di < sizeof(depths) / sizeof(depths[0]); di++) {
+                engine_open(&e, prov, chunks[ci], depths[di], local, max, target, NULL);
+                double v[101];
+                for (int k = 0; k < reps; k++)
+                    v[k] = engine_rep(&e, write, max, rk);
+                double ns = median(v, reps);
+                char cs[32];
+                fmt_size(chunks[ci], cs, sizeof(cs));
+                printf("%-10s %-6u %12.3f\n", cs, depths[di], (double)max / ns);
+                engine_close(&e);
+            }
+    } else {
+        struct raw r;
+        const struct tw_fabric_addr *taddr;
+        tw__fabric_local_addrs(target, &taddr);
+        raw_open(&r, prov, local, max, &taddr[0]);
+        printf("%-8s %14s %14s %14s %14s %8s\n", "size", "raw us/op", "raw GB/s", "engine us/op",
+               "engine GB/s", "ratio");
+        for (unsigned i = 0; i < nsizes; i++) {
+            double vr[101], ve[101];
+            /* Interleave so drift (other load on the host) hits both. */
+            for (int k = 0; k < reps; k++) {
+                vr[k] = raw_rep(&r, write, local, sizes[i], rk);
+                ve[k] = engine_rep(&e, write, sizes[i], rk);
+            }
+            double mr = median(vr, reps), me = median(ve, reps);
+            char ss[32];
+            fmt_size(sizes[i], ss, sizeof(ss));
+            printf("%-8s %14.2f %14.3f %14.2f %14.3f %8.2f\n", ss, mr / 1000, (double)sizes[i] / mr,
+                   me / 1000, (double)sizes[i] / me, mr / me);
+        }
+        /* First operation after the target went idle: its mover has
+         * stopped spinning and sleeps in poll() on the CQ wait fd, so this
+         * is the wake-up cost a request pays after a quiet period. */
+        double vi[101];
+        for (int k = 0; k < reps; k++) {
+            struct timespec ts = {0, 50 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            vi[k] = engine_rep_once(&e, write, 4096, rk);
+        }
+        printf("4 KiB after 50 ms idle (target mover asleep): %.2f us median\n",
+               median(vi, reps) / 1000);
+        raw_close(&r);
+        engine_close(&e);
+    }
+    if (memcmp(remote, local, 1) != 0 && !write)
+        DIE("data check failed: a read did not bring the target's bytes");
+    tw__fabric_mr_deregister(tmr);
+    tw__fabric_peer_remove(tpeer);
+    tw__fabric_close(target);
+    free(remote);
+    free(local);
+    return 0;
+}

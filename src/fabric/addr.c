@@ -1,0 +1,294 @@
+/*
+ * Address exchange (RDMA_ENDPOINT): host id, our addresses in preference
+ * order, choosing a peer's offered entry, and peers in the address vectors.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fabric/fabric_int.h"
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int tw__fabric_host_id_from(const char *path, uint8_t out[TW_HOST_ID_LEN])
+{
+    char buf[64];
+    size_t got = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    while (got < sizeof(buf) - 1) {
+        ssize_t n = read(fd, buf + got, sizeof(buf) - 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int e = -errno;
+            close(fd);
+            return e;
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    /* 8-4-4-4-12 hex digits; dashes only at those places. */
+    unsigned nib = 0;
+    for (size_t i = 0; i < got && nib < 2 * TW_HOST_ID_LEN; i++) {
+        if (buf[i] == '-' && (nib == 8 || nib == 12 || nib == 16 || nib == 20))
+            continue;
+        int v = hexval(buf[i]);
+        if (v < 0)
+            return TW_EBAD_FIELD;
+        if (nib % 2 == 0)
+            out[nib / 2] = (uint8_t)(v << 4);
+        else
+            out[nib / 2] |= (uint8_t)v;
+        nib++;
+    }
+    return nib == 2 * TW_HOST_ID_LEN ? 0 : TW_EBAD_FIELD;
+}
+
+int tw__fabric_host_id(uint8_t out[TW_HOST_ID_LEN])
+{
+    return tw__fabric_host_id_from("/proc/sys/kernel/random/boot_id", out);
+}
+
+unsigned tw__fabric_local_addrs(const struct tw_fabric *fab, const struct tw_fabric_addr **addrs)
+{
+    /* fab->addrs is filled once when the rails open, in preference order. */
+    *addrs = fab->addrs;
+    return fab->nrails;
+}
+
+void tw__fabric_addr_view(const struct tw_fabric_addr *a, struct tw_fabric_entry *v)
+{
+    v->provider.ptr = (const uint8_t *)a->provider;
+    v->provider.len = (uint32_t)strlen(a->provider);
+    v->addr_format = a->addr_format;
+    v->addr.ptr = a->addr;
+    v->addr.len = a->addr_len;
+}
+
+static struct tw_fabric_rail *rail_by_name(struct tw_fabric *fab, const uint8_t *name, size_t len)
+{
+    for (unsigned i = 0; i < fab->nrails; i++) {
+        const char *p = fab->rails[i].addr.provider;
+        if (strlen(p) == len && memcmp(p, name, len) == 0)
+            return &fab->rails[i];
+    }
+    return NULL;
+}
+
+/* "fi_shm://tw_<pid>_<n>" (our own naming, rail.c) -> pid, else 0. */
+static int shm_peer_pid(const uint8_t *addr, size_t len)
+{
+    static const char prefix[] = "fi_shm://tw_";
+    size_t n = sizeof(prefix) - 1;
+    if (len <= n || memcmp(addr, prefix, n) != 0)
+        return 0;
+    long pid = 0;
+    for (size_t i = n; i < len && addr[i] >= '0' && addr[i] <= '9'; i++) {
+        pid = pid * 10 + (addr[i] - '0');
+        if (pid > 1 << 22)
+            return 0;
+    }
+    return (int)pid;
+}
+
+/*
+ * Whether a shm peer's process has exited. Why we look: shm 1.17 enqueues a
+ * command into the peer's own shared region under a spin lock that lives
+ * there; a peer killed while holding it makes every later fi_read/fi_write
+ * to it spin forever inside libfabric (seen in test_fabric_fork_shm). We
+ * cannot interrupt that, so we stop posting to a peer once its process is
+ * gone (checked before every post) or a zombie (checked at most once a
+ * millisecond). A death racing with a post can still hang that post: see
+ * docs/testing.md.
+ */
+int tw__fabric_peer_gone(struct tw_fabric_peer *p, uint64_t now)
+{
+    if (p->pid <= 0)
+        return 0;
+    /* Every post: a vanished process (ESRCH) costs one cheap syscall. */
+    if (kill(p->pid, 0) < 0 && errno == ESRCH)
+        return 1;
+    /* A zombie (exited, not yet reaped by its parent) still exists for
+     * kill(): look at its state, at most once a millisecond. */
+    if (now - p->alive_checked_ns < 1000000ull)
+        return 0;
+    p->alive_checked_ns = now;
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", p->pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT;
+    ssize_t n;
+    do
+        n = read(fd, buf, sizeof(buf) - 1);
+    while (n < 0 && errno == EINTR);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* "pid (comm) S ...": the state follows the last ')'. */
+    const char *rp = strrchr(buf, ')');
+    if (!rp || rp[1] != ' ')
+        return 0;
+    return rp[2] == 'Z' || rp[2] == 'X';
+}
+
+static int insert_locked(struct tw_fabric_rail *r, uint32_t addr_format, const void *addr,
+                         size_t addr_len, struct tw_fabric_peer **out)
+{
+    struct tw_fabric *fab = r->fab;
+    if (addr_format != r->addr.addr_format)
+        return tw__fabric_fail(fab, TW_ENOFABRIC, "%s: address format %u, expected %u",
+                               r->addr.provider, addr_format, r->addr.addr_format);
+    if (addr_len == 0 || addr_len > TW_MAX_FABRIC_ADDR_LEN)
+        return tw__fabric_fail(fab, TW_ENOFABRIC, "%s: address length %zu", r->addr.provider,
+                               addr_len);
+    struct tw_fabric_peer *p = calloc(1, sizeof(*p));
+    if (!p)
+        return tw__fabric_fail(fab, -ENOMEM, "out of memory");
+    memcpy(p->addr, addr, addr_len);
+    p->addr_len = addr_len;
+    p->addr_format = addr_format;
+    p->rail = r;
+    p->refs = 1;
+    p->pid = r->is_shm ? shm_peer_pid(p->addr, p->addr_len) : 0;
+    int ret = fi_av_insert(r->av, p->addr, 1, &p->fi_addr, 0, NULL);
+    if (ret != 1) {
+        free(p);
+        ret = ret < 0 ? ret : -EADDRNOTAVAIL;
+        return tw__fabric_fail(fab, ret, "%s: fi_av_insert: %s", r->addr.provider,
+                               fi_strerror(-ret));
+    }
+    link_add_tail(&fab->peers, &p->node);
+    *out = p;
+    return 0;
+}
+
+int tw__fabric_peer_insert(struct tw_fabric *fab, const char *provider, uint32_t addr_format,
+                           const void *addr, size_t addr_len, struct tw_fabric_peer **peer)
+{
+    pthread_mutex_lock(&fab->lock);
+    struct tw_fabric_rail *r = rail_by_name(fab, (const uint8_t *)provider, strlen(provider));
+    int ret = r ? insert_locked(r, addr_format, addr, addr_len, peer)
+                : tw__fabric_fail(fab, TW_ENOFABRIC, "no rail for provider \"%s\" (%s)",
+                                  provider, fab->describe);
+    pthread_mutex_unlock(&fab->lock);
+    return ret;
+}
+
+int tw__fabric_peer_insert_entry(struct tw_fabric *fab, const struct tw_fabric_entry *e,
+                                 struct tw_fabric_peer **peer)
+{
+    pthread_mutex_lock(&fab->lock);
+    struct tw_fabric_rail *r = rail_by_name(fab, e->provider.ptr, e->provider.len);
+    int ret = r ? insert_locked(r, e->addr_format, e->addr.ptr, e->addr.len, peer)
+                : tw__fabric_fail(fab, TW_ENOFABRIC, "no rail for provider \"%.*s\" (%s)",
+                                  (int)(e->provider.len > 64 ? 64 : e->provider.len),
+                                  (const char *)e->provider.ptr, fab->describe);
+    pthread_mutex_unlock(&fab->lock);
+    return ret;
+}
+
+void tw__fabric_plane_host_id(const struct tw_fabric *fab, uint8_t out[TW_HOST_ID_LEN])
+{
+    memcpy(out, fab->host_id, TW_HOST_ID_LEN);
+}
+
+int tw__fabric_accept_offer(struct tw_fabric *fab, const uint8_t peer_host_id[TW_HOST_ID_LEN],
+                            const struct tw_fabric_entry *entries, unsigned count,
+                            struct tw_fabric_peer **peer, const struct tw_fabric_addr **ours,
+                            char *reason, size_t reasonlen)
+{
+    char why[TW_MAX_REASON_LEN + 1] = "";
+    size_t used = 0;
+    int ret = TW_ENOFABRIC;
+    pthread_mutex_lock(&fab->lock);
+    for (unsigned i = 0; i < count && i < TW_FABRIC_MAX_RAILS; i++) {
+        const struct tw_fabric_entry *e = &entries[i];
+        struct tw_fabric_rail *r = rail_by_name(fab, e->provider.ptr, e->provider.len);
+        const char *skip = NULL;
+        if (!r)
+            skip = "not offered here";
+        else if (r->is_shm && r->stuck_ops)
+            skip = "endpoint blocked by an unanswered operation";
+        else if (r->is_shm && memcmp(peer_host_id, fab->host_id, TW_HOST_ID_LEN) != 0)
+            skip = "other host";
+        else if (e->addr_format != r->addr.addr_format)
+            skip = "address format";
+        else if ((ret = insert_locked(r, e->addr_format, e->addr.ptr, e->addr.len, peer)) != 0)
+            skip = "fi_av_insert failed";
+        else {
+            *ours = &r->addr;
+            pthread_mutex_unlock(&fab->lock);
+            if (reason && reasonlen)
+                reason[0] = '\0';
+            return 0;
+        }
+        int n = snprintf(why + used, sizeof(why) - used, "%s%.*s: %s", used ? "; " : "",
+                         (int)(e->provider.len > 32 ? 32 : e->provider.len),
+                         (const char *)e->provider.ptr, skip);
+        if (n > 0 && (size_t)n < sizeof(why) - used)
+            used += (size_t)n;
+        ret = TW_ENOFABRIC;
+    }
+    if (count == 0)
+        snprintf(why, sizeof(why), "no entries offered");
+    pthread_mutex_unlock(&fab->lock);
+    if (reason && reasonlen)
+        snprintf(reason, reasonlen < sizeof(why) ? reasonlen : sizeof(why), "%s", why);
+    tw__fabric_fail(fab, ret, "no offered data plane usable: %s", why);
+    return ret;
+}
+
+const char *tw__fabric_peer_provider(const struct tw_fabric_peer *peer)
+{
+    return peer->rail->addr.provider;
+}
+
+void tw__fabric_peer_put_locked(struct tw_fabric_peer *p)
+{
+    if (--p->refs)
+        return;
+    fi_av_remove(p->rail->av, &p->fi_addr, 1, 0);
+    link_del(&p->node);
+    free(p);
+}
+
+void tw__fabric_peer_remove(struct tw_fabric_peer *peer)
+{
+    if (!peer)
+        return;
+    struct tw_fabric *fab = peer->rail->fab;
+    pthread_mutex_lock(&fab->lock);
+    peer->removed = 1;
+    tw__fabric_xfer_fail_peer_locked(fab, peer, -ECONNABORTED, "peer removed");
+    tw__fabric_peer_put_locked(peer);
+    pthread_mutex_unlock(&fab->lock);
+    tw__fabric_mover_wake(fab);
+}
+
+void tw__fabric_peers_close_locked(struct tw_fabric *fab)
+{
+    while (!link_empty(&fab->peers)) {
+        struct tw_fabric_peer *p = TW_CONTAINER_OF(fab->peers.next, struct tw_fabric_peer, node);
+        p->refs = 1;
+        tw__fabric_peer_put_locked(p);
+    }
+}

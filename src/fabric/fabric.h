@@ -1,0 +1,343 @@
+/*
+ * tensorwire RDMA data plane through libfabric (internal API).
+ *
+ * Objects and who owns them:
+ *
+ *   struct tw_fabric       a data plane: one per process (server) or per
+ *                          client. Holds up to TW_FABRIC_MAX_RAILS "rails",
+ *                          one per provider that opened (e.g. shm and
+ *                          tcp;ofi_rxm), each a fabric + domain + RDM endpoint
+ *                          + completion queue + address vector shared by all
+ *                          peers. Optionally runs a data-mover thread.
+ *                          tw__fabric_open() creates it, tw__fabric_close()
+ *                          frees it and everything below.
+ *   struct tw_fabric_peer  one remote endpoint inserted into a rail's address
+ *                          vector (one per control connection that negotiated
+ *                          RDMA). Created by tw__fabric_accept_offer() or
+ *                          tw__fabric_peer_insert(), released by
+ *                          tw__fabric_peer_remove(). Transfers to a removed
+ *                          peer are failed with -ECONNABORTED.
+ *   struct tw_fabric_mr    one memory registration on one rail. Created by
+ *                          tw__fabric_mr_register(), released (and its key
+ *                          revoked) by tw__fabric_mr_deregister() or
+ *                          tw__fabric_mr_release(). The memory itself stays
+ *                          the caller's; it must stay valid until the
+ *                          registration is released AND no operation can
+ *                          touch it (see "Memory safety" below).
+ *   struct tw_fabric_xfer  one transfer (pull = fi_read, push = fi_write) of a
+ *                          whole region, cut into chunks with several
+ *                          operations in flight and a deadline. Owned by the
+ *                          plane from tw__fabric_xfer_submit() until its
+ *                          completion is popped by tw__fabric_done_pop().
+ *
+ * Progress model (chosen and why): libfabric's tcp and shm providers make
+ * data progress only when the application polls the completion queue
+ * (FI_PROGRESS_MANUAL), and that is true on the *target* side too: a peer
+ * that reads our registered memory stalls unless we poll. A server whose
+ * epoll loop also had to spin on CQs would either burn a core or add
+ * latency, and shm has no CQ wait fd at all. So a plane opened with
+ * `threaded = 1` runs one data-mover thread (mover.c) that polls the CQs
+ * while a transfer, a remotely accessible registration or a draining
+ * operation exists (spinning, then sleeping on the CQ wait fds, or napping
+ * 50 us where a rail has none), and sleeps on an internal eventfd otherwise.
+ * Finished asynchronous transfers are queued and the mover writes to an
+ * eventfd (tw__fabric_event_fd()) that the server's epoll loop watches; the
+ * loop then calls tw__fabric_done_pop() until it returns 0. A blocking
+ * client uses tw__fabric_xfer_run(), which works in both modes (threaded:
+ * waits for the mover; unthreaded: busy-polls inline). A client should be
+ * threaded too: in a pull put the server reads the client's memory, which
+ * needs the client's target-side progress while it blocks on its socket.
+ *
+ * Memory safety after a timeout: fi_cancel() cannot take back RMA on every
+ * provider (tcp;ofi_rxm). A transfer that stops while the provider still
+ * holds operations completes after drain_ns with buffer_busy = 1; those
+ * operations may still write the local buffer later, so such a buffer is
+ * released with tw__fabric_mr_release(), whose callback runs once nothing
+ * can touch it any more.
+ *
+ * Thread safety: every function may be called from any thread; one mutex per
+ * plane serialises libfabric calls (domains are opened FI_THREAD_DOMAIN).
+ * tw__fabric_close() must not race with any other call on the same plane.
+ *
+ * Errors: 0 or a negative tensorwire code (include/tensorwire/error.h).
+ * -errno values come straight from libfabric (FI_E* equal errno values).
+ * A human-readable reason is kept in the plane (tw__fabric_errmsg()) or, for
+ * transfers, in the completion.
+ */
+#ifndef TW_FABRIC_H
+#define TW_FABRIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/proto.h"
+#include "tensorwire/error.h"
+
+#define TW_FABRIC_MAX_RAILS 8u /* also the most RDMA_ENDPOINT entries */
+#define TW_FABRIC_ERRMSG_LEN 512u
+
+/* Defaults from bench/bench_fabric.c --sweep (docs/performance.md): on
+ * loopback tcp and shm every chunk >= 256 KiB with depth >= 2 lies within
+ * the host's noise; 1 MiB x 8 was at or near the top for both providers
+ * and is what RDMA NICs usually want (enough bytes in flight to cover a
+ * round trip). Re-tune on real NICs with --sweep. */
+#define TW_FABRIC_DEFAULT_CHUNK (1u << 20)
+#define TW_FABRIC_DEFAULT_DEPTH 8u
+#define TW_FABRIC_MAX_DEPTH 256u
+/* How long a timed-out or cancelled transfer waits for its operations to
+ * come back (cancelled or completed) before it completes with buffer_busy. */
+#define TW_FABRIC_DEFAULT_DRAIN_NS (200ull * 1000 * 1000)
+
+struct tw_fabric;
+struct tw_fabric_peer;
+struct tw_fabric_mr;
+struct tw_fabric_xfer;
+
+struct tw_fabric_config {
+    /* "auto": open every usable provider among verbs, efa, shm, tcp (in that
+     * preference order; each one that fails is recorded with its reason).
+     * "none": no data plane (tw__fabric_open() returns TW_ENOFABRIC).
+     * Anything else: a comma-separated list of provider names, matched
+     * against libfabric's name either fully ("tcp;ofi_rxm") or by its core
+     * provider ("tcp", "verbs"). NULL means "auto". */
+    const char *provider;
+    /* Local address or interface to bind non-shm rails to (e.g. "127.0.0.1",
+     * a NIC's IP); NULL lets the provider choose. */
+    const char *node;
+    size_t chunk_size;   /* bytes per RMA operation; 0 = TW_FABRIC_DEFAULT_CHUNK */
+    unsigned depth;      /* operations in flight per transfer; 0 = default */
+    uint64_t drain_ns;   /* 0 = TW_FABRIC_DEFAULT_DRAIN_NS */
+    int threaded;        /* 1: start the data-mover thread (server, client) */
+    int hmem;            /* 1: ask for FI_HMEM (device memory registration) */
+};
+
+/* Opens a data plane. On failure returns a negative code (TW_ENOFABRIC when
+ * no provider could be opened, or with "none") and writes why, for every
+ * candidate that failed, into err (if err != NULL, NUL-terminated).
+ * *out is set only on success. */
+int tw__fabric_open(const struct tw_fabric_config *cfg, struct tw_fabric **out, char *err,
+                    size_t errlen);
+
+/* Stops the mover, fails and drains every transfer, removes every peer,
+ * closes every registration still open, closes the rails and frees fab.
+ * Completions not popped are discarded. NULL is ignored. */
+void tw__fabric_close(struct tw_fabric *fab);
+
+/* The last error detail of this plane (static buffer inside fab; valid
+ * until the next call on fab). */
+const char *tw__fabric_errmsg(const struct tw_fabric *fab);
+
+/* One line describing the opened rails and the candidates that failed,
+ * e.g. "rails: shm, tcp;ofi_rxm; failed: verbs (fi_getinfo: No data
+ * available)". Valid as long as fab. */
+const char *tw__fabric_describe(const struct tw_fabric *fab);
+
+/* --- Addressing (RDMA_ENDPOINT) ---------------------------------------- */
+
+/* Our own address on one rail, owned by the plane; valid as long as fab. */
+struct tw_fabric_addr {
+    char provider[TW_MAX_PROVIDER_LEN + 1]; /* libfabric prov_name, NUL-terminated */
+    uint32_t addr_format;                   /* FI_SOCKADDR_IN, FI_ADDR_STR, ... */
+    uint16_t addr_len;
+    uint8_t addr[TW_MAX_FABRIC_ADDR_LEN];   /* fi_getname() bytes */
+};
+
+/* This host's id: the first 16 bytes of /proc/sys/kernel/random/boot_id
+ * parsed as a UUID. Returns 0 or a negative errno / TW_EBAD_FIELD. */
+int tw__fabric_host_id(uint8_t out[TW_HOST_ID_LEN]);
+/* Same, from an explicit file (tests). */
+int tw__fabric_host_id_from(const char *path, uint8_t out[TW_HOST_ID_LEN]);
+
+/* Our rails in preference order: the entries of an RDMA_ENDPOINT OFFER.
+ * Returns the count (1..TW_FABRIC_MAX_RAILS); *addrs points into fab. */
+unsigned tw__fabric_local_addrs(const struct tw_fabric *fab, const struct tw_fabric_addr **addrs);
+
+/* A borrowed wire view (struct tw_fabric_entry of proto.h) of a local address,
+ * for the encoder. Valid as long as fab. */
+void tw__fabric_addr_view(const struct tw_fabric_addr *a, struct tw_fabric_entry *view);
+
+/*
+ * Server side of RDMA_ENDPOINT: picks the first offered entry we can use
+ * (same provider name as one of our rails; shm only when peer_host_id equals
+ * our host id; address format must match), inserts the peer's address and
+ * returns the peer and our address on that rail for the ACCEPT reply.
+ * Returns 0, or TW_ENOFABRIC with a reason naming every rejected entry in
+ * reason (NUL-terminated; <= TW_MAX_REASON_LEN fits a DECLINE) when none
+ * fits, or another negative code when fi_av_insert fails.
+ */
+int tw__fabric_accept_offer(struct tw_fabric *fab, const uint8_t peer_host_id[TW_HOST_ID_LEN],
+                            const struct tw_fabric_entry *entries, unsigned count,
+                            struct tw_fabric_peer **peer, const struct tw_fabric_addr **ours,
+                            char *reason, size_t reasonlen);
+
+/* Client side of RDMA_ENDPOINT ACCEPT (or any explicit insert): inserts the
+ * peer address on the rail whose provider name equals `provider`
+ * (NUL-terminated). Returns 0, TW_ENOFABRIC (no such rail / wrong format),
+ * or a negative errno from fi_av_insert. */
+int tw__fabric_peer_insert(struct tw_fabric *fab, const char *provider, uint32_t addr_format,
+                           const void *addr, size_t addr_len, struct tw_fabric_peer **peer);
+
+/* Same, from a decoded RDMA_ENDPOINT ACCEPT entry (provider bytes need no
+ * NUL). */
+int tw__fabric_peer_insert_entry(struct tw_fabric *fab, const struct tw_fabric_entry *e,
+                                 struct tw_fabric_peer **peer);
+
+/* The host id the plane read at open (all zero if boot_id was unreadable),
+ * for the host_id field of OFFER / ACCEPT. */
+void tw__fabric_plane_host_id(const struct tw_fabric *fab, uint8_t out[TW_HOST_ID_LEN]);
+
+/* Fails the peer's transfers still in flight (-ECONNABORTED, delivered as
+ * usual), then removes its address once they have drained. The handle is
+ * invalid after this call. NULL is ignored. */
+void tw__fabric_peer_remove(struct tw_fabric_peer *peer);
+
+/* The provider name of the rail a peer lives on ("tcp;ofi_rxm"). */
+const char *tw__fabric_peer_provider(const struct tw_fabric_peer *peer);
+
+/* --- Memory registration (RDMA_REGISTER) ------------------------------- */
+
+/* Access bits (combine). Remote bits are what the peer may do to the
+ * region; local bits are what our own transfers do with it. Register with
+ * the least: a pull source gets REMOTE_READ, a push destination
+ * REMOTE_WRITE, our pull destination LOCAL_READ, our push source
+ * LOCAL_WRITE (libfabric naming: the local buffer of an fi_read is FI_READ). */
+#define TW_FABRIC_LOCAL_READ 0x1u   /* buffer receives our fi_read */
+#define TW_FABRIC_LOCAL_WRITE 0x2u  /* buffer is the source of our fi_write */
+#define TW_FABRIC_REMOTE_READ 0x4u  /* peer may fi_read it */
+#define TW_FABRIC_REMOTE_WRITE 0x8u /* peer may fi_write it */
+
+/* Memory kind of a registration (maps to enum fi_hmem_iface). */
+enum tw_fabric_iface { TW_FABRIC_HOST = 0, TW_FABRIC_CUDA = 1 };
+
+/* What the peer needs: exactly the RDMA_REGISTER payload. */
+struct tw_fabric_rkey {
+    uint64_t key;         /* rkey */
+    uint64_t remote_addr; /* virtual address (FI_MR_VIRT_ADDR) or 0 (offset) */
+    uint64_t length;
+};
+
+/* Registers [addr, addr + len) on the rail of `peer` (registrations are per
+ * domain; a server registers per connection). len may be 0 (no libfabric
+ * call; key 0). iface TW_FABRIC_CUDA needs a plane opened with hmem = 1 and
+ * `device` the CUDA device ordinal. Honours the rail's MR mode: provider
+ * keys or unique requested keys, virtual or offset addressing, endpoint
+ * binding, local descriptors. The registration must be released with
+ * tw__fabric_mr_deregister(). Returns 0 or a negative code (detail in
+ * tw__fabric_errmsg()). */
+int tw__fabric_mr_register(struct tw_fabric_peer *peer, void *addr, size_t len, unsigned access,
+                           enum tw_fabric_iface iface, int device, struct tw_fabric_mr **mr);
+
+/* Releases the registration: fi_close() of the MR, which revokes its key
+ * (the peer's later RMA with it fails, see docs/testing.md "Fabric" for how
+ * each provider reports that). If a transfer still uses it as its local
+ * buffer (running, or abandoned operations: buffer_busy), the MR stays open
+ * until that drained and is closed then; otherwise at once. The handle is
+ * invalid after this call. NULL is ignored. */
+void tw__fabric_mr_deregister(struct tw_fabric_mr *mr);
+
+/* Deregisters like tw__fabric_mr_deregister() and calls on_idle(arg) once
+ * no operation can touch the memory any more: at once if no transfer holds
+ * the registration, else when the last abandoned operation drained (or at
+ * tw__fabric_close(): on tcp the closed sockets guarantee nothing arrives
+ * any more; on shm the peer writes our memory itself, so a buffer whose
+ * operations were never answered is NOT handed back at close and stays
+ * allocated). Free or reuse the buffer in on_idle, never before, when a
+ * completion had buffer_busy set. on_idle runs on any thread with the
+ * plane's lock held: it must not call tw__fabric_* functions. */
+void tw__fabric_mr_release(struct tw_fabric_mr *mr, void (*on_idle)(void *arg), void *arg);
+
+/* Key, address and length to send in RDMA_REGISTER. */
+struct tw_fabric_rkey tw__fabric_mr_rkey(const struct tw_fabric_mr *mr);
+/* fi_mr_desc() of the registration (NULL for a 0-byte one). */
+void *tw__fabric_mr_desc(const struct tw_fabric_mr *mr);
+
+/* Registrar-style pair for the registration cache (src/mem/regcache.h):
+ * ctx is a struct tw_fabric_peer * (its rail's domain), handle a
+ * struct tw_fabric_mr *. Same semantics as above. */
+int tw__fabric_registrar_register(void *ctx, void *addr, size_t len, unsigned access, int iface,
+                                  int device, void **handle);
+void tw__fabric_registrar_deregister(void *handle);
+
+/* --- Transfers --------------------------------------------------------- */
+
+enum tw_fabric_op {
+    TW_FABRIC_PULL = 1, /* fi_read: remote -> local */
+    TW_FABRIC_PUSH = 2  /* fi_write: local -> remote */
+};
+
+struct tw_fabric_xfer_desc {
+    enum tw_fabric_op op;
+    struct tw_fabric_peer *peer;
+    struct tw_fabric_mr *local; /* registered with LOCAL_READ (pull) / LOCAL_WRITE (push) */
+    uint64_t local_offset;      /* byte offset inside `local` */
+    struct tw_fabric_rkey remote; /* from the peer's RDMA_REGISTER */
+    uint64_t length;            /* bytes to move; <= remote.length and fits `local` */
+    uint64_t deadline_ns;       /* absolute tw__fabric_now_ns(); 0 = none */
+    uint64_t cookie;            /* caller's, returned in the completion */
+};
+
+struct tw_fabric_completion {
+    uint64_t cookie;
+    int status;      /* 0, TW_ETIMEDOUT, TW_ECANCELLED, -ECONNABORTED, or a
+                        negative errno from the provider's error completion */
+    uint64_t bytes;  /* bytes moved by completed chunks */
+    /* 1 when the transfer ended (deadline, cancel) while the provider still
+     * held some of its operations, which fi_cancel() could not take back
+     * (tcp;ofi_rxm cannot cancel RMA). They may still complete and write
+     * into the local buffer later: release its registration with
+     * tw__fabric_mr_release() and free the buffer in on_idle. */
+    int buffer_busy;
+    char msg[TW_FABRIC_ERRMSG_LEN]; /* empty on success; else fi_cq_strerror() etc. */
+};
+
+/* The RDMA_DONE status for a completion: 0, TIMEOUT, CANCELLED,
+ * SHUTTING_DOWN, or INTERNAL for provider and connection errors. */
+uint32_t tw__fabric_status_to_wire(int status);
+
+/* CLOCK_MONOTONIC in nanoseconds: the clock of deadline_ns. */
+uint64_t tw__fabric_now_ns(void);
+
+/* Starts an asynchronous transfer. On success (0) the plane owns it and
+ * queues exactly one completion (tw__fabric_done_pop(); the event fd becomes
+ * readable) — also for 0 bytes. *xfer (may be NULL) stays valid for
+ * tw__fabric_xfer_cancel() until that completion is popped. On failure
+ * nothing is queued. Needs a threaded plane or tw__fabric_progress() calls. */
+int tw__fabric_xfer_submit(struct tw_fabric *fab, const struct tw_fabric_xfer_desc *d,
+                           struct tw_fabric_xfer **xfer);
+
+/* Asks the transfer to stop: its completion will carry `status` (e.g.
+ * TW_ECANCELLED when the peer sent ERROR) unless it already finished. The
+ * outstanding operations are cancelled and drained before it completes. */
+void tw__fabric_xfer_cancel(struct tw_fabric_xfer *xfer, int status);
+
+/* Blocking transfer for a client: submits and returns when it completed or
+ * failed (its deadline included). Returns c->status; c may be NULL. */
+int tw__fabric_xfer_run(struct tw_fabric *fab, const struct tw_fabric_xfer_desc *d,
+                        struct tw_fabric_completion *c);
+
+/* eventfd (non-blocking) that becomes readable when completions are queued.
+ * Owned by the plane: do not close it. Reading it is optional: the loop
+ * should drain tw__fabric_done_pop() until it returns 0 either way. */
+int tw__fabric_event_fd(const struct tw_fabric *fab);
+
+/* Pops one finished asynchronous transfer into *c. Returns 1 if one was
+ * popped, 0 if none is pending. The xfer handle is freed by the pop. */
+int tw__fabric_done_pop(struct tw_fabric *fab, struct tw_fabric_completion *c);
+
+/* Polls every rail once and advances transfers (unthreaded planes; harmless
+ * on threaded ones). Returns the number of completions processed. */
+int tw__fabric_progress(struct tw_fabric *fab);
+
+/* Counters for STATS and tests. */
+struct tw_fabric_stats {
+    uint64_t xfers_done, xfers_failed, bytes, ops_posted, ops_failed;
+    unsigned xfers_active, mrs_open, peers;
+    unsigned stuck_ops; /* ops of abandoned transfers the provider still holds */
+};
+void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st);
+
+/* Test hook: while paused, the mover thread makes no progress (a stalled
+ * peer). Only meaningful on threaded planes. */
+void tw__fabric_pause(struct tw_fabric *fab, int paused);
+
+#endif

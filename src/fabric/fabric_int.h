@@ -1,0 +1,200 @@
+/*
+ * Private structures of the data plane, shared by the files of src/fabric/
+ * only. Everything here is protected by tw_fabric.lock unless said otherwise.
+ *
+ *   rail.c     provider selection, opening and closing rails
+ *   addr.c     host id, local addresses, offer/accept, peers
+ *   mr.c       memory registration and key revocation
+ *   xfer.c     the RMA engine: chunking, completions, deadlines, draining
+ *   mover.c    the data-mover thread, eventfd and completion queue
+ */
+#ifndef TW_FABRIC_INT_H
+#define TW_FABRIC_INT_H
+
+#include <pthread.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_rma.h>
+#include <stdarg.h>
+
+#include "fabric/fabric.h"
+
+#define TW_FABRIC_API FI_VERSION(1, 17)
+
+/* Intrusive doubly linked list. */
+struct tw_fabric_link {
+    struct tw_fabric_link *prev, *next;
+};
+
+static inline void link_init(struct tw_fabric_link *h)
+{
+    h->prev = h->next = h;
+}
+static inline int link_empty(const struct tw_fabric_link *h)
+{
+    return h->next == h;
+}
+static inline void link_add_tail(struct tw_fabric_link *h, struct tw_fabric_link *n)
+{
+    n->prev = h->prev;
+    n->next = h;
+    h->prev->next = n;
+    h->prev = n;
+}
+static inline void link_del(struct tw_fabric_link *n)
+{
+    n->prev->next = n->next;
+    n->next->prev = n->prev;
+    n->prev = n->next = n;
+}
+#define TW_CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+struct tw_fabric_rail {
+    struct tw_fabric *fab;
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_ep *ep;
+    struct fid_cq *cq;
+    struct fid_av *av;
+    int wait_fd;          /* CQ wait fd (FI_WAIT_FD) or -1: then poll with back-off */
+    uint64_t mr_mode;     /* what the provider demands (subset of what we support) */
+    uint64_t next_key;    /* next requested key when !FI_MR_PROV_KEY; never reused */
+    size_t max_msg;       /* ep_attr->max_msg_size */
+    int is_shm;
+    /* Operations of finished (abandoned) transfers the provider still
+     * holds. shm (libfabric 1.17) answers RMA in order, so while one of
+     * these is unanswered every later operation on this endpoint waits
+     * behind it: for good if its peer died. */
+    unsigned stuck_ops;
+    struct tw_fabric_addr addr;
+};
+
+struct tw_fabric_peer {
+    struct tw_fabric_rail *rail;
+    fi_addr_t fi_addr;
+    uint32_t addr_format;
+    size_t addr_len;
+    uint8_t addr[TW_MAX_FABRIC_ADDR_LEN];
+    unsigned refs;                        /* 1 (owner) + transfers */
+    int pid;                              /* shm peer named by tensorwire, else 0 */
+    uint64_t alive_checked_ns;
+    int removed;
+    struct tw_fabric_link node;           /* fab->peers */
+};
+
+struct tw_fabric_mr {
+    struct tw_fabric_rail *rail;
+    struct fid_mr *mr; /* NULL for 0 bytes, and once revoked */
+    void *desc;
+    uint8_t *base; /* registered memory (the caller's) */
+    uint64_t len;
+    struct tw_fabric_rkey rkey;
+    unsigned access;
+    unsigned refs; /* 1 (owner, until deregister) + transfers using it locally */
+    void (*on_idle)(void *arg); /* tw__fabric_mr_release() */
+    int keep_on_close;          /* a shm peer may still write it: never hand back */
+    void *on_idle_arg;
+    struct tw_fabric_link node; /* fab->mrs, or fab->idle_mrs while closing */
+};
+
+/* One RMA operation slot; fi_context2 first: libfabric may use it. */
+struct tw_fabric_rma {
+    struct fi_context2 ctx;
+    struct tw_fabric_xfer *xfer;
+    uint64_t off, len;
+    int busy;
+};
+
+struct tw_fabric_xfer {
+    struct tw_fabric *fab;
+    struct tw_fabric_xfer_desc d;
+    size_t chunk;
+    unsigned depth;
+    uint64_t next_off;   /* next byte to post */
+    uint64_t bytes_done; /* bytes of completed chunks */
+    unsigned inflight;
+    int status;          /* first error sticks */
+    int stopping;        /* no more posts; drain then finish */
+    int cancel_sent;
+    uint64_t stop_ns;
+    int sync;            /* tw__fabric_xfer_run() waits for it */
+    int finished;        /* completion produced */
+    int popped;          /* completion consumed: free once drained */
+    char msg[TW_FABRIC_ERRMSG_LEN];
+    struct tw_fabric_link node; /* fab->active, fab->done, or fab->zombies */
+    struct tw_fabric_rma ops[];
+};
+
+struct tw_fabric {
+    pthread_mutex_t lock;
+    pthread_cond_t done_cond; /* a sync transfer finished */
+    struct tw_fabric_rail rails[TW_FABRIC_MAX_RAILS];
+    unsigned nrails;
+    struct tw_fabric_addr addrs[TW_FABRIC_MAX_RAILS]; /* copies of rails[i].addr */
+    size_t chunk;
+    unsigned depth;
+    uint64_t drain_ns;
+    int hmem;
+    uint8_t host_id[TW_HOST_ID_LEN];
+
+    struct tw_fabric_link peers, mrs, active, done, zombies;
+    struct tw_fabric_link idle_mrs; /* on_idle calls deferred until the rails closed */
+    int closing;
+    unsigned remote_mrs; /* open registrations with remote access */
+    uint64_t linger_until_ns; /* keep progressing after the last one closed */
+    struct tw_fabric_stats st;
+
+    /* Mover thread. */
+    int threaded;
+    pthread_t mover;
+    int stop;
+    int paused;
+    int wake_fd;  /* eventfd: wakes the mover (submit, cancel, close) */
+    int event_fd; /* eventfd: completions queued for the owner's loop */
+
+    char errmsg[TW_FABRIC_ERRMSG_LEN];
+    char describe[1024];
+};
+
+/* errmsg helpers: write into fab->errmsg (and return code). */
+int tw__fabric_fail(struct tw_fabric *fab, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* rail.c */
+int tw__fabric_rails_open(struct tw_fabric *fab, const struct tw_fabric_config *cfg, char *err,
+                          size_t errlen);
+void tw__fabric_rail_close(struct tw_fabric_rail *rail);
+
+/* addr.c */
+void tw__fabric_peer_put_locked(struct tw_fabric_peer *peer);
+void tw__fabric_peers_close_locked(struct tw_fabric *fab);
+int tw__fabric_peer_gone(struct tw_fabric_peer *peer, uint64_t now);
+
+/* mr.c */
+void tw__fabric_mr_put_locked(struct tw_fabric_mr *mr);
+void tw__fabric_mrs_close_locked(struct tw_fabric *fab);
+void tw__fabric_mrs_idle_run(struct tw_fabric *fab);
+
+/* xfer.c */
+int tw__fabric_progress_locked(struct tw_fabric *fab);
+int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_xfer_desc *d,
+                                  int sync, struct tw_fabric_xfer **out);
+void tw__fabric_xfer_free(struct tw_fabric_xfer *x);
+void tw__fabric_xfer_fail_peer_locked(struct tw_fabric *fab, struct tw_fabric_peer *peer,
+                                      int status, const char *why);
+void tw__fabric_xfers_abort_locked(struct tw_fabric *fab);
+void tw__fabric_xfers_mark_unsafe_locked(struct tw_fabric *fab);
+int tw__fabric_busy_locked(const struct tw_fabric *fab);
+
+/* mover.c */
+int tw__fabric_mover_start(struct tw_fabric *fab);
+void tw__fabric_mover_stop(struct tw_fabric *fab);
+void tw__fabric_mover_wake(struct tw_fabric *fab);
+void tw__fabric_done_push_locked(struct tw_fabric *fab, struct tw_fabric_xfer *x);
+
+#endif

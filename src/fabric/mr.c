@@ -1,0 +1,234 @@
+/*
+ * Memory registration honouring the provider's MR mode, and key revocation.
+ *
+ *   FI_MR_LOCAL     local buffers need a descriptor: we register them and
+ *                   pass fi_mr_desc() with every operation. Without it, a
+ *                   buffer used only locally is not registered at all.
+ *   FI_MR_VIRT_ADDR remote_addr is the virtual address; else 0 (offsets).
+ *   FI_MR_PROV_KEY  the provider picks keys; else we request keys from a
+ *                   per-rail counter, so a closed key is never handed out
+ *                   again by this rail (an old key cannot alias a new region).
+ *   FI_MR_ALLOCATED nothing to do: we only register memory that exists.
+ *   FI_MR_ENDPOINT  bind the MR to the rail's endpoint, then enable it.
+ *   FI_MR_RAW       not supported (rail.c rejects keys over 8 bytes).
+ *
+ * Revocation: fi_close() of the MR is the revocation. What the peer then
+ * sees depends on the provider (verified in tests/integration/
+ * test_fabric_rma.c, old_key_rejected): tcp;ofi_rxm drops the connection
+ * and the peer gets an error completion; shm rejects the key silently and
+ * the peer's transfer runs into its deadline. No bytes move in either case.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "fabric/fabric_int.h"
+
+#define ACCESS_KNOWN                                                                               \
+    (TW_FABRIC_LOCAL_READ | TW_FABRIC_LOCAL_WRITE | TW_FABRIC_REMOTE_READ | TW_FABRIC_REMOTE_WRITE)
+#define TW_FABRIC_LINGER_NS (2ull * 1000 * 1000 * 1000)
+#define ACCESS_REMOTE (TW_FABRIC_REMOTE_READ | TW_FABRIC_REMOTE_WRITE)
+
+static uint64_t fi_access(unsigned a)
+{
+    uint64_t f = 0;
+    if (a & TW_FABRIC_LOCAL_READ)
+        f |= FI_READ;
+    if (a & TW_FABRIC_LOCAL_WRITE)
+        f |= FI_WRITE;
+    if (a & TW_FABRIC_REMOTE_READ)
+        f |= FI_REMOTE_READ;
+    if (a & TW_FABRIC_REMOTE_WRITE)
+        f |= FI_REMOTE_WRITE;
+    return f;
+}
+
+int tw__fabric_mr_register(struct tw_fabric_peer *peer, void *addr, size_t len, unsigned access,
+                           enum tw_fabric_iface iface, int device, struct tw_fabric_mr **out)
+{
+    struct tw_fabric_rail *r = peer->rail;
+    struct tw_fabric *fab = r->fab;
+    int ret;
+
+    if (access == 0 || (access & ~ACCESS_KNOWN))
+        return tw__fabric_fail(fab, TW_EINVAL, "registration access 0x%x invalid", access);
+    if (iface != TW_FABRIC_HOST && iface != TW_FABRIC_CUDA)
+        return tw__fabric_fail(fab, TW_EINVAL, "unknown memory interface %d", (int)iface);
+    if (iface == TW_FABRIC_CUDA && !fab->hmem)
+        return tw__fabric_fail(fab, TW_EDEVICE,
+                               "device memory registration needs a plane opened with hmem");
+    if (len && !addr)
+        return tw__fabric_fail(fab, TW_EINVAL, "registration of %zu bytes at NULL", len);
+
+    struct tw_fabric_mr *m = calloc(1, sizeof(*m));
+    if (!m)
+        return tw__fabric_fail(fab, -ENOMEM, "out of memory");
+    m->rail = r;
+    m->access = access;
+    m->refs = 1;
+    m->base = addr;
+    m->len = len;
+    m->rkey.length = len;
+    m->rkey.remote_addr = (r->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)addr : 0;
+
+    int needed = len > 0 && ((access & ACCESS_REMOTE) || (r->mr_mode & FI_MR_LOCAL) ||
+                             iface != TW_FABRIC_HOST);
+    pthread_mutex_lock(&fab->lock);
+    if (needed) {
+        struct iovec iov = {.iov_base = addr, .iov_len = len};
+        struct fi_mr_attr attr = {
+            .mr_iov = &iov,
+            .iov_count = 1,
+            .access = fi_access(access),
+            .offset = 0,
+            .requested_key = (r->mr_mode & FI_MR_PROV_KEY) ? 0 : r->next_key++,
+            .context = m,
+            .iface = iface == TW_FABRIC_CUDA ? FI_HMEM_CUDA : FI_HMEM_SYSTEM,
+        };
+        if (iface == TW_FABRIC_CUDA)
+            attr.device.cuda = device;
+        ret = fi_mr_regattr(r->domain, &attr, 0, &m->mr);
+        if (ret) {
+            tw__fabric_fail(fab, ret, "%s: fi_mr_regattr(%zu bytes, access 0x%x): %s",
+                            r->addr.provider, len, access, fi_strerror(-ret));
+            goto out_free_mr;
+        }
+        if (r->mr_mode & FI_MR_ENDPOINT) {
+            ret = fi_mr_bind(m->mr, &r->ep->fid, 0);
+            if (ret) {
+                tw__fabric_fail(fab, ret, "%s: fi_mr_bind: %s", r->addr.provider,
+                                fi_strerror(-ret));
+                goto out_close_mr;
+            }
+            ret = fi_mr_enable(m->mr);
+            if (ret) {
+                tw__fabric_fail(fab, ret, "%s: fi_mr_enable: %s", r->addr.provider,
+                                fi_strerror(-ret));
+                goto out_close_mr;
+            }
+        }
+        m->rkey.key = fi_mr_key(m->mr);
+        if (m->rkey.key == FI_KEY_NOTAVAIL) {
+            ret = tw__fabric_fail(fab, -ENOTSUP, "%s: key not available (FI_MR_RAW)",
+                                  r->addr.provider);
+            goto out_close_mr;
+        }
+        m->desc = fi_mr_desc(m->mr);
+    }
+    if (access & ACCESS_REMOTE)
+        fab->remote_mrs++;
+    link_add_tail(&fab->mrs, &m->node);
+    pthread_mutex_unlock(&fab->lock);
+    /* The mover polls while remotely accessible memory exists (target-side
+     * progress on manual-progress providers). */
+    if (access & ACCESS_REMOTE)
+        tw__fabric_mover_wake(fab);
+    *out = m;
+    return 0;
+
+out_close_mr:
+    fi_close(&m->mr->fid);
+out_free_mr:
+    pthread_mutex_unlock(&fab->lock);
+    free(m);
+    return ret;
+}
+
+static struct tw_fabric *fab_of(const struct tw_fabric_mr *m)
+{
+    return m->rail->fab;
+}
+
+void tw__fabric_mr_put_locked(struct tw_fabric_mr *m)
+{
+    if (--m->refs)
+        return;
+    if (m->mr)
+        fi_close(&m->mr->fid);
+    if (m->access & ACCESS_REMOTE) {
+        /* Keep serving the target side a while: a peer's request that
+         * raced with the revocation gets its error answer instead of
+         * waiting for its deadline. */
+        m->rail->fab->remote_mrs--;
+        m->rail->fab->linger_until_ns = tw__fabric_now_ns() + TW_FABRIC_LINGER_NS;
+    }
+    link_del(&m->node);
+    if (m->on_idle && fab_of(m)->closing) {
+        /* Closing: the provider may still touch the memory until the
+         * rails are closed; tw__fabric_close() calls on_idle after that. */
+        link_add_tail(&fab_of(m)->idle_mrs, &m->node);
+        return;
+    }
+    if (m->on_idle)
+        m->on_idle(m->on_idle_arg);
+    free(m);
+}
+
+void tw__fabric_mr_release(struct tw_fabric_mr *m, void (*on_idle)(void *arg), void *arg)
+{
+    if (!m)
+        return;
+    struct tw_fabric *fab = m->rail->fab;
+    pthread_mutex_lock(&fab->lock);
+    m->on_idle = on_idle;
+    m->on_idle_arg = arg;
+    tw__fabric_mr_put_locked(m);
+    pthread_mutex_unlock(&fab->lock);
+}
+
+void tw__fabric_mrs_idle_run(struct tw_fabric *fab)
+{
+    while (!link_empty(&fab->idle_mrs)) {
+        struct tw_fabric_mr *m = TW_CONTAINER_OF(fab->idle_mrs.next, struct tw_fabric_mr, node);
+        link_del(&m->node);
+        if (!m->keep_on_close)
+            m->on_idle(m->on_idle_arg);
+        free(m);
+    }
+}
+
+void tw__fabric_mr_deregister(struct tw_fabric_mr *m)
+{
+    if (!m)
+        return;
+    struct tw_fabric *fab = m->rail->fab;
+    pthread_mutex_lock(&fab->lock);
+    tw__fabric_mr_put_locked(m);
+    pthread_mutex_unlock(&fab->lock);
+}
+
+void tw__fabric_mrs_close_locked(struct tw_fabric *fab)
+{
+    while (!link_empty(&fab->mrs)) {
+        struct tw_fabric_mr *m = TW_CONTAINER_OF(fab->mrs.next, struct tw_fabric_mr, node);
+        m->refs = 1;
+        tw__fabric_mr_put_locked(m);
+    }
+}
+
+struct tw_fabric_rkey tw__fabric_mr_rkey(const struct tw_fabric_mr *mr)
+{
+    return mr->rkey;
+}
+
+void *tw__fabric_mr_desc(const struct tw_fabric_mr *mr)
+{
+    return mr->desc;
+}
+
+int tw__fabric_registrar_register(void *ctx, void *addr, size_t len, unsigned access, int iface,
+                                  int device, void **handle)
+{
+    struct tw_fabric_mr *m = NULL;
+    int ret = tw__fabric_mr_register(ctx, addr, len, access, (enum tw_fabric_iface)iface, device,
+                                     &m);
+    if (ret == 0)
+        *handle = m;
+    return ret;
+}
+
+void tw__fabric_registrar_deregister(void *handle)
+{
+    tw__fabric_mr_deregister(handle);
+}

@@ -1,0 +1,199 @@
+/*
+ * The data plane object: configuration, open/close order, error buffer and
+ * counters. Provider work lives in rail.c, the engine in xfer.c.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "fabric/fabric_int.h"
+
+int tw__fabric_fail(struct tw_fabric *fab, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(fab->errmsg, sizeof(fab->errmsg), fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int tw__fabric_open(const struct tw_fabric_config *cfg, struct tw_fabric **out, char *err,
+                    size_t errlen)
+{
+    char scratch[8];
+    struct tw_fabric_config defaults = {0};
+    int ret;
+    if (!err) {
+        err = scratch;
+        errlen = sizeof(scratch);
+    }
+    if (errlen)
+        err[0] = '\0';
+    if (!cfg)
+        cfg = &defaults;
+    if (cfg->depth > TW_FABRIC_MAX_DEPTH) {
+        snprintf(err, errlen, "depth %u above the maximum %u", cfg->depth, TW_FABRIC_MAX_DEPTH);
+        return TW_EINVAL;
+    }
+
+    struct tw_fabric *fab = calloc(1, sizeof(*fab));
+    if (!fab) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    fab->chunk = cfg->chunk_size ? cfg->chunk_size : TW_FABRIC_DEFAULT_CHUNK;
+    fab->depth = cfg->depth ? cfg->depth : TW_FABRIC_DEFAULT_DEPTH;
+    fab->drain_ns = cfg->drain_ns ? cfg->drain_ns : TW_FABRIC_DEFAULT_DRAIN_NS;
+    fab->hmem = cfg->hmem;
+    fab->wake_fd = fab->event_fd = -1;
+    link_init(&fab->peers);
+    link_init(&fab->mrs);
+    link_init(&fab->active);
+    link_init(&fab->done);
+    link_init(&fab->zombies);
+    link_init(&fab->idle_mrs);
+    for (unsigned i = 0; i < TW_FABRIC_MAX_RAILS; i++)
+        fab->rails[i].wait_fd = -1;
+
+    ret = tw__fabric_host_id(fab->host_id);
+    if (ret) {
+        /* Without a host id shm is never chosen for a remote peer; nothing
+         * else depends on it. */
+        memset(fab->host_id, 0, sizeof(fab->host_id));
+    }
+
+    ret = pthread_mutex_init(&fab->lock, NULL);
+    if (ret) {
+        ret = -ret;
+        snprintf(err, errlen, "pthread_mutex_init: %s", strerror(-ret));
+        goto out_free_fab;
+    }
+    ret = pthread_cond_init(&fab->done_cond, NULL);
+    if (ret) {
+        ret = -ret;
+        snprintf(err, errlen, "pthread_cond_init: %s", strerror(-ret));
+        goto out_destroy_lock;
+    }
+    fab->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fab->event_fd < 0) {
+        ret = -errno;
+        snprintf(err, errlen, "eventfd: %s", strerror(-ret));
+        goto out_destroy_cond;
+    }
+    fab->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fab->wake_fd < 0) {
+        ret = -errno;
+        snprintf(err, errlen, "eventfd: %s", strerror(-ret));
+        goto out_close_event_fd;
+    }
+
+    ret = tw__fabric_rails_open(fab, cfg, err, errlen);
+    if (ret)
+        goto out_close_wake_fd;
+
+    if (cfg->threaded) {
+        ret = tw__fabric_mover_start(fab);
+        if (ret) {
+            snprintf(err, errlen, "data mover thread: %s", strerror(-ret));
+            goto out_close_rails;
+        }
+    }
+    *out = fab;
+    return 0;
+
+out_close_rails:
+    for (unsigned i = 0; i < fab->nrails; i++)
+        tw__fabric_rail_close(&fab->rails[i]);
+out_close_wake_fd:
+    close(fab->wake_fd);
+out_close_event_fd:
+    close(fab->event_fd);
+out_destroy_cond:
+    pthread_cond_destroy(&fab->done_cond);
+out_destroy_lock:
+    pthread_mutex_destroy(&fab->lock);
+out_free_fab:
+    free(fab);
+    return ret;
+}
+
+void tw__fabric_close(struct tw_fabric *fab)
+{
+    if (!fab)
+        return;
+    tw__fabric_mover_stop(fab);
+    pthread_mutex_lock(&fab->lock);
+    fab->closing = 1;
+    /* Transfers first (they reference peers and registrations), then
+     * registrations (keys revoked), then peers; rails last. */
+    tw__fabric_xfers_abort_locked(fab);
+    tw__fabric_xfers_mark_unsafe_locked(fab);
+    tw__fabric_mrs_close_locked(fab);
+    tw__fabric_peers_close_locked(fab);
+    pthread_mutex_unlock(&fab->lock);
+    for (unsigned i = 0; i < fab->nrails; i++)
+        tw__fabric_rail_close(&fab->rails[i]);
+    /* Rails closed: providers hold no more op contexts and touch no more
+     * memory; hand released buffers back and free what is left. */
+    tw__fabric_mrs_idle_run(fab);
+    while (!link_empty(&fab->zombies)) {
+        struct tw_fabric_xfer *x = TW_CONTAINER_OF(fab->zombies.next, struct tw_fabric_xfer, node);
+        link_del(&x->node);
+        free(x);
+    }
+    while (!link_empty(&fab->done)) {
+        struct tw_fabric_xfer *x = TW_CONTAINER_OF(fab->done.next, struct tw_fabric_xfer, node);
+        link_del(&x->node);
+        free(x);
+    }
+    close(fab->wake_fd);
+    close(fab->event_fd);
+    pthread_cond_destroy(&fab->done_cond);
+    pthread_mutex_destroy(&fab->lock);
+    free(fab);
+}
+
+const char *tw__fabric_errmsg(const struct tw_fabric *fab)
+{
+    return fab->errmsg;
+}
+
+const char *tw__fabric_describe(const struct tw_fabric *fab)
+{
+    return fab->describe;
+}
+
+int tw__fabric_event_fd(const struct tw_fabric *fab)
+{
+    return fab->event_fd;
+}
+
+void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st)
+{
+    pthread_mutex_lock(&fab->lock);
+    *st = fab->st;
+    st->xfers_active = 0;
+    for (struct tw_fabric_link *l = fab->active.next; l != &fab->active; l = l->next)
+        st->xfers_active++;
+    st->mrs_open = 0;
+    for (struct tw_fabric_link *l = fab->mrs.next; l != &fab->mrs; l = l->next)
+        st->mrs_open++;
+    st->stuck_ops = 0;
+    for (unsigned i = 0; i < fab->nrails; i++)
+        st->stuck_ops += fab->rails[i].stuck_ops;
+    st->peers = 0;
+    for (struct tw_fabric_link *l = fab->peers.next; l != &fab->peers; l = l->next)
+        st->peers++;
+    pthread_mutex_unlock(&fab->lock);
+}
+
+void tw__fabric_pause(struct tw_fabric *fab, int paused)
+{
+    pthread_mutex_lock(&fab->lock);
+    fab->paused = paused;
+    pthread_mutex_unlock(&fab->lock);
+    tw__fabric_mover_wake(fab);
+}

@@ -1,0 +1,481 @@
+/*
+ * The RMA engine: a transfer is cut into chunks of at most `chunk` bytes,
+ * with up to `depth` fi_read/fi_write operations in flight; each completion
+ * posts the next chunk. Completions and error completions are matched to
+ * their operation through the fi_context2 at the start of each op slot.
+ *
+ * Stopping (deadline passed, error completion, cancel, peer removed): no
+ * more posts; every outstanding op is fi_cancel()ed, and the transfer
+ * completes as soon as all its ops have come back. Providers that cannot
+ * cancel RMA (tcp;ofi_rxm ignores fi_cancel for it) keep ops of a peer that
+ * stopped answering, so after drain_ns the transfer completes anyway with
+ * buffer_busy set; its op slots and its reference on the local registration
+ * are parked on fab->zombies until the ops drain (the late answer of a peer
+ * that resumed does land in the buffer: tested) or the plane closes.
+ *
+ * We tried removing and re-inserting the peer's address to flush such ops:
+ * on tcp;ofi_rxm (1.17) it flushed nothing and made the next ~100 ms of
+ * transfers to that peer fail with ENOTCONN, so the engine does not do it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fabric/fabric_int.h"
+
+uint64_t tw__fabric_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint32_t tw__fabric_status_to_wire(int status)
+{
+    switch (status) {
+    case 0:
+        return 0;
+    case TW_ETIMEDOUT:
+        return TW_WIRE_TIMEOUT;
+    case TW_ECANCELLED:
+        return TW_WIRE_CANCELLED;
+    case TW_ESHUTDOWN:
+        return TW_WIRE_SHUTTING_DOWN;
+    default:
+        return TW_WIRE_INTERNAL;
+    }
+}
+
+static void stop(struct tw_fabric_xfer *x, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void stop(struct tw_fabric_xfer *x, int status, const char *fmt, ...)
+{
+    if (!x->stopping) {
+        x->stopping = 1;
+        x->stop_ns = tw__fabric_now_ns();
+    }
+    if (x->status == 0 && status != 0) {
+        x->status = status;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(x->msg, sizeof(x->msg), fmt, ap);
+        va_end(ap);
+    }
+}
+
+static void append_msg(struct tw_fabric_xfer *x, const char *s)
+{
+    size_t used = strlen(x->msg);
+    snprintf(x->msg + used, sizeof(x->msg) - used, "%s", s);
+}
+
+/* libfabric-specific codes (>= 256) are not errno values: keep the useful
+ * one, fold the rest into EIO (the message keeps fi_strerror()). */
+static int map_err(int fi_err)
+{
+    if (fi_err == FI_ENOKEY)
+        return -EKEYREJECTED;
+    if (fi_err == FI_ECANCELED)
+        return -ECANCELED;
+    if (fi_err <= 0 || fi_err >= FI_ERRNO_OFFSET)
+        return -EIO;
+    return -fi_err;
+}
+
+/* Drops the transfer's references once it finished and nothing is in
+ * flight; frees it if its completion was consumed already. */
+static void settle(struct tw_fabric_xfer *x)
+{
+    if (!x->finished || x->inflight)
+        return;
+    if (x->d.local) {
+        tw__fabric_mr_put_locked(x->d.local);
+        x->d.local = NULL;
+    }
+    if (x->d.peer) {
+        tw__fabric_peer_put_locked(x->d.peer);
+        x->d.peer = NULL;
+    }
+    if (x->popped) {
+        link_del(&x->node); /* fab->zombies */
+        free(x);
+    }
+}
+
+static void finish(struct tw_fabric_xfer *x)
+{
+    struct tw_fabric *fab = x->fab;
+    link_del(&x->node); /* fab->active */
+    x->finished = 1;
+    if (x->status == 0) {
+        fab->st.xfers_done++;
+        fab->st.bytes += x->bytes_done;
+    } else {
+        fab->st.xfers_failed++;
+    }
+    if (x->sync)
+        pthread_cond_broadcast(&fab->done_cond);
+    else
+        tw__fabric_done_push_locked(fab, x);
+    settle(x);
+}
+
+static void op_done(struct tw_fabric_rma *op, int err, const char *msg)
+{
+    struct tw_fabric_xfer *x = op->xfer;
+    op->busy = 0;
+    x->inflight--;
+    if (x->finished)
+        x->d.peer->rail->stuck_ops--; /* an abandoned op drained after all */
+    if (err == 0) {
+        x->bytes_done += op->len;
+    } else {
+        x->fab->st.ops_failed++;
+        if (!(err == -ECANCELED && x->stopping))
+            stop(x, err, "%s of %llu bytes at offset %llu failed: %s",
+                 x->d.op == TW_FABRIC_PULL ? "fi_read" : "fi_write", (unsigned long long)op->len,
+                 (unsigned long long)op->off, msg);
+    }
+    if (x->finished)
+        settle(x);
+}
+
+static void cancel_ops(struct tw_fabric_xfer *x)
+{
+    struct tw_fabric_rail *r = x->d.peer->rail;
+    for (unsigned i = 0; i < x->depth; i++)
+        if (x->ops[i].busy)
+            fi_cancel(&r->ep->fid, &x->ops[i].ctx);
+    x->cancel_sent = 1;
+}
+
+static void advance(struct tw_fabric_xfer *x, uint64_t now)
+{
+    struct tw_fabric *fab = x->fab;
+    if (!x->stopping && x->d.deadline_ns && now >= x->d.deadline_ns) {
+        stop(x, TW_ETIMEDOUT, "deadline passed: %llu of %llu bytes moved, %u operations outstanding",
+             (unsigned long long)x->bytes_done, (unsigned long long)x->d.length, x->inflight);
+        if (x->d.peer->rail->is_shm && x->d.peer->rail->stuck_ops)
+            append_msg(x, "; an earlier unanswered shm operation blocks this endpoint "
+                          "(if its peer died, reopen the data plane)");
+    }
+    if (x->stopping) {
+        if (x->inflight == 0) {
+            finish(x);
+        } else if (!x->cancel_sent) {
+            cancel_ops(x);
+        } else if (now - x->stop_ns >= fab->drain_ns) {
+            char note[96];
+            snprintf(note, sizeof(note), "; %u operations not cancellable, left to drain",
+                     x->inflight);
+            append_msg(x, note);
+            x->d.peer->rail->stuck_ops += x->inflight;
+            finish(x);
+        }
+        return;
+    }
+
+    struct tw_fabric_peer *p = x->d.peer;
+    struct tw_fabric_rail *r = p->rail;
+    struct tw_fabric_mr *m = x->d.local;
+    if (x->next_off < x->d.length && x->inflight < x->depth && tw__fabric_peer_gone(p, now)) {
+        stop(x, -ECONNRESET, "shm peer process %d has exited: %llu of %llu bytes moved", p->pid,
+             (unsigned long long)x->bytes_done, (unsigned long long)x->d.length);
+        return;
+    }
+    for (unsigned i = 0; i < x->depth && x->next_off < x->d.length; i++) {
+        struct tw_fabric_rma *op = &x->ops[i];
+        if (op->busy)
+            continue;
+        uint64_t len = x->d.length - x->next_off;
+        if (len > x->chunk)
+            len = x->chunk;
+        void *buf = m->base + x->d.local_offset + x->next_off;
+        uint64_t raddr = x->d.remote.remote_addr + x->next_off;
+        ssize_t ret;
+        if (x->d.op == TW_FABRIC_PULL)
+            ret = fi_read(r->ep, buf, len, m->desc, p->fi_addr, raddr, x->d.remote.key, &op->ctx);
+        else
+            ret = fi_write(r->ep, buf, len, m->desc, p->fi_addr, raddr, x->d.remote.key,
+                           &op->ctx);
+        if (ret == -FI_EAGAIN)
+            break; /* provider queue full: progress first */
+        if (ret) {
+            stop(x, map_err((int)-ret), "%s at offset %llu: %s",
+                 x->d.op == TW_FABRIC_PULL ? "fi_read" : "fi_write",
+                 (unsigned long long)x->next_off, fi_strerror((int)-ret));
+            return;
+        }
+        op->busy = 1;
+        op->off = x->next_off;
+        op->len = len;
+        x->inflight++;
+        x->next_off += len;
+        fab->st.ops_posted++;
+    }
+    if (x->next_off == x->d.length && x->inflight == 0)
+        finish(x);
+}
+
+static void read_cq(struct tw_fabric_rail *r, int *n)
+{
+    for (int rounds = 0; rounds < 64; rounds++) {
+        struct fi_cq_entry ent[32];
+        ssize_t ret = fi_cq_read(r->cq, ent, 32);
+        if (ret > 0) {
+            for (ssize_t i = 0; i < ret; i++)
+                if (ent[i].op_context)
+                    op_done(ent[i].op_context, 0, NULL);
+            *n += (int)ret;
+            if (ret < 32)
+                return;
+            continue;
+        }
+        if (ret != -FI_EAVAIL)
+            return; /* -FI_EAGAIN: empty */
+        struct fi_cq_err_entry e;
+        memset(&e, 0, sizeof(e));
+        if (fi_cq_readerr(r->cq, &e, 0) < 1)
+            return;
+        (*n)++;
+        if (!e.op_context)
+            continue;
+        char detail[256];
+        const char *prov = fi_cq_strerror(r->cq, e.prov_errno, e.err_data, detail, sizeof(detail));
+        char msg[384];
+        snprintf(msg, sizeof(msg), "%s (%s: %s)", fi_strerror(e.err), r->addr.provider,
+                 prov ? prov : "no provider detail");
+        op_done(e.op_context, map_err(e.err), msg);
+    }
+}
+
+int tw__fabric_progress_locked(struct tw_fabric *fab)
+{
+    int n = 0;
+    for (unsigned i = 0; i < fab->nrails; i++)
+        read_cq(&fab->rails[i], &n);
+    uint64_t now = tw__fabric_now_ns();
+    struct tw_fabric_link *l = fab->active.next;
+    while (l != &fab->active) {
+        struct tw_fabric_link *next = l->next; /* advance() may unlink l */
+        advance(TW_CONTAINER_OF(l, struct tw_fabric_xfer, node), now);
+        l = next;
+    }
+    return n;
+}
+
+int tw__fabric_progress(struct tw_fabric *fab)
+{
+    pthread_mutex_lock(&fab->lock);
+    int n = tw__fabric_progress_locked(fab);
+    pthread_mutex_unlock(&fab->lock);
+    return n;
+}
+
+int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_xfer_desc *d,
+                                  int sync, struct tw_fabric_xfer **out)
+{
+    if (d->op != TW_FABRIC_PULL && d->op != TW_FABRIC_PUSH)
+        return tw__fabric_fail(fab, TW_EINVAL, "transfer op %d unknown", (int)d->op);
+    if (!d->peer || !d->local)
+        return tw__fabric_fail(fab, TW_EINVAL, "transfer without peer or local registration");
+    if (d->peer->removed || d->peer->fi_addr == FI_ADDR_NOTAVAIL)
+        return tw__fabric_fail(fab, -ECONNABORTED, "peer was removed");
+    if (d->local->rail != d->peer->rail)
+        return tw__fabric_fail(fab, TW_EINVAL, "local registration on rail %s, peer on %s",
+                               d->local->rail->addr.provider, d->peer->rail->addr.provider);
+    unsigned need = d->op == TW_FABRIC_PULL ? TW_FABRIC_LOCAL_READ : TW_FABRIC_LOCAL_WRITE;
+    if (d->length && !(d->local->access & need))
+        return tw__fabric_fail(fab, TW_EINVAL, "local registration lacks %s access",
+                               need == TW_FABRIC_LOCAL_READ ? "LOCAL_READ" : "LOCAL_WRITE");
+    if (d->local_offset > d->local->len || d->length > d->local->len - d->local_offset)
+        return tw__fabric_fail(fab, TW_EINVAL,
+                               "%llu bytes at offset %llu exceed the %llu-byte registration",
+                               (unsigned long long)d->length, (unsigned long long)d->local_offset,
+                               (unsigned long long)d->local->len);
+    if (d->length > d->remote.length)
+        return tw__fabric_fail(fab, TW_EINVAL, "%llu bytes exceed the remote region of %llu",
+                               (unsigned long long)d->length,
+                               (unsigned long long)d->remote.length);
+
+    unsigned depth = fab->depth ? fab->depth : TW_FABRIC_DEFAULT_DEPTH;
+    struct tw_fabric_xfer *x = calloc(1, sizeof(*x) + depth * sizeof(struct tw_fabric_rma));
+    if (!x)
+        return tw__fabric_fail(fab, -ENOMEM, "out of memory");
+    x->fab = fab;
+    x->d = *d;
+    x->depth = depth;
+    x->chunk = fab->chunk < d->peer->rail->max_msg ? fab->chunk : d->peer->rail->max_msg;
+    x->sync = sync;
+    for (unsigned i = 0; i < x->depth; i++)
+        x->ops[i].xfer = x;
+    d->peer->refs++;
+    d->local->refs++;
+    link_add_tail(&fab->active, &x->node);
+    /* Post the first chunks now: no wake-up latency on the first byte. */
+    advance(x, tw__fabric_now_ns());
+    if (out)
+        *out = x;
+    return 0;
+}
+
+int tw__fabric_xfer_submit(struct tw_fabric *fab, const struct tw_fabric_xfer_desc *d,
+                           struct tw_fabric_xfer **xfer)
+{
+    pthread_mutex_lock(&fab->lock);
+    struct tw_fabric_xfer *x = NULL;
+    int ret = tw__fabric_xfer_submit_locked(fab, d, 0, &x);
+    pthread_mutex_unlock(&fab->lock);
+    if (ret == 0) {
+        if (xfer)
+            *xfer = x;
+        tw__fabric_mover_wake(fab);
+    }
+    return ret;
+}
+
+static void fill_completion(const struct tw_fabric_xfer *x, struct tw_fabric_completion *c)
+{
+    c->cookie = x->d.cookie;
+    c->status = x->status;
+    c->bytes = x->bytes_done;
+    c->buffer_busy = x->inflight > 0;
+    snprintf(c->msg, sizeof(c->msg), "%s", x->msg);
+}
+
+/* Hands a finished transfer's memory over: freed now, or parked until its
+ * operations drain. */
+static void consume(struct tw_fabric *fab, struct tw_fabric_xfer *x)
+{
+    x->popped = 1;
+    if (x->inflight == 0 && !x->d.peer) {
+        free(x);
+        return;
+    }
+    link_add_tail(&fab->zombies, &x->node);
+    settle(x);
+}
+
+int tw__fabric_xfer_run(struct tw_fabric *fab, const struct tw_fabric_xfer_desc *d,
+                        struct tw_fabric_completion *c)
+{
+    struct tw_fabric_xfer *x = NULL;
+    pthread_mutex_lock(&fab->lock);
+    int ret = tw__fabric_xfer_submit_locked(fab, d, 1, &x);
+    if (ret) {
+        if (c) {
+            memset(c, 0, sizeof(*c));
+            c->cookie = d->cookie;
+            c->status = ret;
+            c->buffer_busy = 0;
+            snprintf(c->msg, sizeof(c->msg), "%s", fab->errmsg);
+        }
+        pthread_mutex_unlock(&fab->lock);
+        return ret;
+    }
+    if (fab->threaded) {
+        pthread_mutex_unlock(&fab->lock);
+        tw__fabric_mover_wake(fab);
+        pthread_mutex_lock(&fab->lock);
+        while (!x->finished)
+            pthread_cond_wait(&fab->done_cond, &fab->lock);
+    } else {
+        /* Busy-poll like any RDMA client: a sched_yield() here measurably
+         * cost hundreds of microseconds per operation on a loaded host. The
+         * lock is dropped between polls so other threads get in. */
+        while (!x->finished) {
+            if (tw__fabric_progress_locked(fab) > 0)
+                continue;
+            pthread_mutex_unlock(&fab->lock);
+            pthread_mutex_lock(&fab->lock);
+        }
+    }
+    ret = x->status;
+    if (c)
+        fill_completion(x, c);
+    consume(fab, x);
+    pthread_mutex_unlock(&fab->lock);
+    return ret;
+}
+
+int tw__fabric_done_pop(struct tw_fabric *fab, struct tw_fabric_completion *c)
+{
+    pthread_mutex_lock(&fab->lock);
+    if (link_empty(&fab->done)) {
+        /* Reset the eventfd so a level-triggered epoll does not spin. */
+        uint64_t v;
+        while (read(fab->event_fd, &v, sizeof(v)) < 0 && errno == EINTR) {
+        }
+        pthread_mutex_unlock(&fab->lock);
+        return 0;
+    }
+    struct tw_fabric_xfer *x = TW_CONTAINER_OF(fab->done.next, struct tw_fabric_xfer, node);
+    link_del(&x->node);
+    fill_completion(x, c);
+    consume(fab, x);
+    pthread_mutex_unlock(&fab->lock);
+    return 1;
+}
+
+void tw__fabric_xfer_cancel(struct tw_fabric_xfer *x, int status)
+{
+    struct tw_fabric *fab = x->fab;
+    pthread_mutex_lock(&fab->lock);
+    if (!x->finished)
+        stop(x, status ? status : TW_ECANCELLED, "cancelled: %s", tw_strerror(status));
+    pthread_mutex_unlock(&fab->lock);
+    tw__fabric_mover_wake(fab);
+}
+
+void tw__fabric_xfer_fail_peer_locked(struct tw_fabric *fab, struct tw_fabric_peer *peer,
+                                      int status, const char *why)
+{
+    for (struct tw_fabric_link *l = fab->active.next; l != &fab->active; l = l->next) {
+        struct tw_fabric_xfer *x = TW_CONTAINER_OF(l, struct tw_fabric_xfer, node);
+        if (x->d.peer == peer)
+            stop(x, status, "%s", why);
+    }
+}
+
+void tw__fabric_xfers_abort_locked(struct tw_fabric *fab)
+{
+    for (struct tw_fabric_link *l = fab->active.next; l != &fab->active; l = l->next)
+        stop(TW_CONTAINER_OF(l, struct tw_fabric_xfer, node), TW_ESHUTDOWN, "data plane closing");
+    /* Bounded drain: cancelling and abandoning happen inside progress. */
+    uint64_t until = tw__fabric_now_ns() + 2 * fab->drain_ns;
+    while (!link_empty(&fab->active) && tw__fabric_now_ns() < until)
+        tw__fabric_progress_locked(fab);
+    while (!link_empty(&fab->active)) {
+        struct tw_fabric_xfer *x = TW_CONTAINER_OF(fab->active.next, struct tw_fabric_xfer, node);
+        finish(x);
+    }
+    /* Nobody pops any more: completions still queued are freed by close. */
+}
+
+/* At close: a shm peer serves our reads by writing into our memory itself
+ * (process_vm_writev), whether or not our endpoint still exists. Buffers of
+ * operations it never answered must therefore never be handed back. tcp
+ * closes its sockets with the rail, after which nothing can arrive. */
+static void mark_list(struct tw_fabric_link *head)
+{
+    for (struct tw_fabric_link *l = head->next; l != head; l = l->next) {
+        struct tw_fabric_xfer *x = TW_CONTAINER_OF(l, struct tw_fabric_xfer, node);
+        if (x->inflight && x->d.local && x->d.peer && x->d.peer->rail->is_shm)
+            x->d.local->keep_on_close = 1;
+    }
+}
+
+void tw__fabric_xfers_mark_unsafe_locked(struct tw_fabric *fab)
+{
+    mark_list(&fab->zombies);
+    mark_list(&fab->done);
+}
+
+int tw__fabric_busy_locked(const struct tw_fabric *fab)
+{
+    return !link_empty(&fab->active) || !link_empty(&fab->zombies) || fab->remote_mrs > 0 ||
+           tw__fabric_now_ns() < fab->linger_until_ns;
+}
