@@ -176,6 +176,8 @@ void tw__fabric_peers_close_locked(struct tw_fabric *fab);
 int tw__fabric_peer_gone(struct tw_fabric_peer *peer, uint64_t now);
 
 /* mr.c */
+int tw__fabric_mr_register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigned access,
+                              enum tw_fabric_iface iface, int device, struct tw_fabric_mr **out);
 void tw__fabric_mr_put_locked(struct tw_fabric_mr *mr);
 void tw__fabric_mrs_close_locked(struct tw_fabric *fab);
 void tw__fabric_mrs_idle_run(struct tw_fabric *fab);

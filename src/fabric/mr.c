@@ -47,7 +47,22 @@ static uint64_t fi_access(unsigned a)
 int tw__fabric_mr_register(struct tw_fabric_peer *peer, void *addr, size_t len, unsigned access,
                            enum tw_fabric_iface iface, int device, struct tw_fabric_mr **out)
 {
-    struct tw_fabric_rail *r = peer->rail;
+    return tw__fabric_mr_register_on(peer->rail, addr, len, access, iface, device, out);
+}
+
+int tw__fabric_mr_register_rail(struct tw_fabric *fab, unsigned rail, void *addr, size_t len,
+                                unsigned access, enum tw_fabric_iface iface, int device,
+                                struct tw_fabric_mr **out)
+{
+    if (rail >= fab->nrails)
+        return tw__fabric_fail(fab, TW_EINVAL, "rail %u out of range (%u rails)", rail,
+                               fab->nrails);
+    return tw__fabric_mr_register_on(&fab->rails[rail], addr, len, access, iface, device, out);
+}
+
+int tw__fabric_mr_register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigned access,
+                              enum tw_fabric_iface iface, int device, struct tw_fabric_mr **out)
+{
     struct tw_fabric *fab = r->fab;
     int ret;
 
@@ -215,20 +230,4 @@ struct tw_fabric_rkey tw__fabric_mr_rkey(const struct tw_fabric_mr *mr)
 void *tw__fabric_mr_desc(const struct tw_fabric_mr *mr)
 {
     return mr->desc;
-}
-
-int tw__fabric_registrar_register(void *ctx, void *addr, size_t len, unsigned access, int iface,
-                                  int device, void **handle)
-{
-    struct tw_fabric_mr *m = NULL;
-    int ret = tw__fabric_mr_register(ctx, addr, len, access, (enum tw_fabric_iface)iface, device,
-                                     &m);
-    if (ret == 0)
-        *handle = m;
-    return ret;
-}
-
-void tw__fabric_registrar_deregister(void *handle)
-{
-    tw__fabric_mr_deregister(handle);
 }
