@@ -12,3 +12,7 @@ foreach(prov tcp shm)
               TIMEOUT 120 LABELS ${_labels})
   target_compile_definitions(test_mrcache_${prov} PRIVATE TW_TEST_PROVIDER="${prov}")
 endforeach()
+
+add_executable(bench_mrcache ${CMAKE_SOURCE_DIR}/bench/bench_mrcache.c)
+target_link_libraries(bench_mrcache PRIVATE tw_core)
+set_target_properties(bench_mrcache PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)
