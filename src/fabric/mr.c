@@ -150,6 +150,36 @@ out_free_mr:
     return ret;
 }
 
+void tw__fabric_mr_quiet(struct tw_fabric_mr *m)
+{
+    struct tw_fabric *fab = m->rail->fab;
+    pthread_mutex_lock(&fab->lock);
+    if ((m->access & ACCESS_REMOTE) && !m->quiet) {
+        m->quiet = 1;
+        fab->remote_mrs--;
+    }
+    pthread_mutex_unlock(&fab->lock);
+}
+
+void tw__fabric_mr_expose(struct tw_fabric_mr *m, int delta)
+{
+    struct tw_fabric *fab = m->rail->fab;
+    if (!m->quiet)
+        return; /* counted for its whole life (quiet is set before sharing) */
+    pthread_mutex_lock(&fab->lock);
+    if (delta > 0) {
+        m->exposed++;
+        fab->remote_mrs++;
+    } else {
+        m->exposed--;
+        fab->remote_mrs--;
+        fab->linger_until_ns = tw__fabric_now_ns() + TW_FABRIC_LINGER_NS;
+    }
+    pthread_mutex_unlock(&fab->lock);
+    if (delta > 0)
+        tw__fabric_mover_wake(fab);
+}
+
 static struct tw_fabric *fab_of(const struct tw_fabric_mr *m)
 {
     return m->rail->fab;
@@ -161,7 +191,7 @@ void tw__fabric_mr_put_locked(struct tw_fabric_mr *m)
         return;
     if (m->mr)
         fi_close(&m->mr->fid);
-    if (m->access & ACCESS_REMOTE) {
+    if ((m->access & ACCESS_REMOTE) && !m->quiet) {
         /* Keep serving the target side a while: a peer's request that
          * raced with the revocation gets its error answer instead of
          * waiting for its deadline. */

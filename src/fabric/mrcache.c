@@ -89,6 +89,10 @@ static int rail_reg(void *ctx, const struct tw_reg_request *req, void **handle, 
         free(reg);
         return ret;
     }
+    /* Cached remote registrations keep the mover polling only while a
+     * handle exposes them (acquire .. release), not while idle in the
+     * cache. */
+    tw__fabric_mr_quiet(reg->mr);
     *handle = reg;
     return 0;
 }
@@ -288,6 +292,7 @@ int tw__fabric_mrcache_acquire(struct tw_fabric_mrcache *mc, unsigned rail, cons
     h->rkey.key = whole.key;
     h->rkey.remote_addr = whole.remote_addr + h->offset;
     h->rkey.length = len;
+    tw__fabric_mr_expose(h->mr, +1);
     *out = h;
     return 0;
 
@@ -310,6 +315,7 @@ void tw__fabric_mrcache_release(struct tw_fabric_mrcache *mc, struct tw_fabric_m
     if (!h)
         return;
     if (h->region) {
+        tw__fabric_mr_expose(h->mr, -1);
         tw__regcache_release(atomic_load(&h->rail->rc), h->region);
     } else {
         tw__fabric_mr_deregister(h->mr);
@@ -328,6 +334,7 @@ void tw__fabric_mrcache_release_busy(struct tw_fabric_mrcache *mc, struct tw_fab
         free(h);
         return;
     }
+    tw__fabric_mr_expose(h->mr, -1);
     struct tw_regcache *rc = atomic_load(&h->rail->rc);
     uintptr_t start = tw__regcache_region_start(h->region);
     size_t rlen = tw__regcache_region_len(h->region);

@@ -13,8 +13,10 @@
 #include <unistd.h>
 
 #include "fabric/fabric.h"
+#include "fabric/fabric_int.h" /* remote_mrs: what keeps the mover polling */
 #include "fabric/mrcache.h"
 #include "mem/hostmem.h"
+#include "tensorwire/mem.h"
 #include "tw_test.h"
 
 #ifndef TW_TEST_PROVIDER
@@ -100,6 +102,14 @@ static unsigned mrs_open(struct tw_fabric *f)
     return st.mrs_open;
 }
 
+static unsigned remote_mrs(struct tw_fabric *f)
+{
+    pthread_mutex_lock(&f->lock);
+    unsigned n = f->remote_mrs;
+    pthread_mutex_unlock(&f->lock);
+    return n;
+}
+
 static struct tw_regcache_stats rail_stats(struct tw_fabric_mrcache *mc)
 {
     struct tw_fabric_mrcache_stats st;
@@ -124,6 +134,7 @@ static void remote_read_reused(void)
         struct tw_fabric_mrc *r = acquire(smc, srv_peer, src, BIG, TW_FABRIC_REMOTE_READ);
         struct tw_fabric_mrc *l = acquire(cmc, cli_peer, dst, BIG, TW_FABRIC_LOCAL_READ);
         TW_ASSERT_EQ(tw__fabric_mrc_cached(r), 1);
+        TW_ASSERT_EQ(remote_mrs(srv), 1); /* exposed: the mover serves reads */
         struct tw_fabric_rkey k = tw__fabric_mrc_rkey(r);
         TW_ASSERT_EQ_U64(k.length, BIG);
         if (i == 0)
@@ -139,6 +150,8 @@ static void remote_read_reused(void)
         tw__fabric_mrcache_release(smc, r);
     }
     TW_ASSERT_MEM_EQ(dst, src, BIG);
+    /* Cached but idle: it no longer keeps the server's mover polling. */
+    TW_ASSERT_EQ(remote_mrs(srv), 0);
     struct tw_regcache_stats s1 = rail_stats(smc), c1 = rail_stats(cmc);
     fprintf(stderr, "  server: %llu registration(s), %llu hits; client: %llu, %llu\n",
             (unsigned long long)(s1.registrations - s0.registrations),
@@ -242,6 +255,30 @@ static void untracked_per_use(void)
     TW_ASSERT_EQ_U64(b.entries, a.entries);
     free(buf);
     tw__hostmem_free(dst);
+}
+
+/* Memory the application declared with tw_mem_register is cached like
+ * library memory; tw_mem_unregister revokes its keys. */
+static void declared_memory(void)
+{
+    size_t n = 256 * 1024;
+    uint8_t *buf = aligned_alloc(4096, n);
+    TW_ASSERT(buf);
+    TW_ASSERT_OK(tw_mem_register(buf, n, 0));
+    struct tw_regcache_stats a = rail_stats(smc);
+    unsigned before = mrs_open(srv);
+    for (int i = 0; i < 3; i++) {
+        struct tw_fabric_mrc *r = acquire(smc, srv_peer, buf + 100, n - 200, TW_FABRIC_REMOTE_READ);
+        TW_ASSERT_EQ(tw__fabric_mrc_cached(r), 1);
+        tw__fabric_mrcache_release(smc, r);
+    }
+    struct tw_regcache_stats b = rail_stats(smc);
+    TW_ASSERT_EQ_U64(b.registrations - a.registrations, 1);
+    TW_ASSERT_EQ_U64(b.hits - a.hits, 2);
+    TW_ASSERT_EQ(mrs_open(srv), before + 1);
+    TW_ASSERT_OK(tw_mem_unregister(buf));
+    TW_ASSERT_EQ(mrs_open(srv), before);
+    free(buf);
 }
 
 static atomic_int idle_calls;
@@ -447,6 +484,7 @@ int main(void)
     TW_RUN(remote_read_reused);
     TW_RUN(remote_write_never_cached);
     TW_RUN(untracked_per_use);
+    TW_RUN(declared_memory);
     TW_RUN(release_busy);
     TW_RUN(threads);
     TW_RUN(old_key_after_invalidate);
