@@ -33,6 +33,12 @@
  *    tw_mem_unregister do it for every cache).
  *  - The access bits are TW_FABRIC_* (fabric.h) and are part of the cache
  *    key: a hit never grants more than was asked for.
+ *  - Target-side progress: a threaded plane's mover polls while remotely
+ *    accessible registrations exist. A cached REMOTE_READ registration
+ *    counts only while a handle holds it (acquire .. release, then the
+ *    usual 2 s linger), so an idle cache does not keep a core busy; a peer
+ *    that reads with a released key long after may wait for the next
+ *    activity on the plane.
  *
  * Abandoned operations (completion with buffer_busy): release the handle
  * with tw__fabric_mrcache_release_busy(). The region is invalidated (no
