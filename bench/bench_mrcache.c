@@ -100,8 +100,12 @@ static void pull(struct tw_fabric_mr *local, uint64_t loff, struct tw_fabric_rke
 {
     src[0] = (uint8_t)i;
     src[size - 1] = (uint8_t)(i * 7);
-    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL, .peer = cli_peer, .local = local,
-                                    .local_offset = loff, .remote = key, .length = size,
+    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+                                    .peer = cli_peer,
+                                    .local = local,
+                                    .local_offset = loff,
+                                    .remote = key,
+                                    .length = size,
                                     .deadline_ns = tw__fabric_now_ns() + 60ull * 1000000000};
     struct tw_fabric_completion c;
     int rc = tw__fabric_xfer_run(cli, &d, &c);
@@ -118,8 +122,8 @@ static uint64_t round_per_transfer(unsigned i, uint64_t *reg_ns, uint64_t *xfer_
     struct timespec t0, t1, t2, t3;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     struct tw_fabric_mr *r = NULL, *l = NULL;
-    int rc = tw__fabric_mr_register(srv_peer, src, size, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0,
-                                    &r);
+    int rc =
+        tw__fabric_mr_register(srv_peer, src, size, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &r);
     if (rc)
         die("register source", rc, tw__fabric_errmsg(srv));
     if ((rc = tw__fabric_mr_register(cli_peer, dst, size, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0,
@@ -221,8 +225,9 @@ int main(int argc, char **argv)
                "vs %.2f us; pull part: %.3f ms vs %.3f ms; server cache: %llu miss, %llu hits\n",
                name, mib, transfers, (double)mp / 1e6, (double)size / (double)mp * 1e9 / (1u << 30),
                (double)mc / 1e6, (double)size / (double)mc * 1e9 / (1u << 30),
-               mc ? (double)mp / (double)mc : 0.0, (double)rp / 1e3, (double)rcd / 1e3, (double)xp / 1e6, (double)xc / 1e6,
-               (unsigned long long)st.total.misses, (unsigned long long)st.total.hits);
+               mc ? (double)mp / (double)mc : 0.0, (double)rp / 1e3, (double)rcd / 1e3,
+               (double)xp / 1e6, (double)xc / 1e6, (unsigned long long)st.total.misses,
+               (unsigned long long)st.total.hits);
         snprintf(last, sizeof(last), "mrcache %s per_transfer_ms=%.3f cached_ms=%.3f ratio=%.2f",
                  name, (double)mp / 1e6, (double)mc / 1e6, mc ? (double)mp / (double)mc : 0.0);
         close_pair();

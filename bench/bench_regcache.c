@@ -289,8 +289,8 @@ static void bench_fabric(int transfers)
     for (int i = 0; i < transfers; i++) {
         struct tw_fabric_mrc *h = NULL;
         uint64_t t0 = now_ns();
-        rc = tw__fabric_mrcache_acquire(mc, 0, buf, BIG, acc, TW_MEMKIND_HOST, &h, err,
-                                        sizeof(err));
+        rc =
+            tw__fabric_mrcache_acquire(mc, 0, buf, BIG, acc, TW_MEMKIND_HOST, &h, err, sizeof(err));
         if (rc)
             die("acquire", rc, err);
         tw__fabric_mrcache_release(mc, h);
@@ -302,10 +302,9 @@ static void bench_fabric(int transfers)
     printf("fabric (%s, tw__fabric_mr_register_rail): 64 MiB x %d transfers: register per "
            "transfer median %llu ns, cached median %llu ns, ratio %.1fx (cache: %llu miss, %llu "
            "hits, %llu ns registering)\n",
-           rail0_provider(fab), transfers, (unsigned long long)p,
-           (unsigned long long)c, c ? (double)p / (double)c : 0.0,
-           (unsigned long long)st.total.misses, (unsigned long long)st.total.hits,
-           (unsigned long long)st.total.reg_ns);
+           rail0_provider(fab), transfers, (unsigned long long)p, (unsigned long long)c,
+           c ? (double)p / (double)c : 0.0, (unsigned long long)st.total.misses,
+           (unsigned long long)st.total.hits, (unsigned long long)st.total.reg_ns);
     tw__fabric_mrcache_destroy(mc);
     tw__hostmem_free(buf);
     tw__fabric_close(fab);

@@ -81,7 +81,8 @@ static int rail_reg(void *ctx, const struct tw_reg_request *req, void **handle, 
         seterr(err, errlen, "%s", "out of memory");
         return -ENOMEM;
     }
-    enum tw_fabric_iface iface = req->attr.kind == TW_MEMKIND_CUDA ? TW_FABRIC_CUDA : TW_FABRIC_HOST;
+    enum tw_fabric_iface iface =
+        req->attr.kind == TW_MEMKIND_CUDA ? TW_FABRIC_CUDA : TW_FABRIC_HOST;
     int ret = tw__fabric_mr_register_rail(fab, rl->index, (void *)req->addr, req->len, req->access,
                                           iface, req->attr.device, &reg->mr);
     if (ret) {
@@ -226,8 +227,8 @@ static int acquire_direct(struct tw_fabric_mrcache *mc, struct tw_fabric_mrc *h,
     if (len && hint != TW_MEMKIND_HOST) {
         const struct tw_memkind_ops *k = NULL;
         struct tw_mem_attr attr;
-        int ret = tw__memkind_classify(mc->cfg.memkinds, (uintptr_t)addr, len, hint, &k, &attr,
-                                       err, errlen);
+        int ret = tw__memkind_classify(mc->cfg.memkinds, (uintptr_t)addr, len, hint, &k, &attr, err,
+                                       errlen);
         if (ret)
             return ret;
         if (attr.kind == TW_MEMKIND_CUDA) {
@@ -235,8 +236,8 @@ static int acquire_direct(struct tw_fabric_mrcache *mc, struct tw_fabric_mrc *h,
             device = attr.device;
         }
     }
-    int ret = tw__fabric_mr_register_rail(mc->fab, h->rail->index, (void *)addr, len, access,
-                                          iface, device, &h->mr);
+    int ret = tw__fabric_mr_register_rail(mc->fab, h->rail->index, (void *)addr, len, access, iface,
+                                          device, &h->mr);
     if (ret) {
         seterr(err, errlen, "%s", tw__fabric_errmsg(mc->fab));
         return ret;

@@ -32,8 +32,10 @@ static char err[512];
 
 static struct tw_fabric *open_plane(int threaded)
 {
-    struct tw_fabric_config cfg = {.provider = TW_TEST_PROVIDER, .node = "127.0.0.1",
-                                   .threaded = threaded, .drain_ns = 100ull * 1000 * 1000};
+    struct tw_fabric_config cfg = {.provider = TW_TEST_PROVIDER,
+                                   .node = "127.0.0.1",
+                                   .threaded = threaded,
+                                   .drain_ns = 100ull * 1000 * 1000};
     struct tw_fabric *f = NULL;
     int ret = tw__fabric_open(&cfg, &f, err, sizeof(err));
     if (ret)
@@ -51,8 +53,8 @@ static void connect_planes(void)
     uint8_t host[TW_HOST_ID_LEN];
     tw__fabric_plane_host_id(cli, host);
     char reason[257];
-    TW_ASSERT_OK(tw__fabric_accept_offer(srv, host, offer, n, &srv_peer, &theirs, reason,
-                                         sizeof(reason)));
+    TW_ASSERT_OK(
+        tw__fabric_accept_offer(srv, host, offer, n, &srv_peer, &theirs, reason, sizeof(reason)));
     struct tw_fabric_entry accept;
     tw__fabric_addr_view(theirs, &accept);
     TW_ASSERT_OK(tw__fabric_peer_insert_entry(cli, &accept, &cli_peer));
@@ -87,10 +89,12 @@ static struct tw_fabric_mrc *acquire(struct tw_fabric_mrcache *mc, struct tw_fab
 static int pull(struct tw_fabric_mrc *l, uint64_t loff, struct tw_fabric_rkey key, uint64_t n,
                 unsigned ms, struct tw_fabric_completion *c)
 {
-    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL, .peer = cli_peer,
+    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+                                    .peer = cli_peer,
                                     .local = tw__fabric_mrc_mr(l),
                                     .local_offset = tw__fabric_mrc_offset(l) + loff,
-                                    .remote = key, .length = n,
+                                    .remote = key,
+                                    .length = n,
                                     .deadline_ns = deadline_in_ms(ms)};
     return tw__fabric_xfer_run(cli, &d, c);
 }
@@ -203,10 +207,12 @@ static void remote_write_never_cached(void)
         /* The client's push through the key lands while it is held. */
         fill(src, 4096, 20 + (unsigned)i);
         struct tw_fabric_mrc *l = acquire(cmc, cli_peer, src, 4096, TW_FABRIC_LOCAL_WRITE);
-        struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PUSH, .peer = cli_peer,
+        struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PUSH,
+                                        .peer = cli_peer,
                                         .local = tw__fabric_mrc_mr(l),
                                         .local_offset = tw__fabric_mrc_offset(l),
-                                        .remote = tw__fabric_mrc_rkey(w), .length = 4096,
+                                        .remote = tw__fabric_mrc_rkey(w),
+                                        .length = 4096,
                                         .deadline_ns = deadline_in_ms(10000)};
         struct tw_fabric_completion c;
         int ret = tw__fabric_xfer_run(cli, &d, &c);
@@ -447,16 +453,16 @@ static void api_errors(void)
 {
     struct tw_fabric_mrc *h = NULL;
     uint8_t b[16];
-    TW_ASSERT_ERR(tw__fabric_mrcache_acquire(smc, 7, b, 16, TW_FABRIC_REMOTE_READ,
-                                             TW_MEMKIND_HOST, &h, err, sizeof(err)),
+    TW_ASSERT_ERR(tw__fabric_mrcache_acquire(smc, 7, b, 16, TW_FABRIC_REMOTE_READ, TW_MEMKIND_HOST,
+                                             &h, err, sizeof(err)),
                   TW_EINVAL);
     TW_ASSERT(strstr(err, "rail") != NULL);
-    TW_ASSERT_ERR(tw__fabric_mrcache_acquire(smc, 0, b, 16, 0, TW_MEMKIND_HOST, &h, err,
-                                             sizeof(err)),
-                  TW_EINVAL);
-    TW_ASSERT_ERR(tw__fabric_mrcache_acquire(smc, 0, b, 16, 0x10, TW_MEMKIND_HOST, &h, err,
-                                             sizeof(err)),
-                  TW_EINVAL);
+    TW_ASSERT_ERR(
+        tw__fabric_mrcache_acquire(smc, 0, b, 16, 0, TW_MEMKIND_HOST, &h, err, sizeof(err)),
+        TW_EINVAL);
+    TW_ASSERT_ERR(
+        tw__fabric_mrcache_acquire(smc, 0, b, 16, 0x10, TW_MEMKIND_HOST, &h, err, sizeof(err)),
+        TW_EINVAL);
     TW_ASSERT(h == NULL);
     /* 0 bytes: a key-0 registration, no libfabric call. */
     TW_ASSERT_OK(tw__fabric_mrcache_acquire(smc, 0, b, 0, TW_FABRIC_REMOTE_READ, TW_MEMKIND_HOST,
