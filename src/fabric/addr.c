@@ -262,6 +262,11 @@ const char *tw__fabric_peer_provider(const struct tw_fabric_peer *peer)
     return peer->rail->addr.provider;
 }
 
+unsigned tw__fabric_peer_rail(const struct tw_fabric_peer *peer)
+{
+    return (unsigned)(peer->rail - peer->rail->fab->rails);
+}
+
 void tw__fabric_peer_put_locked(struct tw_fabric_peer *p)
 {
     if (--p->refs)
