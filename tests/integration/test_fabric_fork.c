@@ -3,9 +3,10 @@
  * is a "server" with a threaded plane that exposes a source region (remote
  * read) and a destination region (remote write); addresses and keys travel
  * over a socketpair, as RDMA_ENDPOINT / RDMA_REGISTER would on the control
- * connection. The parent pulls and pushes, then the child is stopped
- * (SIGSTOP: a stalled peer -> TIMEOUT) and killed mid-transfer (a dead peer
- * -> an error for that transfer only); a new child is then served normally.
+ * connection. The parent pulls and pushes, then the child stalls (tcp:
+ * SIGSTOP; shm: its mover paused, see stalled_then_dead_peer) -> TIMEOUT,
+ * and is killed mid-transfer (a dead peer -> an error for that transfer
+ * only); a new child is then served.
  */
 #include <errno.h>
 #include <signal.h>
