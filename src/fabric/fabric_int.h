@@ -83,6 +83,7 @@ struct tw_fabric_peer {
     unsigned refs;                        /* 1 (owner) + transfers */
     int pid;                              /* shm peer named by tensorwire, else 0 */
     uint64_t alive_checked_ns;
+    int stopped;                          /* shm peer process stopped: hold posts */
     int removed;
     struct tw_fabric_link node;           /* fab->peers */
 };
