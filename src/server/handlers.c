@@ -318,6 +318,10 @@ out_free_list:
 static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
 {
     struct tw_srv *srv = c->srv;
+    struct tw_fabric_stats fst;
+    memset(&fst, 0, sizeof(fst));
+    if (srv->fab)
+        tw__fabric_stats(srv->fab, &fst);
     count_request(c);
     const struct {
         const char *key;
@@ -337,6 +341,11 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"stored_bytes", srv->store.stored_bytes},
         {"reserved_bytes", srv->store.reserved},
         {"capacity_bytes", srv->store.capacity},
+        {"rdma_xfers_done", fst.xfers_done},
+        {"rdma_xfers_failed", fst.xfers_failed},
+        {"rdma_xfers_active", fst.xfers_active},
+        {"rdma_mrs_open", fst.mrs_open},
+        {"rdma_peers", fst.peers},
     };
     uint8_t buf[1024];
     size_t used = 0;
