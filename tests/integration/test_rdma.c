@@ -388,6 +388,102 @@ static void test_old_key_rejected(void)
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
 }
 
+/* A raw peer whose data plane stops progressing during the server's pull
+ * put: that request ends with TIMEOUT at the transfer deadline, other
+ * connections go on, and once the peer resumes the server's deferred
+ * release (tcp cannot cancel RMA: buffer_busy) frees everything. tcp only:
+ * shm reads need no progress from the target. */
+static void test_stalled_peer(void)
+{
+    struct itest_server s;
+    enum { LEN = 8 << 20 };
+    if (strcmp(TW_TEST_PROVIDER, "tcp") != 0) {
+        fprintf(stderr, "(tcp only)\n");
+        return;
+    }
+    const char *args[] = {"--fabric", TW_TEST_PROVIDER, "--transfer-timeout", "1", NULL};
+    itest_server_start(&s, args);
+    struct tw_fabric_config cfg = {.provider = TW_TEST_PROVIDER, .node = "127.0.0.1",
+                                   .threaded = 1};
+    struct tw_fabric *fab;
+    char err[1024];
+    TW_ASSERT_EQ(tw__fabric_open(&cfg, &fab, err, sizeof(err)), 0);
+    struct itc rc;
+    struct tw_msg m;
+    itc_connect(&rc, &s);
+    TW_ASSERT_EQ(itc_handshake_caps(&rc, NULL, TW_CAP_INLINE_DATA | TW_CAP_RDMA_DATA_PLANE), 0);
+    const struct tw_fabric_addr *addrs;
+    unsigned n = tw__fabric_local_addrs(fab, &addrs);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_RDMA_ENDPOINT;
+    m.u.rdma_endpoint.status = TW_EP_OFFER;
+    tw__fabric_plane_host_id(fab, m.u.rdma_endpoint.host_id);
+    m.u.rdma_endpoint.count = (uint8_t)n;
+    for (unsigned i = 0; i < n; i++)
+        tw__fabric_addr_view(&addrs[i], &m.u.rdma_endpoint.entries[i]);
+    itc_send(&rc, &m);
+    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
+    TW_ASSERT_EQ(m.u.rdma_endpoint.status, TW_EP_ACCEPT);
+    struct tw_fabric_peer *peer;
+    TW_ASSERT_EQ(tw__fabric_peer_insert_entry(fab, &m.u.rdma_endpoint.entries[0], &peer), 0);
+    uint8_t *src = malloc(LEN);
+    itest_fill(src, LEN, 5);
+    struct tw_fabric_mr *mr;
+    TW_ASSERT_EQ(
+        tw__fabric_mr_register(peer, src, LEN, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &mr), 0);
+
+    uint64_t id = itc_id(&rc), shape[1] = {LEN};
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_TENSOR_PUT;
+    m.hdr.request_id = id;
+    m.u.tensor_put.flags = TW_XFER_WANT_RDMA;
+    itest_desc(&m.u.tensor_put.desc, "stalled", TW_DTYPE_U8, 1, shape);
+    itc_send(&rc, &m);
+    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_PUT_ACCEPT);
+    TW_ASSERT_EQ(m.u.put_accept.data_plane, TW_DP_RDMA);
+    tw__fabric_pause(fab, 1); /* we stop serving the server's reads */
+    struct tw_fabric_rkey k = tw__fabric_mr_rkey(mr);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_RDMA_REGISTER;
+    m.hdr.request_id = id;
+    m.u.rdma_register.rkey = k.key;
+    m.u.rdma_register.remote_addr = k.remote_addr;
+    m.u.rdma_register.length = LEN;
+    itc_send(&rc, &m);
+    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_RDMA_READY);
+
+    /* Meanwhile another client is served. */
+    tw_client *c = connect_client(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO);
+    uint8_t data[3000];
+    itest_fill(data, sizeof(data), 6);
+    put_bytes(c, "other", data, sizeof(data));
+    check_get(c, "other", data, sizeof(data));
+
+    uint64_t t0 = itest_now_ms();
+    itc_expect_error(&rc, id, TW_WIRE_TIMEOUT);
+    fprintf(stderr, "TIMEOUT after %llu ms\n", (unsigned long long)(itest_now_ms() - t0));
+    TW_ASSERT_EQ(itc_ping(&rc), 0); /* the connection lives */
+
+    tw__fabric_pause(fab, 0);
+    t0 = itest_now_ms();
+    while ((stat_of(c, "rdma_mrs_open") != 0 ||
+            stat_of(c, "reserved_bytes") != stat_of(c, "stored_bytes")) &&
+           itest_now_ms() - t0 < 10000)
+        usleep(20000);
+    TW_ASSERT_EQ(stat_of(c, "rdma_mrs_open"), 0);
+    TW_ASSERT_EQ(stat_of(c, "reserved_bytes"), stat_of(c, "stored_bytes"));
+    TW_ASSERT_EQ(stat_of(c, "reserved_bytes"), sizeof(data));
+    tw__fabric_mr_deregister(mr);
+    tw__fabric_peer_remove(peer);
+    tw__fabric_close(fab);
+    itc_close(&rc);
+    free(src);
+    tw_close(c);
+    TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -398,5 +494,6 @@ int main(void)
     TW_RUN(test_fallback_and_mixed);
     TW_RUN(test_old_key_rejected);
     TW_RUN(test_client_killed);
+    TW_RUN(test_stalled_peer);
     TW_DONE();
 }
