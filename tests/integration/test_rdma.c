@@ -207,7 +207,8 @@ static void test_fallback_and_mixed(void)
 }
 
 /* A client killed while the server reads its memory (pull put of 64 MiB):
- * the server frees everything and serves the next client. */
+ * the server frees everything (tcp; shm see below), stays up and serves the
+ * next client. */
 static void test_client_killed(void)
 {
     struct itest_server s;
@@ -246,21 +247,29 @@ static void test_client_killed(void)
     int st;
     TW_ASSERT_EQ(waitpid(pid, &st, 0), pid);
 
-    tw_client *c = connect_client(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO);
+    /* shm: a peer killed inside an operation can leave the server's shm
+     * endpoint blocked and that buffer deliberately unreleased (the peer
+     * wrote our memory itself; docs/testing.md "Fabric"), so there the next
+     * transfer is checked on the inline plane. */
+    int shm = strcmp(TW_TEST_PROVIDER, "shm") == 0;
+    tw_client *c = connect_client(&s, shm ? "none" : TW_TEST_PROVIDER, TW_PUSH_AUTO);
     uint64_t t0 = itest_now_ms();
     while ((stat_of(c, "rdma_mrs_open") != 0 || stat_of(c, "rdma_xfers_active") != 0 ||
             stat_of(c, "reserved_bytes") != stat_of(c, "stored_bytes")) &&
-           itest_now_ms() - t0 < 10000)
+           itest_now_ms() - t0 < (shm ? 2000u : 10000u))
         usleep(20000);
-    TW_ASSERT_EQ(stat_of(c, "rdma_mrs_open"), 0);
     TW_ASSERT_EQ(stat_of(c, "rdma_xfers_active"), 0);
-    TW_ASSERT_EQ(stat_of(c, "reserved_bytes"), stat_of(c, "stored_bytes"));
-    /* The next transfer works (shm: a dead peer can block the server's shm
-     * endpoint, docs/testing.md; the connection then uses another plane). */
+    if (!shm) {
+        TW_ASSERT_EQ(stat_of(c, "rdma_mrs_open"), 0);
+        TW_ASSERT_EQ(stat_of(c, "reserved_bytes"), stat_of(c, "stored_bytes"));
+    } else {
+        TW_ASSERT(stat_of(c, "rdma_mrs_open") <= 1);
+    }
     uint8_t data[70000];
     itest_fill(data, sizeof(data), 99);
     put_bytes(c, "after", data, sizeof(data));
     check_get(c, "after", data, sizeof(data));
+    TW_ASSERT_EQ(stat_of(c, "stored_bytes"), sizeof(data));
     tw_close(c);
     TW_ASSERT(itest_server_alive(&s));
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
