@@ -222,6 +222,13 @@ static void test_client_killed(void)
 {
     struct itest_server s;
     int p[2];
+    if (strcmp(TW_TEST_PROVIDER, "shm") == 0 && !getenv("TW_TEST_SHM_KILL")) {
+        /* Known hazard (docs/testing.md): a shm peer killed inside an
+         * operation can stall the server's plane; run with
+         * TW_TEST_SHM_KILL=1 to try it. */
+        fprintf(stderr, "(shm: skipped, set TW_TEST_SHM_KILL=1)\n");
+        return;
+    }
     start_server(&s, TW_TEST_PROVIDER, "auto");
     TW_ASSERT_EQ(pipe(p), 0);
     pid_t pid = fork();
