@@ -24,7 +24,7 @@
 
 static const char usage_main[] =
     "usage: tensorwire [-s HOST:PORT] [--token-file PATH] [--timeout MS] [--checksum]\n"
-    "                  COMMAND [ARGS]\n"
+    "                  [--fabric auto|none|PROV] [--push auto|always|never] COMMAND [ARGS]\n"
     "\n"
     "Commands:\n"
     "  put NAME FILE     store a .npy file (dtype and C-order shape from its header),\n"
@@ -42,18 +42,26 @@ static const char usage_main[] =
     "  --token-file PATH       shared secret for HMAC-SHA256 mutual authentication\n"
     "  --timeout MS            longest wait without progress (default 30000)\n"
     "  --checksum              send and verify CRC32C of tensor bytes\n"
+    "  --fabric auto|none|PROV RDMA data plane through libfabric for get and put\n"
+    "                          (default none: inline TCP); PROV: tcp, shm, verbs,\n"
+    "                          ... (comma-separated). Falls back to inline when the\n"
+    "                          server has none or declines (get/put -v say why).\n"
+    "  --push auto|always|never  with RDMA, let the source write into our buffer\n"
+    "                          (always) or read it ourselves (auto, never)\n"
     "  -h, --help              this text; COMMAND --help for each command\n"
     "\n"
     "Exit status: 0 success, 1 the operation failed, 2 usage error.\n";
 
 static const char usage_put[] =
-    "usage: tensorwire put NAME FILE [--dtype D] [--shape 2,3,4] [--device TAG]\n"
+    "usage: tensorwire put NAME FILE [--dtype D] [--shape 2,3,4] [--device TAG] [-v]\n"
+    "  -v prints the data plane that moved the bytes (and why not rdma).\n"
     "  FILE is .npy (v1, v2, v3; little-endian, C order), or raw bytes when --dtype\n"
     "  and --shape are given ('' or 'scalar' for a 0-d tensor). .npy files with raw\n"
     "  void elements ('|V2', '|V1', as 'get' writes bf16/f8) need --dtype.\n"
     "  dtypes: f64 f32 f16 bf16 f8e4m3 f8e5m2 i8 i16 i32 i64 u8 u16 u32 u64 bool\n";
 static const char usage_get[] =
-    "usage: tensorwire get NAME FILE [--raw]\n"
+    "usage: tensorwire get NAME FILE [--raw] [-v]\n"
+    "  -v prints the data plane that moved the bytes (and why not rdma).\n"
     "  Writes FILE as .npy (v1.0). bf16 and f8 have no NumPy dtype: they are written\n"
     "  as raw void elements ('|V2' / '|V1'; view with ml_dtypes) and a note is\n"
     "  printed. --raw writes the tensor bytes only.\n";
@@ -125,6 +133,8 @@ static int parse_args(int argc, char **argv, const struct opt_spec *specs, const
     *npos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (strcmp(a, "-v") == 0)
+            a = "--verbose";
         if (strncmp(a, "--", 2) == 0 && a[2]) {
             const char *eq = strchr(a, '=');
             size_t klen = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
@@ -159,6 +169,23 @@ static int parse_args(int argc, char **argv, const struct opt_spec *specs, const
     return 0;
 }
 
+/* -v: "data plane: rdma pull (provider tcp;ofi_rxm)" or "data plane: inline
+ * tcp (REASON)". */
+static void print_data_plane(const tw_client *c)
+{
+    const char *dp = tw_client_data_plane(c);
+    const char *fs = tw_client_fabric_status(c);
+    if (strncmp(dp, "rdma ", 5) == 0) {
+        const char *paren = strchr(dp, '(');
+        if (paren)
+            printf("data plane: %.*s(provider %s\n", (int)(paren - dp), dp, paren + 1);
+        else
+            printf("data plane: %s\n", dp);
+    } else {
+        printf("data plane: %s (%s)\n", dp, strncmp(fs, "inline: ", 8) == 0 ? fs + 8 : fs);
+    }
+}
+
 static void format_shape(const struct tw_tensor_desc *d, char *buf, size_t cap)
 {
     size_t n = 0;
@@ -176,9 +203,12 @@ static void format_shape(const struct tw_tensor_desc *d, char *buf, size_t cap)
 
 static int cmd_put(const struct tw_cli *cli, int argc, char **argv)
 {
-    const char *pos[2], *o_dtype = NULL, *o_shape = NULL, *o_device = NULL;
-    const struct opt_spec specs[] = {
-        {"dtype", 1, &o_dtype}, {"shape", 1, &o_shape}, {"device", 1, &o_device}, {NULL, 0, NULL}};
+    const char *pos[2], *o_dtype = NULL, *o_shape = NULL, *o_device = NULL, *o_verbose = NULL;
+    const struct opt_spec specs[] = {{"dtype", 1, &o_dtype},
+                                     {"shape", 1, &o_shape},
+                                     {"device", 1, &o_device},
+                                     {"verbose", 0, &o_verbose},
+                                     {NULL, 0, NULL}};
     struct tw_tensor_desc desc;
     int npos, rc, ret = TW_CLI_FAILED, dtype = 0;
     struct stat st;
@@ -303,6 +333,8 @@ static int cmd_put(const struct tw_cli *cli, int argc, char **argv)
         ret = tw_cli_fail(c, rc, "put %s", pos[0]);
     else
         ret = TW_CLI_OK;
+    if (!rc && o_verbose)
+        print_data_plane(c);
     tw_close(c);
 out_unmap:
     if (map && map_len)
@@ -329,8 +361,9 @@ static int write_all(int fd, const uint8_t *p, size_t n)
 
 static int cmd_get(const struct tw_cli *cli, int argc, char **argv)
 {
-    const char *pos[2], *o_raw = NULL;
-    const struct opt_spec specs[] = {{"raw", 0, &o_raw}, {NULL, 0, NULL}};
+    const char *pos[2], *o_raw = NULL, *o_verbose = NULL;
+    const struct opt_spec specs[] = {
+        {"raw", 0, &o_raw}, {"verbose", 0, &o_verbose}, {NULL, 0, NULL}};
     struct tw_tensor_desc desc;
     void *buf = NULL;
     size_t len = 0;
@@ -351,6 +384,8 @@ static int cmd_get(const struct tw_cli *cli, int argc, char **argv)
         ret = tw_cli_fail(c, rc, "get %s", pos[0]);
         goto out_close;
     }
+    if (o_verbose)
+        print_data_plane(c);
     fd = open(pos[1], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         fprintf(stderr, "tensorwire: get %s: cannot create '%s': %s\n", pos[0], pos[1],
@@ -580,6 +615,23 @@ int main(int argc, char **argv)
             cli.opts.request_timeout_ms = (int)ms;
         } else if (strcmp(a, "--checksum") == 0) {
             cli.opts.checksum = 1;
+        } else if (strcmp(a, "--fabric") == 0 || strncmp(a, "--fabric=", 9) == 0) {
+            if (a[8] == '=')
+                cli.opts.fabric = a + 9;
+            else if (++i < argc)
+                cli.opts.fabric = argv[i];
+            else
+                return usage(usage_main);
+        } else if (strcmp(a, "--push") == 0 || strncmp(a, "--push=", 7) == 0) {
+            const char *v = a[6] == '=' ? a + 7 : (++i < argc ? argv[i] : "");
+            if (strcmp(v, "auto") == 0)
+                cli.opts.push = TW_PUSH_AUTO;
+            else if (strcmp(v, "always") == 0)
+                cli.opts.push = TW_PUSH_ALWAYS;
+            else if (strcmp(v, "never") == 0)
+                cli.opts.push = TW_PUSH_NEVER;
+            else
+                return usage(usage_main);
         } else if (a[0] == '-') {
             fprintf(stderr, "tensorwire: unknown option '%s'\n", a);
             return usage(usage_main);

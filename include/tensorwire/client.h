@@ -113,9 +113,29 @@ struct tw_client_options {
                                 "libtensorwire/<version>" */
     int socket_buffer_bytes; /* SO_SNDBUF/SO_RCVBUF; 0 (default) leaves the
                                 kernel's autotuning alone */
+    /* RDMA data plane through libfabric. NULL or "none" (default): inline
+     * only, nothing is opened. "auto": every usable provider (verbs, efa,
+     * shm, tcp); or a comma-separated provider list ("tcp", "shm",
+     * "tcp;ofi_rxm"). The plane (one data-mover thread) is opened only when
+     * the server announced RDMA in its HELLO_ACK; then the client offers its
+     * endpoints (RDMA_ENDPOINT) and gets and puts use RDMA. Any failure, or
+     * the server's DECLINE, leaves the connection on the inline plane:
+     * tw_client_fabric_status() says why. The default is "none" because
+     * opening a plane costs a thread and tens of milliseconds per connect. */
+    const char *fabric;
+    /* enum tw_push_policy: who writes when the client is the destination
+     * (get) and bit 3 was negotiated. Default TW_PUSH_AUTO. */
+    int push;
 };
 
+/* TW_PUSH_AUTO: push only into GPU destinations admitted for GPUDirect
+ * (none yet: host buffers are pulled); TW_PUSH_ALWAYS: let the server write
+ * into our buffer whenever bit 3 was negotiated; TW_PUSH_NEVER: do not
+ * announce bit 3. */
+enum tw_push_policy { TW_PUSH_AUTO = 0, TW_PUSH_ALWAYS = 1, TW_PUSH_NEVER = 2 };
+
 TW_EXTERN void tw_client_options_init(struct tw_client_options *opts);
+
 
 typedef struct tw_client tw_client;
 
@@ -147,6 +167,16 @@ TW_EXTERN void tw_close(tw_client *c);
 /* Detail for the last failed call on c: the server's ERROR message, or a local
  * explanation. Owned by c; valid until the next call on c. "" when none. */
 TW_EXTERN const char *tw_client_last_error_message(const tw_client *c);
+
+/* Which data plane moved the bytes of the last successful get or put on c:
+ * "rdma pull (tcp;ofi_rxm)", "rdma push (shm)" or "inline tcp"; "" before
+ * the first. Valid until the next call on c. */
+TW_EXTERN const char *tw_client_data_plane(const tw_client *c);
+/* The RDMA state of the connection: "rdma PROVIDER" once the endpoint
+ * exchange succeeded, else "inline: " and the reason (not requested, the
+ * server has no RDMA plane, the server declined and why, the local plane
+ * did not open and why). Valid as long as c. */
+TW_EXTERN const char *tw_client_fabric_status(const tw_client *c);
 
 /* Negotiated limits, valid after connect. */
 TW_EXTERN uint32_t tw_client_max_frame(const tw_client *c);

@@ -86,6 +86,7 @@ void tw_client_options_init(struct tw_client_options *o)
 
 static void client_free(struct tw_client *c)
 {
+    tw__client_rdma_close(c);
     if (c->fd >= 0)
         close(c->fd);
     tw__sm_destroy(&c->sm);
@@ -135,6 +136,11 @@ static int handshake(struct tw_client *c, const struct tw_client_options *o,
 
     snprintf(agent, sizeof(agent), "%s", o->agent ? o->agent : "libtensorwire/" TW_VERSION_STRING);
     m.u.hello.caps = TW_CAP_INLINE_DATA | (o->checksum ? TW_CAP_PAYLOAD_CRC32C : 0);
+    if (o->fabric && *o->fabric && strcmp(o->fabric, "none") != 0) {
+        m.u.hello.caps |= TW_CAP_RDMA_DATA_PLANE;
+        if (o->push != TW_PUSH_NEVER)
+            m.u.hello.caps |= TW_CAP_RDMA_GPUDIRECT;
+    }
     m.u.hello.max_frame = o->max_frame;
     m.u.hello.max_inflight = o->max_inflight;
     m.u.hello.agent.ptr = (const uint8_t *)agent;
@@ -262,6 +268,17 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
     if (rc)
         goto out_free_token;
     tw__token_clear(&token);
+    c->push_policy = o.push;
+    if (!o.fabric || !*o.fabric || strcmp(o.fabric, "none") == 0) {
+        snprintf(c->fabric_status, sizeof(c->fabric_status), "inline: rdma not requested (--fabric none)");
+    } else if (!(c->sm.caps & TW_CAP_RDMA_DATA_PLANE)) {
+        snprintf(c->fabric_status, sizeof(c->fabric_status),
+                 "inline: the server offers no rdma data plane");
+    } else {
+        rc = tw__client_rdma_setup(c, o.fabric, o.connect_timeout_ms);
+        if (rc)
+            goto out_free_client;
+    }
     c->errmsg[0] = '\0';
     *out = c;
     return 0;
@@ -292,6 +309,16 @@ void tw_close(tw_client *c)
             tw__client_conn_flush(c, 1000);
     }
     client_free(c);
+}
+
+const char *tw_client_data_plane(const tw_client *c)
+{
+    return c ? c->last_plane : "";
+}
+
+const char *tw_client_fabric_status(const tw_client *c)
+{
+    return c ? c->fabric_status : "";
 }
 
 const char *tw_client_last_error_message(const tw_client *c)

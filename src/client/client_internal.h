@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "fabric/fabric.h"
 #include "proto/proto.h"
 #include "proto/sm.h"
 #include "tensorwire/client.h"
@@ -69,6 +70,7 @@ struct tw__client_dp_ops {
 };
 
 extern const struct tw__client_dp_ops tw__client_dp_inline;
+extern const struct tw__client_dp_ops tw__client_dp_rdma;
 
 /* Where a listing or stats reply is accumulated (tw_list / tw_stats). */
 struct tw__collect {
@@ -99,6 +101,12 @@ struct tw__creq {
     struct tw__collect *collect; /* LIST, STATS */
     size_t index;                /* position in the run, for error reporting */
     uint64_t t_start, t_end;     /* CLOCK_MONOTONIC ns: sent, finished */
+    /* RDMA plane (dp_rdma.c): our registration of buf (released when the
+     * request ends), the peer's region, and the mode. */
+    struct tw_fabric_mr *mr;
+    struct tw_fabric_rkey remote;
+    int got_remote; /* put: the server registered its destination (push) */
+    int push;
 };
 
 /* One segment of the send queue: bytes in the send buffer (ptr NULL, at
@@ -142,6 +150,14 @@ struct tw_client {
     size_t err_index; /* index of the lowest failed request in the run */
 
     char errmsg[TW__CLIENT_ERRMSG_LEN];
+
+    /* RDMA data plane (dp_rdma.c): opened after the handshake when both
+     * sides announced bit 2 and the server ACCEPTed our OFFER. */
+    struct tw_fabric *fab;
+    struct tw_fabric_peer *fpeer;
+    int push_policy;          /* enum tw_push_policy */
+    char fabric_status[384];  /* "rdma tcp;ofi_rxm" or why inline only */
+    char last_plane[128];     /* plane of the last finished get/put */
 };
 
 /* --- conn.c ------------------------------------------------------------ */
@@ -189,7 +205,20 @@ void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int statu
                               size_t msg_len);
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t tw__client_now_ns(void);
-/* Chooses the data plane for one transfer (inline only for now). */
+/* --- dp_rdma.c --------------------------------------------------------- */
+
+/* After the handshake: opens the plane (provider list, "auto") when the
+ * server announced bit 2, sends RDMA_ENDPOINT OFFER and waits for the answer.
+ * Any failure or DECLINE leaves the connection inline-only with the reason in
+ * c->fabric_status; only a connection failure is returned (negative). */
+int tw__client_rdma_setup(struct tw_client *c, const char *provider, int timeout_ms);
+/* Closes the plane (tw_close). */
+void tw__client_rdma_close(struct tw_client *c);
+/* Request r ended: releases its registration. */
+void tw__client_rdma_release(struct tw_client *c, struct tw__creq *r);
+
+/* Chooses the data plane for one transfer: RDMA for gets and puts once the
+ * endpoint exchange succeeded, else inline. */
 const struct tw__client_dp_ops *tw__client_pick_data_plane(struct tw_client *c,
                                                            const struct tw__creq *r);
 

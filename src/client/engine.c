@@ -43,6 +43,15 @@ void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int statu
         return;
     r->finished = 1;
     r->status = status;
+    if (r->mr)
+        tw__client_rdma_release(c, r);
+    if (status == 0 && r->dp && (r->op == TW__OP_GET || r->op == TW__OP_PUT)) {
+        if (r->dp == &tw__client_dp_rdma)
+            snprintf(c->last_plane, sizeof(c->last_plane), "rdma %s (%s)",
+                     r->push ? "push" : "pull", c->fpeer ? tw__fabric_peer_provider(c->fpeer) : "?");
+        else
+            snprintf(c->last_plane, sizeof(c->last_plane), "%s", r->dp->name);
+    }
     if (r->started) {
         r->t_end = tw__client_now_ns();
         if (c->run_active > 0)
@@ -71,10 +80,8 @@ static struct tw__creq *lookup(struct tw_client *c, uint64_t id)
 const struct tw__client_dp_ops *tw__client_pick_data_plane(struct tw_client *c,
                                                            const struct tw__creq *r)
 {
-    /* One plane today. An RDMA plane is chosen here per transfer once the
-     * endpoint exchange succeeded and the buffer's memory kind allows it. */
-    (void)c;
-    (void)r;
+    if (c->fpeer && (r->op == TW__OP_GET || r->op == TW__OP_PUT))
+        return &tw__client_dp_rdma;
     return &tw__client_dp_inline;
 }
 
@@ -227,6 +234,8 @@ static int on_tensor_info(struct tw_client *c, struct tw__creq *r, const struct 
         tw__client_engine_finish(c, r, 0, NULL, 0);
         return 0;
     }
+    if (msg->u.tensor_info.data_plane == TW_DP_INLINE && r->dp != &tw__client_dp_inline)
+        r->dp = &tw__client_dp_inline; /* the server downgraded WANT_RDMA */
     if (msg->u.tensor_info.data_plane != r->dp->wire_plane)
         return TW_EBAD_FIELD;
     r->expect = w->byte_length;
@@ -300,6 +309,8 @@ static int dispatch(struct tw_client *c, const struct tw_msg *msg)
     case TW_TAG_PUT_ACCEPT:
         if (r->op != TW__OP_PUT)
             return TW_EOUT_OF_ORDER;
+        if (msg->u.put_accept.data_plane == TW_DP_INLINE && r->dp != &tw__client_dp_inline)
+            r->dp = &tw__client_dp_inline; /* the server downgraded WANT_RDMA */
         if (msg->u.put_accept.data_plane != r->dp->wire_plane)
             return TW_EBAD_FIELD;
         return r->dp->put_start(c, r);
@@ -583,6 +594,8 @@ out_fail:
             if (!reqs[i].finished) {
                 reqs[i].finished = 1;
                 reqs[i].status = rc;
+                if (reqs[i].mr)
+                    tw__client_rdma_release(c, &reqs[i]);
             }
         memcpy(c->errmsg, keep, sizeof(keep));
         c->err_index = 0;

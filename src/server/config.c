@@ -24,6 +24,8 @@ void tw__srv_config_defaults(struct tw_srv_config *c)
     c->idle_timeout_ms = 300000;
     c->transfer_timeout_ms = 300000;
     c->shutdown_grace_ms = 5000;
+    snprintf(c->fabric, sizeof(c->fabric), "auto");
+    c->push = TW_SRV_PUSH_AUTO;
 }
 
 uint64_t tw__srv_default_capacity(void)
@@ -59,6 +61,14 @@ void tw__srv_config_usage(const char *argv0)
            "  --idle-timeout S         close connections without traffic (default 300, 0 off)\n"
            "  --transfer-timeout S     deadline of one put/get (default 300, 0 off)\n"
            "  --shutdown-grace S       on SIGTERM, wait this long for peers (default 5)\n"
+           "  --fabric auto|none|PROV  RDMA data plane through libfabric (default auto:\n"
+           "                           verbs, efa, shm, tcp as available); PROV is a\n"
+           "                           comma-separated provider list ('tcp', 'shm',\n"
+           "                           'tcp;ofi_rxm'). If it cannot open, one log line\n"
+           "                           says why and the server runs inline-only.\n"
+           "  --push auto|always|never who writes in an RDMA put: auto pulls into host\n"
+           "                           memory, always pushes when the client supports\n"
+           "                           it, never does not offer push (bit 3) at all\n"
            "  --help                   this text\n",
            argv0, TW_SRV_DEFAULT_LISTEN);
 }
@@ -223,6 +233,20 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
     } else if (strcmp(k, "shutdown-grace") == 0) {
         if (tw__parse_seconds(value, &c->shutdown_grace_ms) != 0)
             FAIL("shutdown-grace: '%s' is not a number of seconds", value);
+    } else if (strcmp(k, "fabric") == 0) {
+        if (!*value || strlen(value) >= sizeof(c->fabric))
+            FAIL("fabric: '%s' must be auto, none or a provider list (tcp, shm, verbs, ...)",
+                 value);
+        snprintf(c->fabric, sizeof(c->fabric), "%s", value);
+    } else if (strcmp(k, "push") == 0) {
+        if (strcmp(value, "auto") == 0)
+            c->push = TW_SRV_PUSH_AUTO;
+        else if (strcmp(value, "always") == 0)
+            c->push = TW_SRV_PUSH_ALWAYS;
+        else if (strcmp(value, "never") == 0)
+            c->push = TW_SRV_PUSH_NEVER;
+        else
+            FAIL("push: '%s' is not one of auto, always, never", value);
     } else {
         FAIL("unknown option '%s'", key);
     }

@@ -27,7 +27,19 @@ struct tw_srv_config {
     uint64_t idle_timeout_ms;
     uint64_t transfer_timeout_ms;
     uint64_t shutdown_grace_ms; /* how long SIGTERM waits for peers to drain */
+    /* RDMA data plane: "auto" (default: every usable provider, real NICs
+     * first, then shm, then tcp), "none", or a provider list for
+     * tw__fabric_open(). A plane that fails to open is logged and the server
+     * runs inline-only. */
+    char fabric[128];
+    int push; /* enum tw_srv_push: who moves the bytes of an RDMA put */
 };
+
+/* --push: destination policy. AUTO pushes only into GPU destinations
+ * admitted for GPUDirect (none today: this server stores host memory, so
+ * AUTO pulls); ALWAYS pushes whenever bit 3 was negotiated; NEVER does not
+ * announce bit 3 at all. */
+enum tw_srv_push { TW_SRV_PUSH_AUTO = 0, TW_SRV_PUSH_ALWAYS = 1, TW_SRV_PUSH_NEVER = 2 };
 
 void tw__srv_config_defaults(struct tw_srv_config *c);
 /* 3/4 of physical memory (0 when it cannot be determined). */

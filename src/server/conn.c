@@ -191,6 +191,7 @@ void tw__conn_destroy(struct tw_srv_conn *c, const char *reason)
     if (reason && reason != c->close_reason)
         snprintf(c->close_reason, sizeof(c->close_reason), "%s", reason);
     drop_all_xfers(c);
+    tw__srv_fabric_conn_gone(c);
     c->state = TW_CONN_DEAD;
     tw__loop_io_del(&srv->loop, &c->io);
     close(c->fd);
@@ -671,8 +672,17 @@ static int handle_verdict(struct tw_srv_conn *c, int v, const struct tw_frame_he
             return -1;
         }
     }
-    c->requests++;
-    c->srv->stats.requests++;
+    if (hdr->tag == TW_TAG_RDMA_REGISTER || hdr->tag == TW_TAG_RDMA_READY ||
+        hdr->tag == TW_TAG_RDMA_DONE) {
+        /* A request-level verdict about an RDMA frame (e.g. a length that
+         * is not byte_length) ended that request in the state machine. */
+        struct tw_xfer *x = tw__conn_find_xfer(c, hdr->request_id);
+        if (x)
+            tw__xfer_destroy(x);
+    } else {
+        c->requests++;
+        c->srv->stats.requests++;
+    }
     uint32_t code = tw__sm_verdict_wire_code(v);
     if (v == TW_ESHUTDOWN)
         tw__conn_send_error(c, hdr->request_id, code,

@@ -11,8 +11,8 @@
 #include "server/log.h"
 #include "server/server.h"
 
-/* Data planes this server offers: inline only for now. RDMA (bit 2, bit 3)
- * is announced once src/fabric provides a plane. */
+/* Data planes this server always offers; RDMA (bit 2, and bit 3 unless
+ * --push never) only when its plane opened (tw__srv_fabric_caps). */
 #define SERVER_CAPS (TW_CAP_INLINE_DATA | TW_CAP_PAYLOAD_CRC32C)
 #define SERVER_AGENT "tensorwired/0.1"
 
@@ -41,14 +41,15 @@ static void count_request(struct tw_srv_conn *c)
 static void handle_hello(struct tw_srv_conn *c, const struct tw_msg *m)
 {
     struct tw_srv *srv = c->srv;
-    uint64_t caps = m->u.hello.caps & SERVER_CAPS & TW_CAP_KNOWN_MASK;
+    uint64_t offered = SERVER_CAPS | tw__srv_fabric_caps(srv);
+    uint64_t caps = m->u.hello.caps & offered & TW_CAP_KNOWN_MASK;
     if (!(caps & TW_CAP_RDMA_DATA_PLANE))
         caps &= ~TW_CAP_RDMA_GPUDIRECT;
     if (!(caps & (TW_CAP_INLINE_DATA | TW_CAP_RDMA_DATA_PLANE))) {
         tw__conn_fail(c, TW_WIRE_PROTOCOL_ERROR,
                       "no common data plane: client capabilities 0x%llx, server offers 0x%llx "
                       "(inline data)",
-                      (unsigned long long)m->u.hello.caps, (unsigned long long)SERVER_CAPS);
+                      (unsigned long long)m->u.hello.caps, (unsigned long long)offered);
         return;
     }
     c->caps = caps;
@@ -126,9 +127,11 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
                             show_name(nm, name, sizeof(name)));
         return;
     }
-    /* WANT_RDMA is downgraded to inline: no RDMA plane is offered yet (the
-     * protocol allows the downgrade without an error). */
+    /* WANT_RDMA is legal only after ACCEPT (the state machine checks); the
+     * plane may still be gone, then the get is downgraded to inline. */
     const struct tw_dp_ops *ops = &tw__dp_inline_ops;
+    if ((m->u.tensor_request.flags & TW_XFER_WANT_RDMA) && c->fpeer && c->srv->fab)
+        ops = &tw__dp_rdma_ops;
     struct tw_xfer *x = tw__xfer_new(c, id, TW_XFER_GET, t, ops);
     tw__tensor_unref(t);
     if (!x) {
@@ -187,6 +190,8 @@ static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
         return;
     }
     const struct tw_dp_ops *ops = &tw__dp_inline_ops;
+    if ((m->u.tensor_put.flags & TW_XFER_WANT_RDMA) && c->fpeer && c->srv->fab)
+        ops = &tw__dp_rdma_ops;
     struct tw_xfer *x = tw__xfer_new(c, id, TW_XFER_PUT, t, ops);
     tw__tensor_unref(t); /* x holds the only reference now (or none: freed) */
     if (!x) {
@@ -313,6 +318,10 @@ out_free_list:
 static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
 {
     struct tw_srv *srv = c->srv;
+    struct tw_fabric_stats fst;
+    memset(&fst, 0, sizeof(fst));
+    if (srv->fab)
+        tw__fabric_stats(srv->fab, &fst);
     count_request(c);
     const struct {
         const char *key;
@@ -332,6 +341,11 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"stored_bytes", srv->store.stored_bytes},
         {"reserved_bytes", srv->store.reserved},
         {"capacity_bytes", srv->store.capacity},
+        {"rdma_xfers_done", fst.xfers_done},
+        {"rdma_xfers_failed", fst.xfers_failed},
+        {"rdma_xfers_active", fst.xfers_active},
+        {"rdma_mrs_open", fst.mrs_open},
+        {"rdma_peers", fst.peers},
     };
     uint8_t buf[1024];
     size_t used = 0;
@@ -429,15 +443,19 @@ void tw__handle_msg(struct tw_srv_conn *c, const struct tw_msg *m)
     case TW_TAG_GOODBYE:
         handle_goodbye(c, m);
         break;
+    case TW_TAG_RDMA_ENDPOINT:
+        tw__srv_fabric_endpoint(c, m);
+        break;
     default: {
         /* RDMA messages for a request: the transfer's data plane decides. */
         struct tw_xfer *x = m->hdr.request_id ? tw__conn_find_xfer(c, m->hdr.request_id) : NULL;
         int rc = x ? x->ops->on_msg(x, m) : TW_ENOT_NEGOTIATED;
         if (rc < 0)
-            tw__conn_fail(c, TW_WIRE_PROTOCOL_ERROR,
-                          "%s: %s (this server offers no RDMA "
-                          "data plane)",
-                          tw__tag_name(m->hdr.tag), tw_strerror(rc));
+            tw__conn_fail(c, TW_WIRE_PROTOCOL_ERROR, "%s for request %llu: %s (%s)",
+                          tw__tag_name(m->hdr.tag), (unsigned long long)m->hdr.request_id,
+                          tw_strerror(rc),
+                          x ? "not expected by its data plane now"
+                            : "no RDMA transfer with that id");
         break;
     }
     }

@@ -152,6 +152,13 @@ int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errb
         snprintf(errbuf, errlen, "signalfd: %s", tw_strerror(rc));
         goto out_close_listener;
     }
+    /* After the signal mask: the data-mover thread inherits it, so SIGTERM
+     * reaches the signalfd instead of killing the process. */
+    rc = tw__srv_fabric_init(srv);
+    if (rc < 0) {
+        snprintf(errbuf, errlen, "rdma data plane: %s", tw_strerror(rc));
+        goto out_close_listener;
+    }
     return 0;
 
 out_close_listener:
@@ -237,6 +244,9 @@ void tw__srv_destroy(struct tw_srv *srv)
     }
     tw__loop_timer_stop(&srv->loop, &srv->grace_timer);
     tw__loop_timer_stop(&srv->loop, &srv->accept_retry);
+    /* After the connections (their peers are removed), before the store
+     * (deferred registrations still hold tensor versions). */
+    tw__srv_fabric_destroy(srv);
     tw__store_destroy(&srv->store);
     free(srv->scratch);
     srv->scratch = NULL;

@@ -11,11 +11,13 @@
 #ifndef TW_SERVER_SERVER_H
 #define TW_SERVER_SERVER_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include "common/token.h"
+#include "fabric/fabric.h"
 #include "net/addr.h"
 #include "net/loop.h"
 #include "proto/auth.h"
@@ -110,6 +112,10 @@ struct tw_srv_conn {
     uint64_t last_io_ms;
     uint64_t bytes_in, bytes_out, requests;
     uint64_t accepted_ms;
+
+    /* RDMA: the client's endpoint after RDMA_ENDPOINT ACCEPT (NULL before,
+     * and after DECLINE); removed when the connection is destroyed. */
+    struct tw_fabric_peer *fpeer;
 };
 
 struct tw_srv_stats {
@@ -143,6 +149,19 @@ struct tw_srv {
     struct tw_srv_stats stats;
     uint8_t *scratch; /* sink for discarded DATA bytes */
     size_t scratch_len;
+
+    /* RDMA data plane (xfer_rdma.c); NULL when it did not open. */
+    struct tw_fabric *fab;
+    struct tw_io fab_io;
+    char fab_why[512]; /* why there is no plane, or what it opened */
+    /* Registrations released with buffers still busy: the plane calls back
+     * (any thread) when nothing can touch the memory any more; the loop then
+     * drops the tensor references they held. */
+    int idle_efd;
+    struct tw_io idle_io;
+    pthread_mutex_t idle_lock;
+    struct tw_rdma_st *idle_list;
+    struct tw_rdma_st *rdma_live; /* every transfer state not yet freed */
 };
 
 /* Loads the token, binds the listener, installs signal handling. errbuf says
@@ -196,6 +215,23 @@ void tw__conn_remove_xfer(struct tw_srv_conn *c, struct tw_xfer *x);
 /* Called when a transfer ends: closes the connection if the peer said
  * GOODBYE and nothing is left in flight. */
 void tw__conn_maybe_finish(struct tw_srv_conn *c);
+
+/* ---- RDMA data plane (xfer_rdma.c) ---- */
+
+/* Opens the plane from cfg.fabric (a failure is logged, not fatal) and
+ * watches its completion eventfd. Returns 0 or a negative code for a
+ * failure of the loop itself. */
+int tw__srv_fabric_init(struct tw_srv *srv);
+/* Closes the plane (after every connection is gone) and drops the tensor
+ * references of registrations it handed back. */
+void tw__srv_fabric_destroy(struct tw_srv *srv);
+/* Capability bits 2 and 3 this server announces. */
+uint64_t tw__srv_fabric_caps(const struct tw_srv *srv);
+/* RDMA_ENDPOINT OFFER: answers ACCEPT or DECLINE. */
+void tw__srv_fabric_endpoint(struct tw_srv_conn *c, const struct tw_msg *m);
+/* The connection is going away: its peer is removed (transfers in flight
+ * fail and drain in the plane). */
+void tw__srv_fabric_conn_gone(struct tw_srv_conn *c);
 
 /* ---- handlers (handlers.c) ---- */
 

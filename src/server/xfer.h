@@ -59,6 +59,8 @@ struct tw_dp_ops {
 };
 
 extern const struct tw_dp_ops tw__dp_inline_ops;
+/* RDMA_REGISTER / RDMA_READY / RDMA_DONE through src/fabric (xfer_rdma.c). */
+extern const struct tw_dp_ops tw__dp_rdma_ops;
 
 struct tw_xfer {
     struct tw_srv_conn *conn;

@@ -119,6 +119,22 @@ expect 0 "$TW" $A stats
 TENSORWIRE_SERVER=$TW_SERVER_ADDR expect 0 "$TW" ls cli/
 expect 1 "$TW" -s 127.0.0.1:1 ls && grep_err "connect 127.0.0.1:1: ECONNREFUSED"
 
+echo "case rdma data plane, get/put -v"
+mknpy "$W/r.npy" '<f4' "(1000,)" 4000
+if grep -q "rails: .*tcp;ofi_rxm" "$W/server.log"; then
+    expect 0 "$TW" $A --fabric tcp put cli/r "$W/r.npy" -v &&
+        grep_out "data plane: rdma pull (provider tcp;ofi_rxm)"
+    expect 0 "$TW" $A --fabric tcp --push always get cli/r "$W/r2.npy" -v &&
+        grep_out "data plane: rdma push (provider tcp;ofi_rxm)"
+    cmp -s "$W/r.npy" "$W/r2.npy" || fail "rdma put/get round trip differs"
+else
+    echo "   (no tcp rail in this server: rdma part skipped)"
+    expect 0 "$TW" $A put cli/r "$W/r.npy"
+fi
+expect 0 "$TW" $A get cli/r "$W/r3.npy" -v && grep_out "data plane: inline tcp (rdma not requested"
+cmp -s "$W/r.npy" "$W/r3.npy" || fail "inline get after rdma put differs"
+expect 2 "$TW" $A --push sometimes ls
+
 echo "case bench --json"
 expect 0 "$TW" $A bench --op get --size 4Ki --count 2000 --inflight 16 --json &&
     python3 -c "

@@ -1,0 +1,406 @@
+/*
+ * RDMA data plane of the client (docs/protocol.md §7, §9.3-9.7, §10).
+ *
+ * Setup: after the handshake, when both sides announced RDMA_DATA_PLANE, the
+ * client opens one threaded plane (its mover thread gives the target-side
+ * progress the server's reads of our memory need while we block on the
+ * socket), offers its rails and waits for ACCEPT / DECLINE. Anything that
+ * fails leaves the connection inline-only with the reason kept for -v.
+ *
+ * Get (the client is the destination): on the server's RDMA_REGISTER either
+ * pull (register the buffer LOCAL_READ, RDMA_READY, fi_read it all with
+ * tw__fabric_xfer_run, RDMA_DONE) or push when bit 3 was negotiated and the
+ * push policy is "always" (register REMOTE_WRITE, RDMA_REGISTER +
+ * RDMA_READY, and on the server's RDMA_DONE revoke the key first, then
+ * check). Put (the client is the source): register REMOTE_READ (+
+ * LOCAL_WRITE), RDMA_REGISTER; then the server's RDMA_READY (pull: wait for
+ * its RDMA_DONE and OK) or its RDMA_REGISTER + RDMA_READY (push: fi_write,
+ * RDMA_DONE, wait for OK).
+ *
+ * Transfers run one at a time on the caller's thread; other requests of a
+ * batch stay in flight meanwhile.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include "client/client_internal.h"
+
+static uint64_t deadline_ns(const struct tw_client *c)
+{
+    if (c->request_timeout_ms <= 0)
+        return 0;
+    return tw__fabric_now_ns() + (uint64_t)c->request_timeout_ms * 1000000ull;
+}
+
+/* The local address of the control connection: the interface that reaches
+ * the server, where tcp rails are bound. */
+static const char *local_node(const struct tw_client *c, char *buf, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (getsockname(c->fd, (struct sockaddr *)&ss, &sl) < 0)
+        return NULL;
+    if (ss.ss_family == AF_INET)
+        return inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, buf, (socklen_t)len);
+    if (ss.ss_family == AF_INET6)
+        return inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, buf, (socklen_t)len);
+    return NULL;
+}
+
+int tw__client_rdma_setup(struct tw_client *c, const char *provider, int timeout_ms)
+{
+    char node[64], err[1024];
+    struct tw_fabric_config fc;
+    const struct tw_fabric_addr *addrs;
+    struct tw_msg m = {.hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_RDMA_ENDPOINT}};
+    struct tw_msg in;
+    int rc;
+
+    memset(&fc, 0, sizeof(fc));
+    fc.provider = provider;
+    fc.node = local_node(c, node, sizeof(node));
+    fc.threaded = 1;
+    rc = tw__fabric_open(&fc, &c->fab, err, sizeof(err));
+    if (rc < 0) {
+        c->fab = NULL;
+        snprintf(c->fabric_status, sizeof(c->fabric_status),
+                 "inline: the client's rdma plane did not open: %.300s", err);
+        return 0;
+    }
+    unsigned n = tw__fabric_local_addrs(c->fab, &addrs);
+    if (n > TW_MAX_FABRIC_ENTRIES)
+        n = TW_MAX_FABRIC_ENTRIES;
+    m.u.rdma_endpoint.status = TW_EP_OFFER;
+    tw__fabric_plane_host_id(c->fab, m.u.rdma_endpoint.host_id);
+    m.u.rdma_endpoint.count = (uint8_t)n;
+    for (unsigned i = 0; i < n; i++)
+        tw__fabric_addr_view(&addrs[i], &m.u.rdma_endpoint.entries[i]);
+    rc = tw__client_conn_queue(c, &m);
+    if (!rc)
+        rc = tw__client_conn_flush(c, timeout_ms);
+    if (rc)
+        goto out_close;
+    /* The answer is the next frame: no request is in flight yet. */
+    rc = tw__client_conn_next(c, &in, timeout_ms);
+    if (rc < 0)
+        goto out_close;
+    if (rc == 0 || in.hdr.tag != TW_TAG_RDMA_ENDPOINT || in.hdr.request_id != 0) {
+        tw__client_seterr(c, "expected RDMA_ENDPOINT, got %s", tw__tag_name(in.hdr.tag));
+        rc = tw__client_conn_fail(c, TW_EOUT_OF_ORDER, 1);
+        goto out_close;
+    }
+    if (in.u.rdma_endpoint.status == TW_EP_DECLINE) {
+        snprintf(c->fabric_status, sizeof(c->fabric_status),
+                 "inline: the server declined rdma: %.*s", (int)in.u.rdma_endpoint.reason.len,
+                 (const char *)in.u.rdma_endpoint.reason.ptr);
+        tw__fabric_close(c->fab);
+        c->fab = NULL;
+        return 0;
+    }
+    rc = tw__fabric_peer_insert_entry(c->fab, &in.u.rdma_endpoint.entries[0], &c->fpeer);
+    if (rc < 0) {
+        /* The server holds our address, but we never ask for WANT_RDMA. */
+        snprintf(c->fabric_status, sizeof(c->fabric_status),
+                 "inline: cannot insert the server's rdma address: %.200s",
+                 tw__fabric_errmsg(c->fab));
+        c->fpeer = NULL;
+        tw__fabric_close(c->fab);
+        c->fab = NULL;
+        return 0;
+    }
+    snprintf(c->fabric_status, sizeof(c->fabric_status), "rdma %s",
+             tw__fabric_peer_provider(c->fpeer));
+    return 0;
+
+out_close:
+    tw__fabric_close(c->fab);
+    c->fab = NULL;
+    return rc;
+}
+
+void tw__client_rdma_close(struct tw_client *c)
+{
+    if (c->fpeer)
+        tw__fabric_peer_remove(c->fpeer);
+    c->fpeer = NULL;
+    tw__fabric_close(c->fab);
+    c->fab = NULL;
+}
+
+void tw__client_rdma_release(struct tw_client *c, struct tw__creq *r)
+{
+    (void)c;
+    tw__fabric_mr_deregister(r->mr);
+    r->mr = NULL;
+}
+
+/* ---- helpers ---- */
+
+static int queue_simple(struct tw_client *c, struct tw__creq *r, uint32_t tag)
+{
+    struct tw_msg m = {.hdr = {.version = TW_PROTO_VERSION, .tag = tag, .request_id = r->id}};
+    return tw__client_conn_queue(c, &m);
+}
+
+static int queue_register(struct tw_client *c, struct tw__creq *r, uint64_t length)
+{
+    struct tw_fabric_rkey k = tw__fabric_mr_rkey(r->mr);
+    struct tw_msg m = {
+        .hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_RDMA_REGISTER, .request_id = r->id}};
+    m.u.rdma_register.rkey = k.key;
+    m.u.rdma_register.remote_addr = k.remote_addr;
+    m.u.rdma_register.length = length;
+    return tw__client_conn_queue(c, &m);
+}
+
+static int queue_done(struct tw_client *c, struct tw__creq *r, uint32_t status, uint64_t bytes)
+{
+    struct tw_msg m = {
+        .hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_RDMA_DONE, .request_id = r->id}};
+    m.u.rdma_done.status = status;
+    m.u.rdma_done.bytes = bytes;
+    return tw__client_conn_queue(c, &m);
+}
+
+static void finish_msg(struct tw_client *c, struct tw__creq *r, int status, const char *fmt,
+                       const char *detail)
+{
+    char why[700];
+    int n = snprintf(why, sizeof(why), fmt, r->name, detail);
+    tw__client_engine_finish(c, r, status, why,
+                             (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
+}
+
+/* A registration our own transfer used and abandoned with operations still
+ * in the provider (buffer_busy): the caller's buffer must not be handed
+ * back while they can still write it. Wait for them (bounded); if they do
+ * not drain, the connection is marked broken so nothing else runs on it. */
+static void idle_flag(void *arg)
+{
+    __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
+}
+
+static int release_busy(struct tw_client *c, struct tw__creq *r)
+{
+    int idle = 0;
+    struct tw_fabric_mr *mr = r->mr;
+    r->mr = NULL;
+    tw__fabric_mr_release(mr, idle_flag, &idle);
+    for (int i = 0; i < 2000 && !__atomic_load_n(&idle, __ATOMIC_ACQUIRE); i++)
+        usleep(1000);
+    if (__atomic_load_n(&idle, __ATOMIC_ACQUIRE))
+        return 0;
+    /* &idle is on our stack: close the plane so the callback runs (or is
+     * dropped) before we return. Closing frees every registration of the
+     * plane: forget the other requests' handles first. */
+    for (size_t i = 0; c->run && i < c->run_n; i++)
+        c->run[i].mr = NULL;
+    tw__client_rdma_close(c);
+    tw__client_seterr(c, "rdma operations on '%s' did not drain; the data plane was closed",
+                      r->name);
+    return tw__client_conn_fail(c, TW_EINTERNAL, 0);
+}
+
+static int run_xfer(struct tw_client *c, struct tw__creq *r, enum tw_fabric_op op, uint64_t len,
+                    struct tw_fabric_completion *fc)
+{
+    struct tw_fabric_xfer_desc d;
+    memset(&d, 0, sizeof(d));
+    d.op = op;
+    d.peer = c->fpeer;
+    d.local = r->mr;
+    d.remote = r->remote;
+    d.length = len;
+    d.deadline_ns = deadline_ns(c);
+    memset(fc, 0, sizeof(*fc));
+    int rc = tw__fabric_xfer_run(c->fab, &d, fc);
+    if (rc < 0 && !fc->msg[0])
+        snprintf(fc->msg, sizeof(fc->msg), "%s", tw_strerror(rc));
+    fc->status = rc;
+    return rc;
+}
+
+static int check_get(struct tw_client *c, struct tw__creq *r)
+{
+    r->received = r->expect;
+    if (r->check_crc) {
+        r->crc = tw__crc32c(0, r->buf, (size_t)r->expect);
+        if (r->crc != r->crc_expected) {
+            char d[80];
+            snprintf(d, sizeof(d), "%08x, the server announced %08x", r->crc, r->crc_expected);
+            finish_msg(c, r, TW_ECHECKSUM, "'%s': CRC32C of the received bytes is %s", d);
+            return 0;
+        }
+    }
+    tw__client_engine_finish(c, r, 0, NULL, 0);
+    return 0;
+}
+
+/* ---- get: the client is the destination ---- */
+
+static int rdma_get_start(struct tw_client *c, struct tw__creq *r)
+{
+    (void)c;
+    r->received = 0;
+    r->push = 0;
+    return 0;
+}
+
+static int get_on_register(struct tw_client *c, struct tw__creq *r, const struct tw_msg *m)
+{
+    int rc;
+    if (m->u.rdma_register.length != r->expect) {
+        tw__client_seterr(c, "RDMA_REGISTER for '%s' has %llu bytes, TENSOR_INFO said %llu",
+                          r->name, (unsigned long long)m->u.rdma_register.length,
+                          (unsigned long long)r->expect);
+        return TW_EBAD_LENGTH;
+    }
+    r->remote.key = m->u.rdma_register.rkey;
+    r->remote.remote_addr = m->u.rdma_register.remote_addr;
+    r->remote.length = m->u.rdma_register.length;
+    r->push = (c->sm.caps & TW_CAP_RDMA_GPUDIRECT) && c->push_policy == TW_PUSH_ALWAYS;
+    rc = tw__fabric_mr_register(c->fpeer, r->buf, (size_t)r->expect,
+                                r->push ? TW_FABRIC_REMOTE_WRITE : TW_FABRIC_LOCAL_READ,
+                                TW_FABRIC_HOST, 0, &r->mr);
+    if (rc < 0) {
+        /* Tell the server we will not read; the request ends with it. */
+        const char *why = tw__fabric_errmsg(c->fab);
+        int q = queue_simple(c, r, TW_TAG_RDMA_READY);
+        if (!q)
+            q = queue_done(c, r, TW_WIRE_INTERNAL, 0);
+        if (q)
+            return q;
+        finish_msg(c, r, TW_EINTERNAL, "'%s': cannot register the buffer for rdma: %s", why);
+        return 0;
+    }
+    if (r->push) {
+        rc = queue_register(c, r, r->expect);
+        if (!rc)
+            rc = queue_simple(c, r, TW_TAG_RDMA_READY);
+        return rc; /* the server writes, then sends RDMA_DONE */
+    }
+    rc = queue_simple(c, r, TW_TAG_RDMA_READY);
+    if (rc)
+        return rc;
+    struct tw_fabric_completion fc;
+    run_xfer(c, r, TW_FABRIC_PULL, r->expect, &fc);
+    if (fc.buffer_busy) {
+        rc = release_busy(c, r);
+        if (rc)
+            return rc;
+    } else {
+        tw__client_rdma_release(c, r);
+    }
+    rc = queue_done(c, r, tw__fabric_status_to_wire(fc.status), fc.bytes);
+    if (rc)
+        return rc;
+    if (fc.status != 0) {
+        finish_msg(c, r, fc.status, "'%s': rdma read from the server failed: %s", fc.msg);
+        return 0;
+    }
+    return check_get(c, r);
+}
+
+static int get_on_done(struct tw_client *c, struct tw__creq *r, const struct tw_msg *m)
+{
+    /* Push: revoke the write key before looking at the bytes (§10). */
+    tw__client_rdma_release(c, r);
+    if (m->u.rdma_done.status != 0) {
+        uint32_t code = m->u.rdma_done.status;
+        finish_msg(c, r, code < 100 ? TW_ERR_FROM_WIRE(code) : TW_EINTERNAL,
+                   "'%s': the server's rdma writes failed (%s)",
+                   tw_strerror_name(code < 100 ? TW_ERR_FROM_WIRE(code) : TW_EINTERNAL));
+        return 0;
+    }
+    if (m->u.rdma_done.bytes != r->expect) {
+        tw__client_seterr(c, "RDMA_DONE for '%s' says %llu of %llu bytes", r->name,
+                          (unsigned long long)m->u.rdma_done.bytes, (unsigned long long)r->expect);
+        return TW_EBAD_LENGTH;
+    }
+    return check_get(c, r);
+}
+
+/* ---- put: the client is the source ---- */
+
+static int rdma_put_start(struct tw_client *c, struct tw__creq *r)
+{
+    unsigned access = TW_FABRIC_REMOTE_READ;
+    if (c->sm.caps & TW_CAP_RDMA_GPUDIRECT)
+        access |= TW_FABRIC_LOCAL_WRITE; /* the server may ask us to push */
+    r->push = 0;
+    r->got_remote = 0;
+    int rc = tw__fabric_mr_register(c->fpeer, r->buf, r->len, access, TW_FABRIC_HOST, 0, &r->mr);
+    if (rc < 0) {
+        tw__client_seterr(c, "put '%s': cannot register the buffer for rdma: %s", r->name,
+                          tw__fabric_errmsg(c->fab));
+        return rc;
+    }
+    return queue_register(c, r, r->len);
+}
+
+static int put_on_ready(struct tw_client *c, struct tw__creq *r)
+{
+    if (!r->got_remote)
+        return 0; /* pull: the server reads, then sends RDMA_DONE */
+    r->push = 1;
+    struct tw_fabric_completion fc;
+    run_xfer(c, r, TW_FABRIC_PUSH, r->len, &fc);
+    int rc = 0;
+    if (fc.buffer_busy)
+        rc = release_busy(c, r);
+    else
+        tw__client_rdma_release(c, r);
+    if (rc)
+        return rc;
+    if (fc.status == 0)
+        r->received = r->len;
+    /* The server answers OK, or ERROR after a failed RDMA_DONE. */
+    return queue_done(c, r, tw__fabric_status_to_wire(fc.status), fc.bytes);
+}
+
+static int rdma_on_message(struct tw_client *c, struct tw__creq *r, const struct tw_msg *m)
+{
+    if (r->op == TW__OP_GET) {
+        if (m->hdr.tag == TW_TAG_RDMA_REGISTER)
+            return get_on_register(c, r, m);
+        if (m->hdr.tag == TW_TAG_RDMA_DONE && r->push)
+            return get_on_done(c, r, m);
+        return TW_EOUT_OF_ORDER;
+    }
+    switch (m->hdr.tag) {
+    case TW_TAG_RDMA_REGISTER:
+        if (m->u.rdma_register.length != r->len)
+            return TW_EBAD_LENGTH;
+        r->remote.key = m->u.rdma_register.rkey;
+        r->remote.remote_addr = m->u.rdma_register.remote_addr;
+        r->remote.length = m->u.rdma_register.length;
+        r->got_remote = 1;
+        return 0;
+    case TW_TAG_RDMA_READY:
+        return put_on_ready(c, r);
+    case TW_TAG_RDMA_DONE:
+        /* Pull: the server's reads are over; our registration can go. OK or
+         * ERROR follows. */
+        tw__client_rdma_release(c, r);
+        if (m->u.rdma_done.status == 0)
+            r->received = r->len;
+        return 0;
+    default:
+        return TW_EOUT_OF_ORDER;
+    }
+}
+
+const struct tw__client_dp_ops tw__client_dp_rdma = {
+    .name = "rdma",
+    .wire_plane = TW_DP_RDMA,
+    .xfer_flags = TW_XFER_WANT_RDMA,
+    .get_start = rdma_get_start,
+    .get_data = NULL,
+    .put_start = rdma_put_start,
+    .on_message = rdma_on_message,
+};
