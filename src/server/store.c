@@ -123,6 +123,11 @@ int tw__store_alloc(struct tw_store *s, const struct tw_descriptor *d, struct tw
         size_t alloc = (len + page - 1) & ~(page - 1);
         if (alloc >= MMAP_THRESHOLD) {
             void *p = take_spare(s, alloc);
+            /* The put writes [0, len); the tail of the last page still holds
+             * an older version's bytes, and a cached registration's key
+             * covers whole pages: clear it. */
+            if (p && alloc > len)
+                memset((uint8_t *)p + len, 0, alloc - len);
             if (!p) {
                 if (tw__hostmem_alloc(alloc, &p) < 0)
                     goto out_free_tensor;
