@@ -322,6 +322,10 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
     memset(&fst, 0, sizeof(fst));
     if (srv->fab)
         tw__fabric_stats(srv->fab, &fst);
+    struct tw_fabric_mrcache_stats mst;
+    memset(&mst, 0, sizeof(mst));
+    if (srv->mrc)
+        tw__fabric_mrcache_stats(srv->mrc, &mst);
     count_request(c);
     const struct {
         const char *key;
@@ -346,8 +350,21 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"rdma_xfers_active", fst.xfers_active},
         {"rdma_mrs_open", fst.mrs_open},
         {"rdma_peers", fst.peers},
+        /* Registration cache (sum over rails): misses are lookups that
+         * registered, including one-shot registrations of memory of unknown
+         * lifetime (regcache_uncached, small tensors); push destinations
+         * (REMOTE_WRITE, never cached) count in regcache_direct only. */
+        {"regcache_hits", mst.total.hits},
+        {"regcache_misses", mst.total.misses},
+        {"regcache_uncached", mst.total.uncached},
+        {"regcache_direct", mst.direct},
+        {"regcache_evictions", mst.total.evictions},
+        {"regcache_invalidations", mst.total.invalidations},
+        {"regcache_entries", mst.total.entries},
+        {"regcache_bytes", mst.total.bytes},
+        {"regcache_reg_ns", mst.total.reg_ns},
     };
-    uint8_t buf[1024];
+    uint8_t buf[2048];
     size_t used = 0;
     for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++) {
         ssize_t w = tw__stats_entry_encode(kv[i].key, kv[i].value, buf + used, sizeof(buf) - used);

@@ -18,6 +18,7 @@
 
 #include "common/token.h"
 #include "fabric/fabric.h"
+#include "fabric/mrcache.h"
 #include "net/addr.h"
 #include "net/loop.h"
 #include "proto/auth.h"
@@ -152,6 +153,10 @@ struct tw_srv {
 
     /* RDMA data plane (xfer_rdma.c); NULL when it did not open. */
     struct tw_fabric *fab;
+    /* Registration cache of fab (every registration of the server goes
+     * through it); NULL with fab. Store storage going back to the spare pool
+     * is invalidated in it (store.on_recycle). */
+    struct tw_fabric_mrcache *mrc;
     struct tw_io fab_io;
     char fab_why[512]; /* why there is no plane, or what it opened */
     /* Registrations released with buffers still busy: the plane calls back

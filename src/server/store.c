@@ -1,9 +1,13 @@
 /*
  * Hash map of names (FNV-1a, chained, doubles at load factor 1) to current
- * versions. Storage: mmap for large tensors so freeing returns memory to the
- * OS at once, posix_memalign(page) for small ones.
+ * versions. Storage: tw__hostmem_alloc (mmap, tracked) for large tensors so
+ * freeing returns memory to the OS at once and registration caches know its
+ * lifetime, posix_memalign(page) for small ones (the hostmem table is a
+ * sorted array: not meant for many thousands of tiny buffers).
  */
 #include "server/store.h"
+
+#include "mem/hostmem.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -28,13 +32,17 @@ static void *take_spare(struct tw_store *s, size_t len)
     return NULL;
 }
 
-/* Keeps a freed mapping for reuse, or unmaps it. Its old contents never
- * leak: a put overwrites every byte before the version becomes visible. */
+/* Keeps a freed mapping for reuse, or frees it. Its old contents never
+ * leak: a put overwrites every byte before the version becomes visible. A
+ * kept mapping stays tracked by hostmem (no generation bump), so the owner's
+ * registration caches are told here, before any put can get the pages. */
 static void give_spare(struct tw_store *s, void *p, size_t len)
 {
     if (s->spare_bytes + len <= s->spare_max) {
         for (int i = 0; i < TW_STORE_SPARES; i++) {
             if (!s->spare[i].p) {
+                if (s->on_recycle)
+                    s->on_recycle(s->recycle_ctx, p, len);
                 s->spare[i].p = p;
                 s->spare[i].len = len;
                 s->spare_bytes += len;
@@ -42,7 +50,8 @@ static void give_spare(struct tw_store *s, void *p, size_t len)
             }
         }
     }
-    munmap(p, len);
+    (void)len;
+    tw__hostmem_free(p); /* invalidates every registration cache */
 }
 
 static uint64_t hash_name(const uint8_t *s, size_t n)
@@ -86,7 +95,7 @@ void tw__store_destroy(struct tw_store *s)
     s->count = 0;
     for (int i = 0; i < TW_STORE_SPARES; i++) {
         if (s->spare[i].p)
-            munmap(s->spare[i].p, s->spare[i].len);
+            tw__hostmem_free(s->spare[i].p);
         s->spare[i].p = NULL;
     }
     s->spare_bytes = 0;
@@ -114,9 +123,13 @@ int tw__store_alloc(struct tw_store *s, const struct tw_descriptor *d, struct tw
         size_t alloc = (len + page - 1) & ~(page - 1);
         if (alloc >= MMAP_THRESHOLD) {
             void *p = take_spare(s, alloc);
+            /* The put writes [0, len); the tail of the last page still holds
+             * an older version's bytes, and a cached registration's key
+             * covers whole pages: clear it. */
+            if (p && alloc > len)
+                memset((uint8_t *)p + len, 0, alloc - len);
             if (!p) {
-                p = mmap(NULL, alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-                if (p == MAP_FAILED)
+                if (tw__hostmem_alloc(alloc, &p) < 0)
                     goto out_free_tensor;
                 /* Huge pages cut the page faults of a 1 GiB receive by
                  * 512x; advisory, so a kernel without THP ignores it. */

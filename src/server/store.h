@@ -15,6 +15,10 @@
  * versions still being read. So replacing a tensor needs room for both
  * copies until the old one's readers are done.
  *
+ * Large versions (>= 1 MiB) live in tw__hostmem_alloc() memory, so RDMA
+ * registration caches know their lifetime and may keep them registered;
+ * smaller ones are posix_memalign'd (unknown lifetime: registered per use).
+ *
  * Single-threaded (the daemon's event loop); no locks.
  */
 #ifndef TW_SERVER_STORE_H
@@ -61,6 +65,13 @@ struct tw_store {
         size_t len;
     } spare[TW_STORE_SPARES];
     uint64_t spare_bytes, spare_max;
+    /* Called (event loop) with large storage about to go back to the spare
+     * pool: a later put of the same size reuses the pages, so cached RDMA
+     * registrations of them must be revoked first. Storage that is freed
+     * goes through tw__hostmem_free(), which invalidates every cache itself.
+     * NULL: nothing to do. */
+    void (*on_recycle)(void *ctx, void *p, size_t len);
+    void *recycle_ctx;
 };
 
 int tw__store_init(struct tw_store *s, uint64_t capacity);

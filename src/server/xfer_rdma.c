@@ -19,9 +19,18 @@
  * while a fabric transfer is in flight, the state keeps its own reference to
  * the tensor version, cancels the fabric transfer and finishes when its
  * completion is popped; a registration whose completion said buffer_busy is
- * released with tw__fabric_mr_release() and the reference is dropped only in
- * the loop after on_idle. So neither DELETE, an overwrite nor a dead client
- * frees memory under a live key or a late operation.
+ * released with tw__fabric_mrcache_release_busy() and the reference is
+ * dropped only in the loop after on_idle. So neither DELETE, an overwrite nor
+ * a dead client frees memory under a live key or a late operation.
+ *
+ * Registrations go through the plane's cache (srv->mrc, fabric/mrcache.h).
+ * A get's REMOTE_READ registration and a pull put's local one stay cached
+ * after the request when the version lives in tw__hostmem memory (large
+ * tensors): repeated gets of one tensor register once. The cached key is
+ * revoked when the version's memory goes back to the store's spare pool
+ * (store.on_recycle -> tw__fabric_mrcache_invalidate) or is freed
+ * (tw__hostmem_free), i.e. after the last reader (§10). Push destinations
+ * (REMOTE_WRITE) are never cached: their key is revoked by the release.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -38,7 +47,7 @@ struct tw_rdma_st {
     struct tw_srv *srv;
     struct tw_xfer *x;      /* NULL once the request ended (orphan) */
     struct tw_tensor *hold; /* own reference while orphaned or deferred */
-    struct tw_fabric_mr *mr;
+    struct tw_fabric_mrc *mr; /* cache handle, NULL when none held */
     struct tw_fabric_xfer *fx; /* fabric transfer in flight, else NULL */
     struct tw_fabric_rkey remote;
     int push;
@@ -110,21 +119,21 @@ static void on_idle_io(struct tw_loop *loop, struct tw_io *io, uint32_t events)
 static void st_finish(struct tw_rdma_st *st)
 {
     if (st->mr && st->busy) {
-        struct tw_fabric_mr *mr = st->mr;
+        struct tw_fabric_mrc *mr = st->mr;
         st->mr = NULL;
-        tw__fabric_mr_release(mr, st_on_idle, st);
+        tw__fabric_mrcache_release_busy(st->srv->mrc, mr, st_on_idle, st);
         return;
     }
-    tw__fabric_mr_deregister(st->mr);
+    tw__fabric_mrcache_release(st->srv->mrc, st->mr);
     st->mr = NULL;
     st_free(st);
 }
 
 /* ---- helpers ---- */
 
-static int send_register(struct tw_xfer *x, const struct tw_fabric_mr *mr)
+static int send_register(struct tw_xfer *x, const struct tw_fabric_mrc *mr)
 {
-    struct tw_fabric_rkey k = tw__fabric_mr_rkey(mr);
+    struct tw_fabric_rkey k = tw__fabric_mrc_rkey(mr);
     struct tw_msg m;
     memset(&m, 0, sizeof(m));
     m.hdr.tag = TW_TAG_RDMA_REGISTER;
@@ -190,7 +199,8 @@ static int submit(struct tw_xfer *x, enum tw_fabric_op op)
     memset(&d, 0, sizeof(d));
     d.op = op;
     d.peer = c->fpeer;
-    d.local = st->mr;
+    d.local = tw__fabric_mrc_mr(st->mr);
+    d.local_offset = tw__fabric_mrc_offset(st->mr);
     d.remote = st->remote;
     d.length = x->t->byte_length;
     if (c->srv->cfg.transfer_timeout_ms) {
@@ -295,12 +305,15 @@ static int rdma_start(struct tw_xfer *x)
     unsigned access = TW_FABRIC_REMOTE_READ;
     if (c->caps & TW_CAP_RDMA_GPUDIRECT)
         access |= TW_FABRIC_LOCAL_WRITE; /* the client may ask us to push */
-    int rc = tw__fabric_mr_register(c->fpeer, x->t->data, (size_t)x->t->byte_length, access,
-                                    TW_FABRIC_HOST, 0, &st->mr);
+    char err[TW_FABRIC_ERRMSG_LEN];
+    int rc = tw__fabric_mrcache_acquire_peer(c->srv->mrc, c->fpeer, x->t->data,
+                                             (size_t)x->t->byte_length, access, TW_MEMKIND_HOST,
+                                             &st->mr, err, sizeof(err));
     if (rc < 0) {
+        st->mr = NULL;
         TW_LOGW("conn %llu %s: cannot register '%s' (%llu B) for rdma: %s",
                 (unsigned long long)c->id, c->peer, x->t->name,
-                (unsigned long long)x->t->byte_length, tw__fabric_errmsg(c->srv->fab));
+                (unsigned long long)x->t->byte_length, err);
         return rc;
     }
     return send_register(x, st->mr) < 0 ? TW_ESHUTDOWN : 0;
@@ -357,13 +370,17 @@ static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
         st->remote.remote_addr = m->u.rdma_register.remote_addr;
         st->remote.length = m->u.rdma_register.length;
         st->push = (c->caps & TW_CAP_RDMA_GPUDIRECT) && srv->cfg.push == TW_SRV_PUSH_ALWAYS;
-        rc = tw__fabric_mr_register(c->fpeer, x->t->data, (size_t)x->t->byte_length,
-                                    st->push ? TW_FABRIC_REMOTE_WRITE : TW_FABRIC_LOCAL_READ,
-                                    TW_FABRIC_HOST, 0, &st->mr);
-        if (rc < 0) {
-            fail_xfer(x, TW_WIRE_INTERNAL, "cannot register the destination",
-                      tw__fabric_errmsg(srv->fab));
-            return 0;
+        {
+            char err[TW_FABRIC_ERRMSG_LEN];
+            rc = tw__fabric_mrcache_acquire_peer(
+                srv->mrc, c->fpeer, x->t->data, (size_t)x->t->byte_length,
+                st->push ? TW_FABRIC_REMOTE_WRITE : TW_FABRIC_LOCAL_READ, TW_MEMKIND_HOST, &st->mr,
+                err, sizeof(err));
+            if (rc < 0) {
+                st->mr = NULL;
+                fail_xfer(x, TW_WIRE_INTERNAL, "cannot register the destination", err);
+                return 0;
+            }
         }
         if (st->push && send_register(x, st->mr) < 0)
             return 0;
@@ -376,8 +393,9 @@ static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
         }
         return 0;
     case TW_TAG_RDMA_DONE: { /* push: the client's writes are over */
-        /* Revoke the write key before looking at the bytes (§10). */
-        tw__fabric_mr_deregister(st->mr);
+        /* Revoke the write key before looking at the bytes (§10): a
+         * REMOTE_WRITE handle is never cached, so the release closes it. */
+        tw__fabric_mrcache_release(srv->mrc, st->mr);
         st->mr = NULL;
         if (m->u.rdma_done.status != 0) {
             char why[96];
@@ -447,6 +465,15 @@ const struct tw_dp_ops tw__dp_rdma_ops = {
 
 /* The host part of --listen, to bind tcp rails to the same interface; NULL
  * for wildcard addresses. */
+/* store.on_recycle: the version's pages go back to the spare pool (loop
+ * thread, no lock held). */
+static void recycle_invalidate(void *ctx, void *p, size_t len)
+{
+    struct tw_srv *srv = ctx;
+    if (srv->mrc)
+        tw__fabric_mrcache_invalidate(srv->mrc, p, len);
+}
+
 static const char *listen_node(const char *listen, char *buf, size_t len)
 {
     const char *colon = strrchr(listen, ':');
@@ -489,10 +516,15 @@ int tw__srv_fabric_init(struct tw_srv *srv)
                 srv->cfg.fabric, err);
         return 0;
     }
+    rc = tw__fabric_mrcache_create(srv->fab, NULL, &srv->mrc);
+    if (rc < 0)
+        goto out_close_fab;
+    srv->store.on_recycle = recycle_invalidate;
+    srv->store.recycle_ctx = srv;
     srv->idle_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (srv->idle_efd < 0) {
         rc = -errno;
-        goto out_close_fab;
+        goto out_destroy_mrc;
     }
     tw__io_init(&srv->idle_io, srv->idle_efd, on_idle_io, srv);
     rc = tw__loop_io_set(&srv->loop, &srv->idle_io, EPOLLIN);
@@ -515,6 +547,10 @@ out_del_idle:
 out_close_efd:
     close(srv->idle_efd);
     srv->idle_efd = -1;
+out_destroy_mrc:
+    srv->store.on_recycle = NULL;
+    tw__fabric_mrcache_destroy(srv->mrc);
+    srv->mrc = NULL;
 out_close_fab:
     tw__fabric_close(srv->fab);
     srv->fab = NULL;
@@ -540,6 +576,18 @@ void tw__srv_fabric_destroy(struct tw_srv *srv)
         }
         while (tw__fabric_done_pop(srv->fab, &fc) == 1)
             on_completion(srv, &fc);
+        /* Transfers that never completed still hold cache handles: drop
+         * them (the plane keeps its own reference on their MRs until it
+         * closes) so the cache can go before the plane. */
+        for (struct tw_rdma_st *l = srv->rdma_live; l; l = l->lnext) {
+            tw__fabric_mrcache_release(srv->mrc, l->mr);
+            l->mr = NULL;
+        }
+        srv->store.on_recycle = NULL;
+        int drc = tw__fabric_mrcache_destroy(srv->mrc);
+        if (drc < 0)
+            TW_LOGW("registration cache not freed at shutdown: %s", tw_strerror(drc));
+        srv->mrc = NULL;
         tw__fabric_close(srv->fab);
         srv->fab = NULL;
     }

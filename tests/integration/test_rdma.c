@@ -126,9 +126,19 @@ static void roundtrip(const char *push)
         check_get(c, name, data, sizes[i]);
         TW_ASSERT(strncmp(tw_client_data_plane(c), want, strlen(want)) == 0);
     }
-    /* Every registration was released. */
-    TW_ASSERT_EQ(stat_of(c, "rdma_mrs_open"), 0);
+    /* Every registration was released: what stays open is cached (large
+     * tensors' REMOTE_READ / local registrations), never a push key. */
+    TW_ASSERT_EQ(stat_of(c, "rdma_mrs_open"), stat_of(c, "regcache_entries"));
     TW_ASSERT_EQ(stat_of(c, "rdma_xfers_active"), 0);
+    /* Deleting the tensors frees (or recycles) their memory: every cached
+     * registration, and so every key, is gone. */
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "t%zu", i);
+        TW_ASSERT_EQ(tw_delete(c, name), 0);
+    }
+    TW_ASSERT_EQ(stat_of(c, "regcache_entries"), 0);
+    TW_ASSERT_EQ(stat_of(c, "rdma_mrs_open"), 0);
     free(data);
     tw_close(c);
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
@@ -142,6 +152,50 @@ static void test_roundtrip_pull(void)
 static void test_roundtrip_push(void)
 {
     roundtrip("always");
+}
+
+/* Repeated gets of one large tensor register it once (the server's
+ * registration cache); deleting the tensor revokes the cached key. */
+static void test_repeat_get_registers_once(void)
+{
+    struct itest_server s;
+    enum { LEN = 4 << 20 };
+    start_server(&s, TW_TEST_PROVIDER, "auto");
+    tw_client *c = connect_client(&s, TW_TEST_PROVIDER, TW_PUSH_NEVER);
+    TW_ASSERT(strncmp(tw_client_fabric_status(c), "rdma ", 5) == 0);
+    uint8_t *data = malloc(LEN);
+    TW_ASSERT(data != NULL);
+    itest_fill(data, LEN, 7);
+    put_bytes(c, "rep", data, LEN);
+    uint64_t m0 = stat_of(c, "regcache_misses"), h0 = stat_of(c, "regcache_hits");
+    uint64_t e0 = stat_of(c, "regcache_entries"), i0 = stat_of(c, "regcache_invalidations");
+    for (int i = 0; i < 3; i++) {
+        check_get(c, "rep", data, LEN);
+        TW_ASSERT(strncmp(tw_client_data_plane(c), "rdma pull (", 11) == 0);
+    }
+    uint64_t m1 = stat_of(c, "regcache_misses"), h1 = stat_of(c, "regcache_hits");
+    fprintf(stderr, "3 gets: regcache misses %llu -> %llu, hits %llu -> %llu\n",
+            (unsigned long long)m0, (unsigned long long)m1, (unsigned long long)h0,
+            (unsigned long long)h1);
+    TW_ASSERT_EQ(m1 - m0, 1); /* registered by the first get only */
+    TW_ASSERT(h1 - h0 >= 2);
+    TW_ASSERT(stat_of(c, "regcache_entries") >= 1);
+    TW_ASSERT_EQ(stat_of(c, "regcache_entries"), stat_of(c, "rdma_mrs_open"));
+    TW_ASSERT(e0 >= 1); /* the pull put's local registration is cached too */
+    /* Delete: the version's memory goes back to the store, the cached
+     * registrations (and their keys) first. */
+    TW_ASSERT_EQ(tw_delete(c, "rep"), 0);
+    TW_ASSERT_EQ(stat_of(c, "regcache_entries"), 0);
+    TW_ASSERT_EQ(stat_of(c, "rdma_mrs_open"), 0);
+    TW_ASSERT(stat_of(c, "regcache_invalidations") > i0);
+    /* A put of the same size reuses the recycled pages: it registers
+     * afresh and still reads back byte-exact. */
+    itest_fill(data, LEN, 8);
+    put_bytes(c, "rep", data, LEN);
+    check_get(c, "rep", data, LEN);
+    free(data);
+    tw_close(c);
+    TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
 }
 
 /* Many requests in flight on one connection, each moved by RDMA. */
@@ -392,6 +446,9 @@ static void test_old_key_rejected(void)
     while (stat_of(c, "reserved_bytes") != 0 && itest_now_ms() - t0 < 5000)
         usleep(10000);
     TW_ASSERT_EQ(stat_of(c, "reserved_bytes"), 0);
+    /* Version 1 (1 MiB: cacheable) went back to the store: its cached
+     * registration was invalidated on the way. */
+    TW_ASSERT_EQ(stat_of(c, "regcache_entries"), 0);
     memset(got, 0xee, LEN);
     int r = raw_read(fab, peer, mr, &key, LEN, 300);
     fprintf(stderr, "read with the old key: %s\n", tw_strerror_name(r));
@@ -585,6 +642,7 @@ int main(void)
     require_provider();
     TW_RUN(test_roundtrip_pull);
     TW_RUN(test_roundtrip_push);
+    TW_RUN(test_repeat_get_registers_once);
     TW_RUN(test_batch);
     TW_RUN(test_fallback_and_mixed);
     TW_RUN(test_old_key_rejected);
