@@ -30,10 +30,11 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_errno.h>
 
+#include "fabric/fabric.h"
+#include "fabric/mrcache.h"
 #include "gpu/cuda.h"
 #include "mem/hostmem.h"
 #include "mem/reg_dmabuf.h"
-#include "mem/reg_fabric.h"
 #include "mem/regcache.h"
 #include "regcache/fake_registrar.h"
 #include "tensorwire/mem.h"
@@ -246,42 +247,69 @@ static struct cmp_result compare(const char *label, const struct tw_registrar_op
     return res;
 }
 
+static const char *rail0_provider(struct tw_fabric *fab)
+{
+    const struct tw_fabric_addr *a;
+    tw__fabric_local_addrs(fab, &a);
+    return a[0].provider;
+}
+
+/* The data plane's registrations (src/fabric/mrcache.h) on a tcp rail:
+ * tw__fabric_mr_register_rail + deregister per transfer vs the per-rail
+ * cache. Registration cost only; bench_mrcache adds the transfers. */
 static void bench_fabric(int transfers)
 {
-    struct fi_info *hints = fi_allocinfo(), *info = NULL;
-    hints->caps = FI_RMA | FI_MSG;
-    hints->ep_attr->type = FI_EP_RDM;
-    hints->domain_attr->mr_mode =
-        FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
-    hints->fabric_attr->prov_name = strdup("tcp");
-    int rc = fi_getinfo(FI_VERSION(1, 17), "127.0.0.1", NULL, FI_SOURCE, hints, &info);
-    fi_freeinfo(hints);
+    struct tw_fabric_config cfg = {.provider = "tcp", .node = "127.0.0.1"};
+    struct tw_fabric *fab = NULL;
+    char err[512] = "";
+    int rc = tw__fabric_open(&cfg, &fab, err, sizeof(err));
     if (rc) {
-        printf("fabric: skipped: tcp provider unavailable: %s\n", fi_strerror(-rc));
+        printf("fabric: skipped: tcp provider unavailable: %s\n", err);
         return;
-    }
-    struct fid_fabric *fabric = NULL;
-    struct fid_domain *domain = NULL;
-    if (fi_fabric(info->fabric_attr, &fabric, NULL) || fi_domain(fabric, info, &domain, NULL)) {
-        printf("fabric: skipped: cannot open the tcp domain\n");
-        goto out_free_info;
     }
     void *buf = NULL;
     if (tw__hostmem_alloc(BIG, &buf))
         die("tw__hostmem_alloc", -ENOMEM, NULL);
     memset(buf, 1, BIG); /* fault the pages in: pinning real memory */
-    struct tw_fabric_registrar fr;
-    tw__fabric_registrar_init(&fr, domain, info->domain_attr->mr_mode);
-    char label[96];
-    snprintf(label, sizeof(label), "fabric (%s fi_mr_regattr)", info->fabric_attr->prov_name);
-    compare(label, &tw__fabric_registrar_ops, &fr, buf, TW_MEMKIND_HOST, transfers);
+    const unsigned acc = TW_FABRIC_LOCAL_READ | TW_FABRIC_REMOTE_READ;
+    uint64_t *per = malloc((size_t)transfers * sizeof(*per));
+    uint64_t *cached = malloc((size_t)transfers * sizeof(*cached));
+    for (int i = 0; i < transfers; i++) {
+        struct tw_fabric_mr *m = NULL;
+        uint64_t t0 = now_ns();
+        rc = tw__fabric_mr_register_rail(fab, 0, buf, BIG, acc, TW_FABRIC_HOST, 0, &m);
+        if (rc)
+            die("register", rc, tw__fabric_errmsg(fab));
+        tw__fabric_mr_deregister(m);
+        per[i] = now_ns() - t0;
+    }
+    struct tw_fabric_mrcache *mc = NULL;
+    if ((rc = tw__fabric_mrcache_create(fab, NULL, &mc)))
+        die("mrcache create", rc, NULL);
+    for (int i = 0; i < transfers; i++) {
+        struct tw_fabric_mrc *h = NULL;
+        uint64_t t0 = now_ns();
+        rc =
+            tw__fabric_mrcache_acquire(mc, 0, buf, BIG, acc, TW_MEMKIND_HOST, &h, err, sizeof(err));
+        if (rc)
+            die("acquire", rc, err);
+        tw__fabric_mrcache_release(mc, h);
+        cached[i] = now_ns() - t0;
+    }
+    struct tw_fabric_mrcache_stats st;
+    tw__fabric_mrcache_stats(mc, &st);
+    uint64_t p = median(per, (size_t)transfers), c = median(cached, (size_t)transfers);
+    printf("fabric (%s, tw__fabric_mr_register_rail): 64 MiB x %d transfers: register per "
+           "transfer median %llu ns, cached median %llu ns, ratio %.1fx (cache: %llu miss, %llu "
+           "hits, %llu ns registering)\n",
+           rail0_provider(fab), transfers, (unsigned long long)p, (unsigned long long)c,
+           c ? (double)p / (double)c : 0.0, (unsigned long long)st.total.misses,
+           (unsigned long long)st.total.hits, (unsigned long long)st.total.reg_ns);
+    tw__fabric_mrcache_destroy(mc);
     tw__hostmem_free(buf);
-out_free_info:
-    if (domain)
-        fi_close(&domain->fid);
-    if (fabric)
-        fi_close(&fabric->fid);
-    fi_freeinfo(info);
+    tw__fabric_close(fab);
+    free(per);
+    free(cached);
 }
 
 static void bench_gpu(int transfers)

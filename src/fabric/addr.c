@@ -115,8 +115,9 @@ static int shm_peer_pid(const uint8_t *addr, size_t len)
  * to it spin forever inside libfabric (seen in test_fabric_fork_shm). We
  * cannot interrupt that, so we stop posting to a peer once its process is
  * gone (checked before every post) or a zombie (checked at most once a
- * millisecond). A death racing with a post can still hang that post: see
- * docs/testing.md.
+ * millisecond), and hold posts while it is stopped (SIGSTOP: it may be
+ * frozen holding that lock). A death or stop racing with a post can still
+ * hang that post: see docs/testing.md.
  */
 int tw__fabric_peer_gone(struct tw_fabric_peer *p, uint64_t now)
 {
@@ -130,6 +131,7 @@ int tw__fabric_peer_gone(struct tw_fabric_peer *p, uint64_t now)
     if (now - p->alive_checked_ns < 1000000ull)
         return 0;
     p->alive_checked_ns = now;
+    p->stopped = 0;
     char path[64], buf[256];
     snprintf(path, sizeof(path), "/proc/%d/stat", p->pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -147,7 +149,12 @@ int tw__fabric_peer_gone(struct tw_fabric_peer *p, uint64_t now)
     const char *rp = strrchr(buf, ')');
     if (!rp || rp[1] != ' ')
         return 0;
-    return rp[2] == 'Z' || rp[2] == 'X';
+    if (rp[2] == 'Z' || rp[2] == 'X')
+        return 1;
+    /* Stopped (SIGSTOP, debugger): it may hold its region lock; do not
+     * post now and re-check next time (the deadline still runs). */
+    p->stopped = rp[2] == 'T' || rp[2] == 't';
+    return 0;
 }
 
 static int insert_locked(struct tw_fabric_rail *r, uint32_t addr_format, const void *addr,
@@ -260,6 +267,11 @@ int tw__fabric_accept_offer(struct tw_fabric *fab, const uint8_t peer_host_id[TW
 const char *tw__fabric_peer_provider(const struct tw_fabric_peer *peer)
 {
     return peer->rail->addr.provider;
+}
+
+unsigned tw__fabric_peer_rail(const struct tw_fabric_peer *peer)
+{
+    return (unsigned)(peer->rail - peer->rail->fab->rails);
 }
 
 void tw__fabric_peer_put_locked(struct tw_fabric_peer *p)

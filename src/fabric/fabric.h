@@ -251,12 +251,17 @@ struct tw_fabric_rkey tw__fabric_mr_rkey(const struct tw_fabric_mr *mr);
 /* fi_mr_desc() of the registration (NULL for a 0-byte one). */
 void *tw__fabric_mr_desc(const struct tw_fabric_mr *mr);
 
-/* Registrar-style pair for the registration cache (src/mem/regcache.h):
- * ctx is a struct tw_fabric_peer * (its rail's domain), handle a
- * struct tw_fabric_mr *. Same semantics as above. */
-int tw__fabric_registrar_register(void *ctx, void *addr, size_t len, unsigned access, int iface,
-                                  int device, void **handle);
-void tw__fabric_registrar_deregister(void *handle);
+/* Same as tw__fabric_mr_register() on rail `rail` (0 .. count of
+ * tw__fabric_local_addrs() - 1) instead of a peer's: a registration made on
+ * a rail serves every peer of that rail (the registration cache,
+ * src/fabric/mrcache.h, registers per rail). TW_EINVAL for a bad rail. */
+int tw__fabric_mr_register_rail(struct tw_fabric *fab, unsigned rail, void *addr, size_t len,
+                                unsigned access, enum tw_fabric_iface iface, int device,
+                                struct tw_fabric_mr **mr);
+
+/* The rail index (0-based, order of tw__fabric_local_addrs()) a peer
+ * lives on. */
+unsigned tw__fabric_peer_rail(const struct tw_fabric_peer *peer);
 
 /* --- Transfers --------------------------------------------------------- */
 

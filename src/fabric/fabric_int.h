@@ -83,6 +83,7 @@ struct tw_fabric_peer {
     unsigned refs;                        /* 1 (owner) + transfers */
     int pid;                              /* shm peer named by tensorwire, else 0 */
     uint64_t alive_checked_ns;
+    int stopped;                          /* shm peer process stopped: hold posts */
     int removed;
     struct tw_fabric_link node;           /* fab->peers */
 };
@@ -98,6 +99,12 @@ struct tw_fabric_mr {
     unsigned refs; /* 1 (owner, until deregister) + transfers using it locally */
     void (*on_idle)(void *arg); /* tw__fabric_mr_release() */
     int keep_on_close;          /* a shm peer may still write it: never hand back */
+    /* Registration cache (mrcache.c): a cached remote registration does
+     * not count in fab->remote_mrs by itself, only while handles expose
+     * it (exposed of them), so an idle cache does not keep the mover
+     * spinning. */
+    int quiet;
+    unsigned exposed;
     void *on_idle_arg;
     struct tw_fabric_link node; /* fab->mrs, or fab->idle_mrs while closing */
 };
@@ -176,7 +183,15 @@ void tw__fabric_peers_close_locked(struct tw_fabric *fab);
 int tw__fabric_peer_gone(struct tw_fabric_peer *peer, uint64_t now);
 
 /* mr.c */
+int tw__fabric_mr_register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigned access,
+                              enum tw_fabric_iface iface, int device, struct tw_fabric_mr **out);
 void tw__fabric_mr_put_locked(struct tw_fabric_mr *mr);
+/* Stop counting a fresh remote registration in remote_mrs (see quiet). */
+void tw__fabric_mr_quiet(struct tw_fabric_mr *mr);
+/* A handle starts (+1) or stops (-1) exposing a quiet registration to a
+ * peer: the mover keeps target-side progress going while any is exposed,
+ * and lingers after the last one goes, as after a deregistration. */
+void tw__fabric_mr_expose(struct tw_fabric_mr *mr, int delta);
 void tw__fabric_mrs_close_locked(struct tw_fabric *fab);
 void tw__fabric_mrs_idle_run(struct tw_fabric *fab);
 

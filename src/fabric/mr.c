@@ -47,7 +47,22 @@ static uint64_t fi_access(unsigned a)
 int tw__fabric_mr_register(struct tw_fabric_peer *peer, void *addr, size_t len, unsigned access,
                            enum tw_fabric_iface iface, int device, struct tw_fabric_mr **out)
 {
-    struct tw_fabric_rail *r = peer->rail;
+    return tw__fabric_mr_register_on(peer->rail, addr, len, access, iface, device, out);
+}
+
+int tw__fabric_mr_register_rail(struct tw_fabric *fab, unsigned rail, void *addr, size_t len,
+                                unsigned access, enum tw_fabric_iface iface, int device,
+                                struct tw_fabric_mr **out)
+{
+    if (rail >= fab->nrails)
+        return tw__fabric_fail(fab, TW_EINVAL, "rail %u out of range (%u rails)", rail,
+                               fab->nrails);
+    return tw__fabric_mr_register_on(&fab->rails[rail], addr, len, access, iface, device, out);
+}
+
+int tw__fabric_mr_register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigned access,
+                              enum tw_fabric_iface iface, int device, struct tw_fabric_mr **out)
+{
     struct tw_fabric *fab = r->fab;
     int ret;
 
@@ -135,6 +150,36 @@ out_free_mr:
     return ret;
 }
 
+void tw__fabric_mr_quiet(struct tw_fabric_mr *m)
+{
+    struct tw_fabric *fab = m->rail->fab;
+    pthread_mutex_lock(&fab->lock);
+    if ((m->access & ACCESS_REMOTE) && !m->quiet) {
+        m->quiet = 1;
+        fab->remote_mrs--;
+    }
+    pthread_mutex_unlock(&fab->lock);
+}
+
+void tw__fabric_mr_expose(struct tw_fabric_mr *m, int delta)
+{
+    struct tw_fabric *fab = m->rail->fab;
+    if (!m->quiet)
+        return; /* counted for its whole life (quiet is set before sharing) */
+    pthread_mutex_lock(&fab->lock);
+    if (delta > 0) {
+        m->exposed++;
+        fab->remote_mrs++;
+    } else {
+        m->exposed--;
+        fab->remote_mrs--;
+        fab->linger_until_ns = tw__fabric_now_ns() + TW_FABRIC_LINGER_NS;
+    }
+    pthread_mutex_unlock(&fab->lock);
+    if (delta > 0)
+        tw__fabric_mover_wake(fab);
+}
+
 static struct tw_fabric *fab_of(const struct tw_fabric_mr *m)
 {
     return m->rail->fab;
@@ -146,7 +191,7 @@ void tw__fabric_mr_put_locked(struct tw_fabric_mr *m)
         return;
     if (m->mr)
         fi_close(&m->mr->fid);
-    if (m->access & ACCESS_REMOTE) {
+    if ((m->access & ACCESS_REMOTE) && !m->quiet) {
         /* Keep serving the target side a while: a peer's request that
          * raced with the revocation gets its error answer instead of
          * waiting for its deadline. */
@@ -215,20 +260,4 @@ struct tw_fabric_rkey tw__fabric_mr_rkey(const struct tw_fabric_mr *mr)
 void *tw__fabric_mr_desc(const struct tw_fabric_mr *mr)
 {
     return mr->desc;
-}
-
-int tw__fabric_registrar_register(void *ctx, void *addr, size_t len, unsigned access, int iface,
-                                  int device, void **handle)
-{
-    struct tw_fabric_mr *m = NULL;
-    int ret = tw__fabric_mr_register(ctx, addr, len, access, (enum tw_fabric_iface)iface, device,
-                                     &m);
-    if (ret == 0)
-        *handle = m;
-    return ret;
-}
-
-void tw__fabric_registrar_deregister(void *handle)
-{
-    tw__fabric_mr_deregister(handle);
 }

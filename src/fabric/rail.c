@@ -136,9 +136,12 @@ static int open_rail(struct tw_fabric_rail *r, struct fi_info *info, char *why, 
          * otherwise both claim fi_shm://<pid>. */
         static unsigned shm_seq;
         char name[64];
-        /* The pid in the name lets peers notice that we exited (addr.c). */
-        int len = snprintf(name, sizeof(name), "fi_shm://tw_%d_%u", (int)getpid(),
-                           __atomic_fetch_add(&shm_seq, 1, __ATOMIC_RELAXED));
+        /* The pid in the name lets peers notice that we exited (addr.c);
+         * the clock bits keep a reused pid from meeting the region a killed
+         * process left in /dev/shm (seen: a peer inserted that stale one). */
+        int len = snprintf(name, sizeof(name), "fi_shm://tw_%d_%u_%08x", (int)getpid(),
+                           __atomic_fetch_add(&shm_seq, 1, __ATOMIC_RELAXED),
+                           (unsigned)(tw__fabric_now_ns() & 0xffffffffu));
         char *dup = strdup(name);
         if (dup) {
             free(info->src_addr);

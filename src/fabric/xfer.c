@@ -181,10 +181,14 @@ static void advance(struct tw_fabric_xfer *x, uint64_t now)
     struct tw_fabric_peer *p = x->d.peer;
     struct tw_fabric_rail *r = p->rail;
     struct tw_fabric_mr *m = x->d.local;
-    if (x->next_off < x->d.length && x->inflight < x->depth && tw__fabric_peer_gone(p, now)) {
-        stop(x, -ECONNRESET, "shm peer process %d has exited: %llu of %llu bytes moved", p->pid,
-             (unsigned long long)x->bytes_done, (unsigned long long)x->d.length);
-        return;
+    if (x->next_off < x->d.length && x->inflight < x->depth) {
+        if (tw__fabric_peer_gone(p, now)) {
+            stop(x, -ECONNRESET, "shm peer process %d has exited: %llu of %llu bytes moved",
+                 p->pid, (unsigned long long)x->bytes_done, (unsigned long long)x->d.length);
+            return;
+        }
+        if (p->stopped)
+            return; /* re-checked within a millisecond; the deadline runs on */
     }
     for (unsigned i = 0; i < x->depth && x->next_off < x->d.length; i++) {
         struct tw_fabric_rma *op = &x->ops[i];
