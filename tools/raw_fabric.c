@@ -273,7 +273,7 @@ int tw_raw_fabric_loop(struct tw_raw_fabric *r, int write, uint64_t size, uint64
     while (done < count) {
         while (posted < count && nfree > 0) {
             uint32_t s = free_slots[nfree - 1];
-            uint64_t off = (s % slots) * size;
+            uint64_t off = (posted % slots) * size;
             slot_op[s] = posted;
             t_post[s] = now_ns();
             ssize_t ret = write ? fi_write(r->init.ep, r->buf + off, size, desc, r->peer,

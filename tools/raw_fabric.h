@@ -44,10 +44,10 @@ const char *tw_raw_fabric_provider(const struct tw_raw_fabric *r);
 
 /*
  * count operations (fi_write when write, else fi_read) of size bytes each,
- * inflight of them posted at once. The operation in flight slot s (0 ..
- * inflight-1) uses offset (s % slots) * size of both buffers, slots =
- * len / size: give len = size * inflight for distinct memory per operation
- * (as a client with one buffer per request has), len = size to reuse one. Fills lat_ns[count] (post to completion, ns; may be
+ * inflight of them posted at once. Operation i uses offset (i % slots) * size
+ * of both buffers, slots = len / size: give len = size * inflight for
+ * distinct memory per operation in flight (as a client with one buffer per
+ * request has), len = size to reuse one. Fills lat_ns[count] (post to completion, ns; may be
  * NULL) and *elapsed_ns. Returns 0, -EMSGSIZE when size exceeds len or the
  * provider's largest message, or a negative code with the reason in
  * tw_raw_fabric_errmsg.
