@@ -6,6 +6,7 @@
 #include "tools/raw_fabric.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -214,14 +215,24 @@ const char *tw_raw_fabric_errmsg(const struct tw_raw_fabric *r)
     return r->err;
 }
 
-/* Drives the in-process target's progress (tcp needs it; RMA raises no
- * completion there, so nothing is consumed). */
-static void progress_target(struct tw_raw_fabric *r)
+/* The in-process target's progress thread, alive only during a loop: it
+ * plays the peer's progress engine (the tcp provider moves a read's bytes
+ * only when the target side polls; shm's larger writes too), on its own
+ * core as a remote peer's would be. RMA raises no completion there, so
+ * nothing is consumed. */
+struct target_thread {
+    struct fid_cq *cq;
+    int stop;
+};
+
+static void *target_main(void *arg)
 {
-    if (r->tgt.cq) {
+    struct target_thread *t = arg;
+    while (!__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE)) {
         struct fi_cq_entry e;
-        (void)fi_cq_read(r->tgt.cq, &e, 1);
+        (void)fi_cq_read(t->cq, &e, 1);
     }
+    return NULL;
 }
 
 /* Reaps completions: 0 when none, 1..n when some, negative on error. */
@@ -257,6 +268,9 @@ int tw_raw_fabric_loop(struct tw_raw_fabric *r, int write, uint64_t size, uint64
     uint64_t slot_op[RAW_MAX_INFLIGHT], t_post[RAW_MAX_INFLIGHT];
     uint32_t free_slots[RAW_MAX_INFLIGHT], nfree = 0;
     uint64_t posted = 0, done = 0, t0;
+    struct target_thread tt = {.cq = r->tgt.cq};
+    pthread_t th;
+    int rc = 0;
     if (!r->have_peer)
         return fail(r->err, sizeof(r->err), -EINVAL, "no target");
     if (size == 0 || size > r->len || size > r->init.info->ep_attr->max_msg_size)
@@ -268,6 +282,8 @@ int tw_raw_fabric_loop(struct tw_raw_fabric *r, int write, uint64_t size, uint64
     for (uint32_t i = 0; i < inflight; i++)
         free_slots[nfree++] = inflight - 1 - i;
     void *desc = fi_mr_desc(r->init.mr);
+    if (tt.cq && (rc = pthread_create(&th, NULL, target_main, &tt)) != 0)
+        return fail(r->err, sizeof(r->err), -rc, "pthread_create: %s", strerror(rc));
 
     t0 = now_ns();
     while (done < count) {
@@ -282,20 +298,30 @@ int tw_raw_fabric_loop(struct tw_raw_fabric *r, int write, uint64_t size, uint64
                                           r->remote_addr + off, r->key, &ctx[s]);
             if (ret == -FI_EAGAIN)
                 break; /* reap first */
-            if (ret)
-                return fail(r->err, sizeof(r->err), (int)ret, "%s: %s",
-                            write ? "fi_write" : "fi_read", fi_strerror((int)-ret));
+            if (ret) {
+                rc = fail(r->err, sizeof(r->err), (int)ret, "%s: %s",
+                          write ? "fi_write" : "fi_read", fi_strerror((int)-ret));
+                goto out_join;
+            }
             nfree--;
             posted++;
         }
-        progress_target(r);
         int n = reap(r, ctx, slot_op, t_post, lat_ns, free_slots, &nfree);
-        if (n < 0)
-            return n;
+        if (n < 0) {
+            rc = n; /* posted operations may still be in flight: the
+                       caller closes r, which cancels them */
+            goto out_join;
+        }
         done += (uint64_t)n;
     }
     *elapsed_ns = now_ns() - t0;
-    return 0;
+
+out_join:
+    if (tt.cq) {
+        __atomic_store_n(&tt.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(th, NULL);
+    }
+    return rc;
 }
 
 void tw_raw_fabric_close(struct tw_raw_fabric *r)

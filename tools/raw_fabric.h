@@ -6,9 +6,9 @@
  * use of the provider, against which the data plane is measured.
  *
  * The target is either a second endpoint opened here in the same process
- * (target_buf given to tw_raw_fabric_open; the loop then also drives that
- * endpoint's progress from the same thread, as the tcp provider needs
- * target-side progress), or an external one (tw_raw_fabric_set_target, e.g.
+ * (target_buf given to tw_raw_fabric_open; during each loop a thread then
+ * drives that endpoint's progress, as a remote peer's progress engine would:
+ * the tcp provider needs target-side progress), or an external one (tw_raw_fabric_set_target, e.g.
  * a tensorwire plane with its own mover thread).
  */
 #ifndef TW_TOOLS_RAW_FABRIC_H
