@@ -15,3 +15,9 @@ foreach(prov tcp shm)
   target_compile_definitions(test_rdma_${prov} PRIVATE TW_TEST_PROVIDER="${prov}")
   add_dependencies(test_rdma_${prov} tensorwired)
 endforeach()
+
+# Benchmark (not a test): inline vs RDMA put/get through a running server,
+# public API only (docs/performance.md "RDMA data plane end to end").
+add_executable(bench_rdma_e2e ${CMAKE_SOURCE_DIR}/bench/bench_rdma_e2e.c)
+target_link_libraries(bench_rdma_e2e PRIVATE tw_core)
+set_target_properties(bench_rdma_e2e PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)

@@ -196,7 +196,10 @@ static int release_busy(struct tw_client *c, struct tw__creq *r)
     if (__atomic_load_n(&idle, __ATOMIC_ACQUIRE))
         return 0;
     /* &idle is on our stack: close the plane so the callback runs (or is
-     * dropped) before we return. */
+     * dropped) before we return. Closing frees every registration of the
+     * plane: forget the other requests' handles first. */
+    for (size_t i = 0; c->run && i < c->run_n; i++)
+        c->run[i].mr = NULL;
     tw__client_rdma_close(c);
     tw__client_seterr(c, "rdma operations on '%s' did not drain; the data plane was closed",
                       r->name);

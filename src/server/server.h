@@ -161,6 +161,7 @@ struct tw_srv {
     struct tw_io idle_io;
     pthread_mutex_t idle_lock;
     struct tw_rdma_st *idle_list;
+    struct tw_rdma_st *rdma_live; /* every transfer state not yet freed */
 };
 
 /* Loads the token, binds the listener, installs signal handling. errbuf says

@@ -45,6 +45,7 @@ struct tw_rdma_st {
     int got_dst; /* GET: the client registered its destination */
     int busy;    /* the last completion had buffer_busy */
     struct tw_rdma_st *idle_next;
+    struct tw_rdma_st *lnext, *lprev; /* srv->rdma_live (loop thread only) */
 };
 
 /* ---- deferred release ---- */
@@ -66,6 +67,13 @@ static void st_on_idle(void *arg)
 
 static void st_free(struct tw_rdma_st *st)
 {
+    struct tw_srv *srv = st->srv;
+    if (st->lprev)
+        st->lprev->lnext = st->lnext;
+    else
+        srv->rdma_live = st->lnext;
+    if (st->lnext)
+        st->lnext->lprev = st->lprev;
     if (st->hold)
         tw__tensor_unref(st->hold);
     free(st);
@@ -278,6 +286,10 @@ static int rdma_start(struct tw_xfer *x)
     st->srv = c->srv;
     st->x = x;
     x->dp = st;
+    st->lnext = c->srv->rdma_live;
+    if (st->lnext)
+        st->lnext->lprev = st;
+    c->srv->rdma_live = st;
     if (x->dir == TW_XFER_PUT)
         return 0; /* wait for the client's RDMA_REGISTER */
     unsigned access = TW_FABRIC_REMOTE_READ;
@@ -514,8 +526,18 @@ void tw__srv_fabric_destroy(struct tw_srv *srv)
     if (srv->fab) {
         tw__loop_io_del(&srv->loop, &srv->fab_io);
         /* Completions not popped are discarded by close: their states are
-         * orphans (every connection is gone); pop them first. */
+         * orphans (every connection is gone). Cancelled transfers complete
+         * within the plane's drain time: wait for them (bounded) and pop. */
         struct tw_fabric_completion fc;
+        struct tw_fabric_stats st;
+        for (int i = 0; i < 2000; i++) {
+            while (tw__fabric_done_pop(srv->fab, &fc) == 1)
+                on_completion(srv, &fc);
+            tw__fabric_stats(srv->fab, &st);
+            if (st.xfers_active == 0)
+                break;
+            usleep(1000);
+        }
         while (tw__fabric_done_pop(srv->fab, &fc) == 1)
             on_completion(srv, &fc);
         tw__fabric_close(srv->fab);
@@ -527,6 +549,15 @@ void tw__srv_fabric_destroy(struct tw_srv *srv)
         srv->idle_efd = -1;
     }
     drain_idle(srv);
+    /* What is left are buffers the plane never handed back (a shm peer that
+     * died inside an operation, see tw__fabric_mr_release). The plane is
+     * closed and the process is about to exit: release them now so the
+     * store can be torn down. */
+    while (srv->rdma_live) {
+        if (srv->rdma_live->x)
+            srv->rdma_live->x->dp = NULL; /* cannot happen: connections are gone */
+        st_free(srv->rdma_live);
+    }
     pthread_mutex_destroy(&srv->idle_lock);
 }
 
