@@ -256,8 +256,7 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
         /* Warm the raw loop as the connection was warmed. */
         if (warmup && tw_raw_fabric_loop(rf, fab_write, size, warmup, (uint32_t)inflight, NULL,
                                          &fab_elapsed) != 0) {
-            fprintf(stderr, "tensorwire bench: raw libfabric loop: %s\n",
-                    tw_raw_fabric_errmsg(rf));
+            fprintf(stderr, "tensorwire bench: raw libfabric loop: %s\n", tw_raw_fabric_errmsg(rf));
             goto out_cleanup;
         }
     }
@@ -323,8 +322,8 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
                o_op, (unsigned long long)size, (unsigned long long)count,
                (unsigned long long)inflight, tw_res.bytes_per_s, base->bytes_per_s, ratio,
                tw_res.ops_per_s, base->ops_per_s, tw_res.p50_us, tw_res.p99_us, base->p50_us,
-               base->p99_us, base_name, raw_res.bytes_per_s, sock_ratio,
-               (unsigned long long)rounds, tw_client_max_frame(c), plane, prov);
+               base->p99_us, base_name, raw_res.bytes_per_s, sock_ratio, (unsigned long long)rounds,
+               tw_client_max_frame(c), plane, prov);
     } else {
         printf("bench %s: size %llu B, count %llu x %llu rounds, in flight %llu, data plane: %s\n",
                o_op, (unsigned long long)size, (unsigned long long)count,
