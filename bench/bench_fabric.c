@@ -235,8 +235,10 @@ int main(int argc, char **argv)
         tw__fabric_local_addrs(target, &taddr);
         if (tw_raw_fabric_open(prov, local, max, NULL, &r, err, sizeof(err)))
             DIE("raw endpoint: %s", err);
-        struct tw_raw_fabric_target rt = {.addr = taddr[0].addr, .addr_len = taddr[0].addr_len,
-                                          .remote_addr = rk.remote_addr, .key = rk.key};
+        struct tw_raw_fabric_target rt = {.addr = taddr[0].addr,
+                                          .addr_len = taddr[0].addr_len,
+                                          .remote_addr = rk.remote_addr,
+                                          .key = rk.key};
         if (tw_raw_fabric_set_target(r, &rt))
             DIE("raw target: %s", tw_raw_fabric_errmsg(r));
         printf("%-8s %14s %14s %14s %14s %8s\n", "size", "raw us/op", "raw GB/s", "engine us/op",
