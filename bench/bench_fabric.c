@@ -6,10 +6,10 @@
  *                [-s size]... [--sweep]
  *
  * The target is a tensorwire plane with its data-mover thread (the provider
- * needs target-side progress on tcp). The baseline is a bare libfabric RDM
- * endpoint opened here, posting ONE fi_read/fi_write of the whole size and
- * spinning on fi_cq_read until it completes: the most direct use of the
- * provider. The engine runs tw__fabric_xfer_run() on an unthreaded plane
+ * needs target-side progress on tcp). The baseline is the raw libfabric loop
+ * shared with `tensorwire bench` (tools/raw_fabric.c): a bare RDM endpoint
+ * posting ONE fi_read/fi_write of the whole size and spinning on fi_cq_read
+ * until it completes, the most direct use of the provider. The engine runs tw__fabric_xfer_run() on an unthreaded plane
  * (the client's blocking path) with its chunking and depth. Each repetition
  * times `iters` back-to-back transfers; the median repetition is reported,
  * with the ratio engine/raw throughput (>1: engine faster).
@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "fabric/fabric.h"
+#include "tools/raw_fabric.h"
 
 #define MAX_SIZES 8
 #define DIE(...)                                                                                   \
@@ -39,97 +40,6 @@
         fprintf(stderr, "\n");                                                                     \
         exit(1);                                                                                   \
     } while (0)
-
-struct raw {
-    struct fi_info *info;
-    struct fid_fabric *fabric;
-    struct fid_domain *domain;
-    struct fid_cq *cq;
-    struct fid_av *av;
-    struct fid_ep *ep;
-    struct fid_mr *mr;
-    fi_addr_t peer;
-};
-
-static void raw_open(struct raw *r, const char *prov, void *buf, size_t len,
-                     const struct tw_fabric_addr *target)
-{
-    struct fi_info *hints = fi_allocinfo();
-    hints->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
-    hints->mode = FI_CONTEXT | FI_CONTEXT2;
-    hints->ep_attr->type = FI_EP_RDM;
-    hints->domain_attr->mr_mode =
-        FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
-    hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE; /* same semantics as the engine */
-    hints->fabric_attr->prov_name = strdup(prov);
-    int is_shm = strcmp(prov, "shm") == 0;
-    if (fi_getinfo(FI_VERSION(1, 17), is_shm ? NULL : "127.0.0.1", NULL, is_shm ? 0 : FI_SOURCE,
-                   hints, &r->info))
-        DIE("raw fi_getinfo(%s) failed", prov);
-    fi_freeinfo(hints);
-    if (is_shm) {
-        free(r->info->src_addr);
-        r->info->src_addr = strdup("fi_shm://tw_bench_raw");
-        r->info->src_addrlen = strlen("fi_shm://tw_bench_raw") + 1;
-    }
-    struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_CONTEXT, .size = 1024};
-    struct fi_av_attr ava = {.type = FI_AV_UNSPEC};
-    if (fi_fabric(r->info->fabric_attr, &r->fabric, NULL) ||
-        fi_domain(r->fabric, r->info, &r->domain, NULL) ||
-        fi_cq_open(r->domain, &cqa, &r->cq, NULL) || fi_av_open(r->domain, &ava, &r->av, NULL) ||
-        fi_endpoint(r->domain, r->info, &r->ep, NULL) ||
-        fi_ep_bind(r->ep, &r->cq->fid, FI_TRANSMIT | FI_RECV) ||
-        fi_ep_bind(r->ep, &r->av->fid, 0) || fi_enable(r->ep))
-        DIE("raw endpoint setup failed");
-    if (fi_mr_reg(r->domain, buf, len, FI_READ | FI_WRITE, 0, 0xbe0c, 0, &r->mr, NULL))
-        DIE("raw fi_mr_reg failed");
-    if (r->info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
-        fi_mr_bind(r->mr, &r->ep->fid, 0);
-        fi_mr_enable(r->mr);
-    }
-    if (fi_av_insert(r->av, target->addr, 1, &r->peer, 0, NULL) != 1)
-        DIE("raw fi_av_insert failed");
-}
-
-static void raw_close(struct raw *r)
-{
-    fi_close(&r->mr->fid);
-    fi_close(&r->ep->fid);
-    fi_close(&r->av->fid);
-    fi_close(&r->cq->fid);
-    fi_close(&r->domain->fid);
-    fi_close(&r->fabric->fid);
-    fi_freeinfo(r->info);
-}
-
-static void raw_once(struct raw *r, int write, void *buf, size_t len, struct tw_fabric_rkey rk)
-{
-    struct fi_context2 ctx;
-    ssize_t ret;
-    do {
-        ret = write ? fi_write(r->ep, buf, len, fi_mr_desc(r->mr), r->peer, rk.remote_addr, rk.key,
-                               &ctx)
-                    : fi_read(r->ep, buf, len, fi_mr_desc(r->mr), r->peer, rk.remote_addr, rk.key,
-                              &ctx);
-        if (ret == -FI_EAGAIN) {
-            struct fi_cq_entry e;
-            fi_cq_read(r->cq, &e, 1);
-        }
-    } while (ret == -FI_EAGAIN);
-    if (ret)
-        DIE("raw post: %s", fi_strerror((int)-ret));
-    for (;;) {
-        struct fi_cq_entry e;
-        ret = fi_cq_read(r->cq, &e, 1);
-        if (ret == 1)
-            return;
-        if (ret == -FI_EAVAIL) {
-            struct fi_cq_err_entry err = {0};
-            fi_cq_readerr(r->cq, &err, 0);
-            DIE("raw completion error: %s", fi_strerror(err.err));
-        }
-    }
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -217,13 +127,15 @@ static double engine_rep_once(struct engine *e, int write, size_t size, struct t
     return (double)(tw__fabric_now_ns() - t0);
 }
 
-static double raw_rep(struct raw *r, int write, void *buf, size_t size, struct tw_fabric_rkey rk)
+/* The raw loop (tools/raw_fabric.c), one operation at a time like the
+ * engine's blocking path. */
+static double raw_rep(struct tw_raw_fabric *r, int write, size_t size)
 {
     int iters = iters_for(size);
-    uint64_t t0 = tw__fabric_now_ns();
-    for (int i = 0; i < iters; i++)
-        raw_once(r, write, buf, size, rk);
-    return (double)(tw__fabric_now_ns() - t0) / iters;
+    uint64_t elapsed;
+    if (tw_raw_fabric_loop(r, write, size, (uint64_t)iters, 1, NULL, &elapsed))
+        DIE("raw loop: %s", tw_raw_fabric_errmsg(r));
+    return (double)elapsed / iters;
 }
 
 static void fmt_size(size_t s, char *out, size_t len)
@@ -318,17 +230,24 @@ int main(int argc, char **argv)
                 engine_close(&e);
             }
     } else {
-        struct raw r;
+        struct tw_raw_fabric *r;
         const struct tw_fabric_addr *taddr;
         tw__fabric_local_addrs(target, &taddr);
-        raw_open(&r, prov, local, max, &taddr[0]);
+        if (tw_raw_fabric_open(prov, local, max, NULL, &r, err, sizeof(err)))
+            DIE("raw endpoint: %s", err);
+        struct tw_raw_fabric_target rt = {.addr = taddr[0].addr,
+                                          .addr_len = taddr[0].addr_len,
+                                          .remote_addr = rk.remote_addr,
+                                          .key = rk.key};
+        if (tw_raw_fabric_set_target(r, &rt))
+            DIE("raw target: %s", tw_raw_fabric_errmsg(r));
         printf("%-8s %14s %14s %14s %14s %8s\n", "size", "raw us/op", "raw GB/s", "engine us/op",
                "engine GB/s", "ratio");
         for (unsigned i = 0; i < nsizes; i++) {
             double vr[101], ve[101];
             /* Interleave so drift (other load on the host) hits both. */
             for (int k = 0; k < reps; k++) {
-                vr[k] = raw_rep(&r, write, local, sizes[i], rk);
+                vr[k] = raw_rep(r, write, sizes[i]);
                 ve[k] = engine_rep(&e, write, sizes[i], rk);
             }
             double mr = median(vr, reps), me = median(ve, reps);
@@ -348,7 +267,7 @@ int main(int argc, char **argv)
         }
         printf("4 KiB after 50 ms idle (target mover asleep): %.2f us median\n",
                median(vi, reps) / 1000);
-        raw_close(&r);
+        tw_raw_fabric_close(r);
         engine_close(&e);
     }
     if (memcmp(remote, local, 1) != 0 && !write)

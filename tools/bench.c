@@ -2,7 +2,12 @@
  * `tensorwire bench`: count gets or puts of size bytes kept inflight deep on
  * one connection (tw_batch_get / tw_batch_put), then the same bytes through a
  * raw loopback socket loop with the same depth (tools/raw_loop.c), printed
- * side by side with their ratio.
+ * side by side with their ratio. When the connection's data plane is RDMA
+ * (--fabric), the same rounds also run the raw libfabric loop
+ * (tools/raw_fabric.c): fi_read for pull, fi_write for push, same size, same
+ * depth, same provider, between two endpoints of this process; that loop is
+ * then the baseline of the ratio, and the raw socket loop is still printed
+ * so that RDMA can be compared with inline TCP.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -12,12 +17,14 @@
 
 #include "client/npy.h"
 #include "tools/cli.h"
+#include "tools/raw_fabric.h"
 
 #define BENCH_BUFFER_BUDGET (1ull << 30) /* client buffers kept at once */
 
 static const char usage_bench[] =
     "usage: tensorwire bench [--op get|put] [--size SIZE] [--count N] [--inflight N]\n"
-    "                        [--warmup N] [--rounds R] [--sockbuf SIZE] [--json]\n"
+    "                        [--warmup N] [--rounds R] [--sockbuf SIZE]\n"
+    "                        [--fabric auto|none|PROV] [--push auto|always|never] [--json]\n"
     "  Moves COUNT tensors of SIZE bytes (default 4Ki; K/M/G = 1000^n, Ki/Mi/Gi =\n"
     "  1024^n) with INFLIGHT requests outstanding on one connection (default 16),\n"
     "  after WARMUP untimed ones, then the same through a raw TCP loopback\n"
@@ -27,6 +34,11 @@ static const char usage_bench[] =
     "  Default COUNT: as many as make 1 GiB (at least 8, at most 100000).\n"
     "  Client buffers are capped at 1 GiB: beyond that, in-flight requests share\n"
     "  buffers (contents are not verified here; the integration tests do that).\n"
+    "  --fabric / --push (also global options): RDMA data plane through libfabric.\n"
+    "  When the connection uses RDMA, each round also runs a raw libfabric loop\n"
+    "  (fi_read for pull, fi_write for push, same size, depth and provider, two\n"
+    "  endpoints in this process, no protocol) and the ratio is against it; the\n"
+    "  raw socket loop is still run and printed. Output names the data plane.\n"
     "  --json prints one JSON object. The tensors bench/<pid>/* are removed after.\n";
 
 struct result {
@@ -66,14 +78,20 @@ static int parse_count(const char *s, uint64_t *v, uint64_t max)
 int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
 {
     const char *o_op = "get", *o_size = "4Ki", *o_count = NULL, *o_inflight = "16", *o_json = NULL,
-               *o_warmup = NULL, *o_sockbuf = NULL, *o_rounds = "3";
+               *o_warmup = NULL, *o_sockbuf = NULL, *o_rounds = "3", *o_fabric = NULL,
+               *o_push = NULL;
     uint64_t size = 0, count = 0, inflight = 0, warmup = 0, sockbuf = 0, nbuf, elapsed = 0,
              raw_elapsed = 0;
     struct tw_batch_item *items = NULL;
     uint8_t **bufs = NULL;
     uint64_t *lat = NULL, *raw_lat = NULL, rounds = 0;
-    double *tw_rate = NULL, *raw_rate = NULL;
-    struct result tw_res, raw_res;
+    double *tw_rate = NULL, *raw_rate = NULL, *fab_rate = NULL;
+    uint64_t *fab_lat = NULL, fab_elapsed = 0;
+    uint8_t *fab_buf = NULL, *fab_tgt = NULL;
+    struct tw_raw_fabric *rf = NULL;
+    struct result tw_res, raw_res, fab_res;
+    char plane[96] = "", prov[64] = "", fab_err[256];
+    int rdma = 0, fab_write = 0;
     struct tw_cli cli2 = *cli;
     char name_prefix[64];
     char(*names)[80] = NULL;
@@ -103,6 +121,10 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
             slot = &o_sockbuf;
         else if (strcmp(a, "--rounds") == 0)
             slot = &o_rounds;
+        else if (strcmp(a, "--fabric") == 0)
+            slot = &o_fabric;
+        else if (strcmp(a, "--push") == 0)
+            slot = &o_push;
         if (!slot || i + 1 >= argc) {
             fprintf(stderr, "tensorwire bench: bad argument '%s'\n", a);
             fputs(usage_bench, stderr);
@@ -121,6 +143,20 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
         fputs(usage_bench, stderr);
         return TW_CLI_USAGE;
     }
+    if (o_push) {
+        if (strcmp(o_push, "auto") == 0)
+            cli2.opts.push = TW_PUSH_AUTO;
+        else if (strcmp(o_push, "always") == 0)
+            cli2.opts.push = TW_PUSH_ALWAYS;
+        else if (strcmp(o_push, "never") == 0)
+            cli2.opts.push = TW_PUSH_NEVER;
+        else {
+            fprintf(stderr, "tensorwire bench: --push must be auto, always or never\n");
+            return TW_CLI_USAGE;
+        }
+    }
+    if (o_fabric)
+        cli2.opts.fabric = o_fabric;
     if (!o_count) {
         count = size ? (1ull << 30) / size : 100000;
         count = count < 8 ? 8 : count > 100000 ? 100000 : count;
@@ -149,7 +185,10 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     raw_lat = calloc(count * rounds, sizeof(*raw_lat));
     tw_rate = calloc(rounds, sizeof(*tw_rate));
     raw_rate = calloc(rounds, sizeof(*raw_rate));
-    if (!bufs || !names || !items || !lat || !raw_lat || !tw_rate || !raw_rate) {
+    fab_rate = calloc(rounds, sizeof(*fab_rate));
+    fab_lat = calloc(count * rounds, sizeof(*fab_lat));
+    if (!bufs || !names || !items || !lat || !raw_lat || !tw_rate || !raw_rate || !fab_rate ||
+        !fab_lat) {
         fprintf(stderr, "tensorwire bench: out of memory\n");
         goto out_free;
     }
@@ -189,6 +228,38 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
             goto out_cleanup;
         }
     }
+    /* The plane that moved the warm-up (or the setup puts): "rdma pull
+     * (tcp;ofi_rxm)", "rdma push (shm)" or "inline tcp". */
+    snprintf(plane, sizeof(plane), "%s", tw_client_data_plane(c));
+    if (strncmp(plane, "rdma ", 5) == 0) {
+        const char *lp = strchr(plane, '('), *rp = strrchr(plane, ')');
+        rdma = 1;
+        fab_write = strncmp(plane, "rdma push", 9) == 0;
+        if (lp && rp > lp)
+            snprintf(prov, sizeof(prov), "%.*s", (int)(rp - lp - 1), lp + 1);
+        /* One buffer per request in flight for small sizes (like the client
+         * side), one reused buffer for large ones (each far beyond cache). */
+        uint64_t slots = size >= (64ull << 20) ? 1 : nbuf;
+        size_t flen = (size_t)(size * slots);
+        if (posix_memalign((void **)&fab_buf, 4096, flen) != 0 ||
+            posix_memalign((void **)&fab_tgt, 4096, flen) != 0) {
+            fprintf(stderr, "tensorwire bench: cannot allocate the raw fabric loop's buffers\n");
+            goto out_cleanup;
+        }
+        memset(fab_buf, 0xa5, flen);
+        memset(fab_tgt, 0x5a, flen);
+        rc = tw_raw_fabric_open(prov, fab_buf, flen, fab_tgt, &rf, fab_err, sizeof(fab_err));
+        if (rc) {
+            fprintf(stderr, "tensorwire bench: raw libfabric loop on %s: %s\n", prov, fab_err);
+            goto out_cleanup;
+        }
+        /* Warm the raw loop as the connection was warmed. */
+        if (warmup && tw_raw_fabric_loop(rf, fab_write, size, warmup, (uint32_t)inflight, NULL,
+                                         &fab_elapsed) != 0) {
+            fprintf(stderr, "tensorwire bench: raw libfabric loop: %s\n", tw_raw_fabric_errmsg(rf));
+            goto out_cleanup;
+        }
+    }
     /* Rounds alternate ours and the baseline so drift in machine load hits
      * both alike; throughput is the median over rounds, latency percentiles
      * are over all samples. */
@@ -211,33 +282,76 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
             goto out_cleanup;
         }
         raw_rate[round] = (double)count / ((double)raw_elapsed / 1e9);
+
+        if (rf) {
+            rc = tw_raw_fabric_loop(rf, fab_write, size, count, (uint32_t)inflight,
+                                    fab_lat + round * count, &fab_elapsed);
+            if (rc) {
+                fprintf(stderr, "tensorwire bench: raw libfabric loop: %s\n",
+                        tw_raw_fabric_errmsg(rf));
+                goto out_cleanup;
+            }
+            fab_rate[round] = (double)count / ((double)fab_elapsed / 1e9);
+        }
     }
     summarize(lat, count * rounds, size, tw_rate, rounds, &tw_res);
     summarize(raw_lat, count * rounds, size, raw_rate, rounds, &raw_res);
+    if (rf)
+        summarize(fab_lat, count * rounds, size, fab_rate, rounds, &fab_res);
+    else
+        fab_res = raw_res;
 
-    double ratio = raw_res.ops_per_s > 0 ? tw_res.ops_per_s / raw_res.ops_per_s : 0;
+    /* The baseline: the raw libfabric loop for RDMA, the raw socket loop
+     * for inline. */
+    const struct result *base = rf ? &fab_res : &raw_res;
+    char base_name[128];
+    if (rf)
+        snprintf(base_name, sizeof(base_name), "raw libfabric %s (%s)",
+                 fab_write ? "fi_write" : "fi_read", tw_raw_fabric_provider(rf));
+    else
+        snprintf(base_name, sizeof(base_name), "raw socket");
+    double ratio = base->ops_per_s > 0 ? tw_res.ops_per_s / base->ops_per_s : 0;
+    double sock_ratio = raw_res.ops_per_s > 0 ? tw_res.ops_per_s / raw_res.ops_per_s : 0;
     if (o_json) {
         printf("{\"op\":\"%s\",\"size\":%llu,\"count\":%llu,\"inflight\":%llu,"
                "\"bytes_per_s\":%.0f,\"baseline_bytes_per_s\":%.0f,\"ratio\":%.4f,"
                "\"ops_per_s\":%.1f,\"baseline_ops_per_s\":%.1f,"
                "\"p50_us\":%.1f,\"p99_us\":%.1f,\"baseline_p50_us\":%.1f,\"baseline_p99_us\":%.1f,"
-               "\"rounds\":%llu,\"max_frame\":%u,\"data_plane\":\"inline tcp\"}\n",
+               "\"baseline\":\"%s\",\"raw_socket_bytes_per_s\":%.0f,\"raw_socket_ratio\":%.4f,"
+               "\"rounds\":%llu,\"max_frame\":%u,\"data_plane\":\"%s\",\"provider\":\"%s\"}\n",
                o_op, (unsigned long long)size, (unsigned long long)count,
-               (unsigned long long)inflight, tw_res.bytes_per_s, raw_res.bytes_per_s, ratio,
-               tw_res.ops_per_s, raw_res.ops_per_s, tw_res.p50_us, tw_res.p99_us, raw_res.p50_us,
-               raw_res.p99_us, (unsigned long long)rounds, tw_client_max_frame(c));
+               (unsigned long long)inflight, tw_res.bytes_per_s, base->bytes_per_s, ratio,
+               tw_res.ops_per_s, base->ops_per_s, tw_res.p50_us, tw_res.p99_us, base->p50_us,
+               base->p99_us, base_name, raw_res.bytes_per_s, sock_ratio, (unsigned long long)rounds,
+               tw_client_max_frame(c), plane, prov);
     } else {
-        printf("bench %s: size %llu B, count %llu x %llu rounds, in flight %llu, data plane: "
-               "inline tcp\n",
+        printf("bench %s: size %llu B, count %llu x %llu rounds, in flight %llu, data plane: %s\n",
                o_op, (unsigned long long)size, (unsigned long long)count,
-               (unsigned long long)rounds, (unsigned long long)inflight);
-        printf("%-16s %16s %16s %8s\n", "", "tensorwire", "raw socket", "ratio");
-        printf("%-16s %16.1f %16.1f %8.3f\n", "MiB/s", tw_res.bytes_per_s / 1048576.0,
-               raw_res.bytes_per_s / 1048576.0, ratio);
-        printf("%-16s %16.0f %16.0f %8.3f\n", "ops/s", tw_res.ops_per_s, raw_res.ops_per_s,
-               raw_res.ops_per_s > 0 ? tw_res.ops_per_s / raw_res.ops_per_s : 0);
-        printf("%-16s %16.1f %16.1f\n", "p50 latency us", tw_res.p50_us, raw_res.p50_us);
-        printf("%-16s %16.1f %16.1f\n", "p99 latency us", tw_res.p99_us, raw_res.p99_us);
+               (unsigned long long)rounds, (unsigned long long)inflight, plane);
+        if (!rdma)
+            printf("fabric: %s\n", tw_client_fabric_status(c));
+        if (rf) {
+            printf("%-16s %16s %16s %8s %16s %8s\n", "", "tensorwire", "raw libfabric", "ratio",
+                   "raw socket", "ratio");
+            printf("%-16s %16.1f %16.1f %8.3f %16.1f %8.3f\n", "MiB/s",
+                   tw_res.bytes_per_s / 1048576.0, fab_res.bytes_per_s / 1048576.0, ratio,
+                   raw_res.bytes_per_s / 1048576.0, sock_ratio);
+            printf("%-16s %16.0f %16.0f %8.3f %16.0f %8.3f\n", "ops/s", tw_res.ops_per_s,
+                   fab_res.ops_per_s, ratio, raw_res.ops_per_s, sock_ratio);
+            printf("%-16s %16.1f %16.1f %8s %16.1f\n", "p50 latency us", tw_res.p50_us,
+                   fab_res.p50_us, "", raw_res.p50_us);
+            printf("%-16s %16.1f %16.1f %8s %16.1f\n", "p99 latency us", tw_res.p99_us,
+                   fab_res.p99_us, "", raw_res.p99_us);
+            printf("raw libfabric: %s, same size and depth, no protocol\n", base_name + 14);
+        } else {
+            printf("%-16s %16s %16s %8s\n", "", "tensorwire", "raw socket", "ratio");
+            printf("%-16s %16.1f %16.1f %8.3f\n", "MiB/s", tw_res.bytes_per_s / 1048576.0,
+                   raw_res.bytes_per_s / 1048576.0, ratio);
+            printf("%-16s %16.0f %16.0f %8.3f\n", "ops/s", tw_res.ops_per_s, raw_res.ops_per_s,
+                   ratio);
+            printf("%-16s %16.1f %16.1f\n", "p50 latency us", tw_res.p50_us, raw_res.p50_us);
+            printf("%-16s %16.1f %16.1f\n", "p99 latency us", tw_res.p99_us, raw_res.p99_us);
+        }
     }
     ret = TW_CLI_OK;
 
@@ -255,6 +369,11 @@ out_free:
     free(raw_lat);
     free(tw_rate);
     free(raw_rate);
+    free(fab_rate);
+    free(fab_lat);
+    tw_raw_fabric_close(rf);
+    free(fab_buf);
+    free(fab_tgt);
     tw_close(c);
     return ret;
 }

@@ -35,7 +35,7 @@ static const char usage_main[] =
     "  rm NAME           delete a tensor\n"
     "  ping              round-trip time to the server\n"
     "  stats             server counters\n"
-    "  bench             throughput and latency against a raw socket loop\n"
+    "  bench             throughput and latency against raw socket / libfabric loops\n"
     "\n"
     "Options:\n"
     "  -s, --server HOST:PORT  server (default $TENSORWIRE_SERVER or " DEFAULT_SERVER ")\n"

@@ -21,6 +21,9 @@ foreach(prov tcp shm)
 endforeach()
 
 # Benchmark (not a test): raw libfabric loop vs the engine.
-add_executable(bench_fabric ${CMAKE_SOURCE_DIR}/bench/bench_fabric.c)
+# The raw loop (tools/raw_fabric.c) is shared with `tensorwire bench`.
+add_executable(bench_fabric ${CMAKE_SOURCE_DIR}/bench/bench_fabric.c
+                            ${CMAKE_SOURCE_DIR}/tools/raw_fabric.c)
+target_include_directories(bench_fabric PRIVATE ${CMAKE_SOURCE_DIR})
 target_link_libraries(bench_fabric PRIVATE tw_core)
 set_target_properties(bench_fabric PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)

@@ -146,6 +146,27 @@ assert o['op'] == 'get' and o['size'] == 4096 and o['count'] == 2000 and o['infl
 assert o['bytes_per_s'] > 0 and o['baseline_bytes_per_s'] > 0 and o['data_plane'] == 'inline tcp'
 " "$W/out" || fail "bench --json output: $(cat "$W/out")"
 expect 0 "$TW" $A bench --op put --size 1Mi --count 20 --inflight 4 && grep_out "raw socket"
+if grep -q "rails: .*tcp;ofi_rxm" "$W/server.log"; then
+    echo "case bench --fabric tcp (raw libfabric baseline)"
+    for push in never always; do
+        case $push in never) dp="rdma pull" fi=fi_read ;; *) dp="rdma push" fi=fi_write ;; esac
+        expect 0 "$TW" $A --push $push bench --fabric tcp --op get --size 64Ki --count 40 \
+            --inflight 4 --rounds 1 --json &&
+            python3 -c "
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o['data_plane'] == sys.argv[2] + ' (tcp;ofi_rxm)', o['data_plane']
+assert o['provider'] == 'tcp;ofi_rxm' and o['baseline'] == 'raw libfabric %s (tcp;ofi_rxm)' % sys.argv[3]
+assert o['bytes_per_s'] > 0 and o['baseline_bytes_per_s'] > 0 and o['raw_socket_bytes_per_s'] > 0
+assert o['baseline_bytes_per_s'] != o['raw_socket_bytes_per_s']
+" "$W/out" "$dp" "$fi" || fail "bench --fabric tcp --json output: $(cat "$W/out")"
+    done
+    expect 0 "$TW" $A bench --fabric tcp --op put --size 64Ki --count 20 --inflight 4 --rounds 1 &&
+        grep_out "data plane: rdma pull (tcp;ofi_rxm)" && grep_out "raw libfabric" &&
+        grep_out "raw socket"
+fi
+expect 0 "$TW" $A bench --fabric none --op get --size 4Ki --count 20 --rounds 1 &&
+    grep_out "data plane: inline tcp" && grep_out "fabric: inline: rdma not requested"
 expect 0 "$TW" $A ls bench/ && [ ! -s "$W/out" ] || fail "bench left tensors behind"
 tw_server_stop
 
