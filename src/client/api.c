@@ -445,21 +445,23 @@ static void *collect_pack(struct tw__collect *k, size_t entry_size, size_t name_
     return block;
 }
 
-int tw_list(tw_client *c, const char *prefix, struct tw_tensor_info **out, size_t *count)
+/* Runs one LIST or STATS request and packs what it collected into one
+ * malloc'd array of entry_size-byte entries (names inside the same block). */
+static int run_collect(tw_client *c, struct tw__creq *r, size_t entry_size, size_t name_field_off,
+                       void **out, size_t *count)
 {
     struct tw__collect k = {0};
-    struct tw__creq r = {.op = TW__OP_LIST, .name = prefix, .collect = &k};
     int rc;
     if (!out || !count)
         return TW_EINVAL;
     *out = NULL;
     *count = 0;
-    rc = run_one(c, &r);
+    r->collect = &k;
+    rc = run_one(c, r);
     if (rc)
         goto out_free;
     if (k.count) {
-        *out =
-            collect_pack(&k, sizeof(struct tw_tensor_info), offsetof(struct tw_tensor_info, name));
+        *out = collect_pack(&k, entry_size, name_field_off);
         if (!*out) {
             rc = -ENOMEM;
             goto out_free;
@@ -471,6 +473,17 @@ out_free:
     return rc;
 }
 
+int tw_list(tw_client *c, const char *prefix, struct tw_tensor_info **out, size_t *count)
+{
+    struct tw__creq r = {.op = TW__OP_LIST, .name = prefix};
+    void *block = NULL;
+    int rc = run_collect(c, &r, sizeof(struct tw_tensor_info),
+                         offsetof(struct tw_tensor_info, name), out ? &block : NULL, count);
+    if (out)
+        *out = block;
+    return rc;
+}
+
 void tw_list_free(struct tw_tensor_info *list)
 {
     free(list);
@@ -478,26 +491,12 @@ void tw_list_free(struct tw_tensor_info *list)
 
 int tw_stats(tw_client *c, struct tw_stat_entry **out, size_t *count)
 {
-    struct tw__collect k = {0};
-    struct tw__creq r = {.op = TW__OP_STATS, .collect = &k};
-    int rc;
-    if (!out || !count)
-        return TW_EINVAL;
-    *out = NULL;
-    *count = 0;
-    rc = run_one(c, &r);
-    if (rc)
-        goto out_free;
-    if (k.count) {
-        *out = collect_pack(&k, sizeof(struct tw_stat_entry), offsetof(struct tw_stat_entry, key));
-        if (!*out) {
-            rc = -ENOMEM;
-            goto out_free;
-        }
-    }
-    *count = k.count;
-out_free:
-    collect_free(&k);
+    struct tw__creq r = {.op = TW__OP_STATS};
+    void *block = NULL;
+    int rc = run_collect(c, &r, sizeof(struct tw_stat_entry), offsetof(struct tw_stat_entry, key),
+                         out ? &block : NULL, count);
+    if (out)
+        *out = block;
     return rc;
 }
 

@@ -741,25 +741,6 @@ static size_t put_bytes(uint8_t *p, const struct tw_bytes *b)
     return b->len;
 }
 
-static size_t put_descriptor(uint8_t *p, const struct tw_descriptor *d)
-{
-    /* Lengths were checked by desc_len; values by the decoder pass. */
-    wire_put_u8(p + 0, d->dtype);
-    wire_put_u8(p + 1, d->ndim);
-    wire_put_u8(p + 2, d->flags);
-    wire_put_u8(p + 3, (uint8_t)d->device_tag.len);
-    wire_put_u16(p + 4, (uint16_t)d->name.len);
-    wire_put_u16(p + 6, 0);
-    wire_put_u64(p + 8, d->byte_length);
-    wire_put_u32(p + 16, d->crc32c);
-    wire_put_u32(p + 20, 0);
-    size_t off = TW_DESCRIPTOR_FIXED_LEN;
-    for (unsigned i = 0; i < d->ndim; i++, off += 8)
-        wire_put_u64(p + off, d->shape[i]);
-    off += put_bytes(p + off, &d->name);
-    off += put_bytes(p + off, &d->device_tag);
-    return off;
-}
 
 static void put_payload(uint8_t *p, const struct tw_msg *m)
 {
@@ -798,12 +779,12 @@ static void put_payload(uint8_t *p, const struct tw_msg *m)
     case TW_TAG_TENSOR_PUT:
         wire_put_u8(p, m->u.tensor_put.flags);
         memset(p + 1, 0, 3);
-        put_descriptor(p + 4, &m->u.tensor_put.desc);
+        tw__descriptor_put(p + 4, &m->u.tensor_put.desc);
         break;
     case TW_TAG_TENSOR_INFO:
         wire_put_u8(p, m->u.tensor_info.data_plane);
         memset(p + 1, 0, 3);
-        put_descriptor(p + 4, &m->u.tensor_info.desc);
+        tw__descriptor_put(p + 4, &m->u.tensor_info.desc);
         break;
     case TW_TAG_DATA:
         wire_put_u64(p, m->u.data.offset);

@@ -60,14 +60,8 @@ size_t tw__descriptor_encoded_len(const struct tw_descriptor *d)
     return TW_DESCRIPTOR_FIXED_LEN + 8u * (size_t)d->ndim + d->name.len + d->device_tag.len;
 }
 
-ssize_t tw__descriptor_encode(const struct tw_descriptor *d, uint8_t *buf, size_t cap)
+size_t tw__descriptor_put(uint8_t *buf, const struct tw_descriptor *d)
 {
-    int rc = tw__descriptor_check(d);
-    if (rc < 0)
-        return rc;
-    size_t len = tw__descriptor_encoded_len(d);
-    if (len > cap)
-        return -ENOBUFS;
     wire_put_u8(buf + 0, d->dtype);
     wire_put_u8(buf + 1, d->ndim);
     wire_put_u8(buf + 2, d->flags);
@@ -80,9 +74,22 @@ ssize_t tw__descriptor_encode(const struct tw_descriptor *d, uint8_t *buf, size_
     size_t off = TW_DESCRIPTOR_FIXED_LEN;
     for (uint8_t i = 0; i < d->ndim; i++, off += 8)
         wire_put_u64(buf + off, d->shape[i]);
-    memcpy(buf + off, d->name.ptr, d->name.len);
+    /* memcpy from a NULL pointer is undefined even for 0 bytes. */
+    if (d->name.len)
+        memcpy(buf + off, d->name.ptr, d->name.len);
     off += d->name.len;
-    memcpy(buf + off, d->device_tag.ptr, d->device_tag.len);
+    if (d->device_tag.len)
+        memcpy(buf + off, d->device_tag.ptr, d->device_tag.len);
     off += d->device_tag.len;
-    return (ssize_t)off;
+    return off;
+}
+
+ssize_t tw__descriptor_encode(const struct tw_descriptor *d, uint8_t *buf, size_t cap)
+{
+    int rc = tw__descriptor_check(d);
+    if (rc < 0)
+        return rc;
+    if (tw__descriptor_encoded_len(d) > cap)
+        return -ENOBUFS;
+    return (ssize_t)tw__descriptor_put(buf, d);
 }

@@ -333,6 +333,10 @@ int tw__list_next(const struct tw_msg *msg, size_t *cursor,
 int tw__stats_next(const struct tw_msg *msg, size_t *cursor,
                   struct tw_bytes *key, uint64_t *value);
 /* Encoded size of one descriptor; to pack LIST_REPLY/STATS_REPLY bodies. */
+/* Writes a descriptor already validated (tw__descriptor_check) into buf,
+ * which must hold tw__descriptor_encoded_len(d) bytes; returns that length.
+ * The one place that knows the descriptor's byte layout. */
+size_t tw__descriptor_put(uint8_t *buf, const struct tw_descriptor *d);
 size_t tw__descriptor_encoded_len(const struct tw_descriptor *d);
 /* Appends one descriptor / stats pair at buf; returns bytes written,
  * -ENOBUFS, or the verdict of the descriptor / key rules (an invalid entry

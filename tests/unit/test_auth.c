@@ -15,6 +15,7 @@
 #include "common/token.h"
 #include "proto/auth.h"
 #include "tw_test.h"
+#include "tw_vectors.h"
 
 /* The vector's nonces, as docs/protocol.md §6.3 states them. */
 static uint8_t server_nonce[32], client_nonce[32];
@@ -27,49 +28,6 @@ static void fill_nonces(void)
     }
 }
 
-/* Reads tests/vectors/NAME.hex (comment lines start with '#', other lines
- * hex bytes and whitespace) into buf; returns the byte count. */
-static size_t load_vector(const char *name, uint8_t *buf, size_t cap)
-{
-    const char *root = getenv("TW_SOURCE_DIR");
-    char path[1024], line[1024];
-    size_t n = 0;
-    if (!root)
-        TW_SKIP("TW_SOURCE_DIR not set (run through ctest)");
-    snprintf(path, sizeof(path), "%s/tests/vectors/%s.hex", root, name);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        TW_FAIL("cannot open %s", path);
-    while (fgets(line, sizeof(line), f)) {
-        if (line[0] == '#')
-            continue;
-        int hi = -1;
-        for (const char *c = line; *c; c++) {
-            int v;
-            if (*c >= '0' && *c <= '9')
-                v = *c - '0';
-            else if (*c >= 'a' && *c <= 'f')
-                v = *c - 'a' + 10;
-            else if (*c >= 'A' && *c <= 'F')
-                v = *c - 'A' + 10;
-            else if (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r')
-                continue;
-            else
-                TW_FAIL("%s: bad character '%c'", path, *c);
-            if (hi < 0) {
-                hi = v;
-            } else {
-                TW_ASSERT(n < cap);
-                buf[n++] = (uint8_t)(hi << 4 | v);
-                hi = -1;
-            }
-        }
-        if (hi >= 0)
-            TW_FAIL("%s: odd number of hex digits on a line", path);
-    }
-    fclose(f);
-    return n;
-}
 
 static char tmp_path[] = "/tmp/tw-auth-XXXXXX";
 
@@ -87,8 +45,8 @@ static void test_golden_macs(void)
     uint8_t auth[128], auth_ok[128], mac[32];
     fill_nonces();
     /* AUTH: 24-byte header, client_nonce[32], mac[32]; AUTH_OK: header, mac. */
-    TW_ASSERT_EQ(load_vector("auth", auth, sizeof(auth)), 88);
-    TW_ASSERT_EQ(load_vector("auth_ok", auth_ok, sizeof(auth_ok)), 56);
+    TW_ASSERT_EQ(tw_load_vector("auth", auth, sizeof(auth)), 88);
+    TW_ASSERT_EQ(tw_load_vector("auth_ok", auth_ok, sizeof(auth_ok)), 56);
     TW_ASSERT_MEM_EQ(auth + 24, client_nonce, 32);
 
     TW_ASSERT_OK(tw__auth_mac((const uint8_t *)token, strlen(token), TW_AUTH_PROOF_CLIENT,
@@ -224,7 +182,7 @@ static void test_token_file_rules(void)
     write_file("correct horse battery staple\n", 29);
     TW_ASSERT_OK(tw__token_load_file(&tok, tmp_path, err, sizeof(err)));
     uint8_t auth[128], mac[32];
-    TW_ASSERT_EQ(load_vector("auth", auth, sizeof(auth)), 88);
+    TW_ASSERT_EQ(tw_load_vector("auth", auth, sizeof(auth)), 88);
     fill_nonces();
     TW_ASSERT_OK(
         tw__auth_mac(tok.bytes, tok.len, TW_AUTH_PROOF_CLIENT, server_nonce, client_nonce, mac));

@@ -12,56 +12,15 @@
 
 #include "proto_fixtures.h"
 #include "tw_test.h"
+#include "tw_vectors.h"
 
 static uint8_t file_buf[8192];
 
-static size_t load_vector(const char *name)
-{
-    const char *root = getenv("TW_SOURCE_DIR");
-    if (!root)
-        TW_SKIP("TW_SOURCE_DIR not set (run through ctest)");
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/tests/vectors/%s.hex", root, name);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        TW_FAIL("cannot open %s", path);
-    size_t n = 0;
-    char line[1024];
-    while (fgets(line, sizeof(line), f)) {
-        if (line[0] == '#')
-            continue;
-        int hi = -1;
-        for (char *c = line; *c; c++) {
-            int v;
-            if (*c >= '0' && *c <= '9')
-                v = *c - '0';
-            else if (*c >= 'a' && *c <= 'f')
-                v = *c - 'a' + 10;
-            else if (*c >= 'A' && *c <= 'F')
-                v = *c - 'A' + 10;
-            else if (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r')
-                continue;
-            else
-                TW_FAIL("%s: bad character '%c'", path, *c);
-            if (hi < 0) {
-                hi = v;
-            } else {
-                TW_ASSERT(n < sizeof(file_buf));
-                file_buf[n++] = (uint8_t)(hi << 4 | v);
-                hi = -1;
-            }
-        }
-        if (hi >= 0)
-            TW_FAIL("%s: odd number of hex digits on a line", path);
-    }
-    fclose(f);
-    return n;
-}
 
 static void check_vector(const char *name, const struct tw_msg *m)
 {
     fprintf(stderr, "  vector %s\n", name);
-    size_t n = load_vector(name);
+    size_t n = tw_load_vector(name, file_buf, sizeof(file_buf));
     uint8_t enc[8192];
     ssize_t e = tw__msg_encode(m, enc, sizeof(enc));
     if (e < 0)
@@ -233,7 +192,7 @@ static void every_tag_has_a_vector(void)
         "list",       "list_reply",    "stat",       "delete",     "ping",
         "pong",       "goodbye",       "stats",      "stats_reply"};
     for (uint32_t tag = 1; tag <= TW_TAG_MAX; tag++) {
-        size_t n = load_vector(names[tag - 1]);
+        size_t n = tw_load_vector(names[tag - 1], file_buf, sizeof(file_buf));
         struct tw_frame_header h;
         TW_ASSERT_OK(tw__frame_decode_header(file_buf, n, TW_MAX_MAX_FRAME, &h));
         TW_ASSERT_EQ(h.tag, tag);
