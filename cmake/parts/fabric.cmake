@@ -18,6 +18,9 @@ foreach(prov tcp shm)
   tw_add_test(test_fabric_fork_${prov} ${CMAKE_SOURCE_DIR}/tests/integration/test_fabric_fork.c
               TIMEOUT 120 LABELS fabric integration)
   target_compile_definitions(test_fabric_fork_${prov} PRIVATE TW_TEST_PROVIDER="${prov}")
+  tw_add_test(test_fabric_wedge_${prov} ${CMAKE_SOURCE_DIR}/tests/integration/test_fabric_wedge.c
+              TIMEOUT 60 LABELS ${_labels})
+  target_compile_definitions(test_fabric_wedge_${prov} PRIVATE TW_TEST_PROVIDER="${prov}")
 endforeach()
 
 # Benchmark (not a test): raw libfabric loop vs the engine.

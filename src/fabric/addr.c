@@ -68,9 +68,10 @@ int tw__fabric_host_id(uint8_t out[TW_HOST_ID_LEN])
 
 unsigned tw__fabric_local_addrs(const struct tw_fabric *fab, const struct tw_fabric_addr **addrs)
 {
-    /* fab->addrs is filled once when the rails open, in preference order. */
+    /* fab->addrs: the usable rails in preference order, rebuilt when a
+     * rail is replaced (wedge.c). */
     *addrs = fab->addrs;
-    return fab->nrails;
+    return fab->naddrs;
 }
 
 void tw__fabric_addr_view(const struct tw_fabric_addr *a, struct tw_fabric_entry *v)
@@ -80,16 +81,6 @@ void tw__fabric_addr_view(const struct tw_fabric_addr *a, struct tw_fabric_entry
     v->addr_format = a->addr_format;
     v->addr.ptr = a->addr;
     v->addr.len = a->addr_len;
-}
-
-static struct tw_fabric_rail *rail_by_name(struct tw_fabric *fab, const uint8_t *name, size_t len)
-{
-    for (unsigned i = 0; i < fab->nrails; i++) {
-        const char *p = fab->rails[i].addr.provider;
-        if (strlen(p) == len && memcmp(p, name, len) == 0)
-            return &fab->rails[i];
-    }
-    return NULL;
 }
 
 /* "fi_shm://tw_<pid>_<n>" (our own naming, rail.c) -> pid, else 0. */
@@ -127,8 +118,9 @@ int tw__fabric_peer_gone(struct tw_fabric_peer *p, uint64_t now)
     if (kill(p->pid, 0) < 0 && errno == ESRCH)
         return 1;
     /* A zombie (exited, not yet reaped by its parent) still exists for
-     * kill(): look at its state, at most once a millisecond. */
-    if (now - p->alive_checked_ns < 1000000ull)
+     * kill(): look at its state, at most once a millisecond (now == 0:
+     * look now). */
+    if (now && now - p->alive_checked_ns < 1000000ull)
         return 0;
     p->alive_checked_ns = now;
     p->stopped = 0;
@@ -145,11 +137,23 @@ int tw__fabric_peer_gone(struct tw_fabric_peer *p, uint64_t now)
     if (n <= 0)
         return 0;
     buf[n] = '\0';
-    /* "pid (comm) S ...": the state follows the last ')'. */
+    /* "pid (comm) S ppid pgrp session tty_nr tpgid flags ...": the state
+     * follows the last ')'. */
     const char *rp = strrchr(buf, ')');
     if (!rp || rp[1] != ' ')
         return 0;
     if (rp[2] == 'Z' || rp[2] == 'X')
+        return 1;
+    /* Killed but still tearing down its memory (state R or D for a few
+     * milliseconds): PF_EXITING (0x4) in flags. Posting now could catch it
+     * holding its region lock for good. */
+    const char *f = rp + 2;
+    for (int field = 0; field < 6 && f; field++) {
+        f = strchr(f, ' ');
+        if (f)
+            f++;
+    }
+    if (f && (strtoul(f, NULL, 10) & 0x4u))
         return 1;
     /* Stopped (SIGSTOP, debugger): it may hold its region lock; do not
      * post now and re-check next time (the deadline still runs). */
@@ -176,7 +180,11 @@ static int insert_locked(struct tw_fabric_rail *r, uint32_t addr_format, const v
     p->rail = r;
     p->refs = 1;
     p->pid = r->is_shm ? shm_peer_pid(p->addr, p->addr_len) : 0;
-    int ret = fi_av_insert(r->av, p->addr, 1, &p->fi_addr, 0, NULL);
+    int ret = tw__fabric_io_lock(r);
+    if (ret == 0) {
+        ret = fi_av_insert(r->av, p->addr, 1, &p->fi_addr, 0, NULL);
+        tw__fabric_io_unlock(r);
+    }
     if (ret != 1) {
         free(p);
         ret = ret < 0 ? ret : -EADDRNOTAVAIL;
@@ -192,7 +200,7 @@ int tw__fabric_peer_insert(struct tw_fabric *fab, const char *provider, uint32_t
                            const void *addr, size_t addr_len, struct tw_fabric_peer **peer)
 {
     pthread_mutex_lock(&fab->lock);
-    struct tw_fabric_rail *r = rail_by_name(fab, (const uint8_t *)provider, strlen(provider));
+    struct tw_fabric_rail *r = tw__fabric_rail_by_name(fab, (const uint8_t *)provider, strlen(provider));
     int ret = r ? insert_locked(r, addr_format, addr, addr_len, peer)
                 : tw__fabric_fail(fab, TW_ENOFABRIC, "no rail for provider \"%s\" (%s)",
                                   provider, fab->describe);
@@ -204,7 +212,7 @@ int tw__fabric_peer_insert_entry(struct tw_fabric *fab, const struct tw_fabric_e
                                  struct tw_fabric_peer **peer)
 {
     pthread_mutex_lock(&fab->lock);
-    struct tw_fabric_rail *r = rail_by_name(fab, e->provider.ptr, e->provider.len);
+    struct tw_fabric_rail *r = tw__fabric_rail_by_name(fab, e->provider.ptr, e->provider.len);
     int ret = r ? insert_locked(r, e->addr_format, e->addr.ptr, e->addr.len, peer)
                 : tw__fabric_fail(fab, TW_ENOFABRIC, "no rail for provider \"%.*s\" (%s)",
                                   (int)(e->provider.len > 64 ? 64 : e->provider.len),
@@ -229,12 +237,10 @@ int tw__fabric_accept_offer(struct tw_fabric *fab, const uint8_t peer_host_id[TW
     pthread_mutex_lock(&fab->lock);
     for (unsigned i = 0; i < count && i < TW_FABRIC_MAX_RAILS; i++) {
         const struct tw_fabric_entry *e = &entries[i];
-        struct tw_fabric_rail *r = rail_by_name(fab, e->provider.ptr, e->provider.len);
+        struct tw_fabric_rail *r = tw__fabric_rail_by_name(fab, e->provider.ptr, e->provider.len);
         const char *skip = NULL;
         if (!r)
-            skip = "not offered here";
-        else if (r->is_shm && r->stuck_ops)
-            skip = "endpoint blocked by an unanswered operation";
+            skip = "not offered here (or retired without replacement)";
         else if (r->is_shm && memcmp(peer_host_id, fab->host_id, TW_HOST_ID_LEN) != 0)
             skip = "other host";
         else if (e->addr_format != r->addr.addr_format)
@@ -264,6 +270,19 @@ int tw__fabric_accept_offer(struct tw_fabric *fab, const uint8_t peer_host_id[TW
     return ret;
 }
 
+int tw__fabric_peer_usable(struct tw_fabric_peer *peer, char *why, size_t whylen)
+{
+    struct tw_fabric *fab = peer->rail->fab;
+    pthread_mutex_lock(&fab->lock);
+    int usable = !peer->rail->retired && !peer->removed;
+    if (!usable && why && whylen)
+        snprintf(why, whylen, "%s rail %s: %s", peer->rail->addr.provider,
+                 peer->rail->wedged ? "wedged" : "retired",
+                 peer->removed ? "peer removed" : peer->rail->retire_why);
+    pthread_mutex_unlock(&fab->lock);
+    return usable;
+}
+
 const char *tw__fabric_peer_provider(const struct tw_fabric_peer *peer)
 {
     return peer->rail->addr.provider;
@@ -278,7 +297,23 @@ void tw__fabric_peer_put_locked(struct tw_fabric_peer *p)
 {
     if (--p->refs)
         return;
-    fi_av_remove(p->rail->av, &p->fi_addr, 1, 0);
+    struct tw_fabric_rail *r = p->rail;
+    if (r->is_shm && tw__fabric_peer_gone(p, 0)) {
+        /* A dead shm peer keeps its address slot. libfabric 1.17 shm does
+         * not reset its per-slot connection state on removal: a peer that
+         * died before answering our connection request leaves "name sent"
+         * set, and the next peer given that slot is never connected (every
+         * post: EAGAIN). Bounded: after TW_FABRIC_SHM_DEAD_SLOTS such slots
+         * the rail is retired and replaced. */
+        if (++r->dead_slots == TW_FABRIC_SHM_DEAD_SLOTS)
+            tw__fabric_rail_retire_locked(r->fab, r, "%u address slots held by dead peers",
+                                          r->dead_slots);
+    } else if (tw__fabric_io_lock(r) == 0) {
+        /* Not on a wedged rail (io_lock refuses): shm's removal unmaps the
+         * peer's region, in which the stuck thread may be spinning. */
+        fi_av_remove(r->av, &p->fi_addr, 1, 0);
+        tw__fabric_io_unlock(r);
+    }
     link_del(&p->node);
     free(p);
 }

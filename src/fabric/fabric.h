@@ -55,9 +55,31 @@
  * released with tw__fabric_mr_release(), whose callback runs once nothing
  * can touch it any more.
  *
- * Thread safety: every function may be called from any thread; one mutex per
- * plane serialises libfabric calls (domains are opened FI_THREAD_DOMAIN).
- * tw__fabric_close() must not race with any other call on the same plane.
+ * Thread safety: every function may be called from any thread. One mutex
+ * per plane protects its state; it is dropped around every libfabric call
+ * that moves data (posts, CQ reads, cancels), so a call that never returns
+ * cannot block the other threads (domains are opened FI_THREAD_SAFE).
+ * Posting happens only on the progressing thread (the mover), never in
+ * the caller of tw__fabric_xfer_submit(). tw__fabric_close() must not race
+ * with any other call on the same plane.
+ *
+ * Wedged and retired rails (libfabric 1.17 shm): shm posts by taking a spin
+ * lock that lives in the target's shared region, and progresses its own
+ * queue under a lock in its own region, so a peer process killed while
+ * holding one makes our fi_read/fi_write or fi_cq_read spin forever, and
+ * an operation a dead peer never answered blocks every later completion of
+ * that endpoint (responses are consumed in order). A threaded plane runs a
+ * watchdog: a libfabric call that has not returned after wedge_ns marks its
+ * rail *wedged*; the rail's transfers fail at once (-ECONNABORTED, with
+ * buffer_busy where operations were posted: their buffers are never handed
+ * back), the stuck mover thread is abandoned and a new one serves the other
+ * rails. A shm rail holding an operation whose transfer was abandoned is
+ * *retired* (no new peers or transfers; running ones continue). For both a
+ * replacement rail of the same provider opens in a new slot, so new peers
+ * (and RDMA_ENDPOINT offers) get a working endpoint;
+ * tw__fabric_peer_usable() tells the owner of an old peer to fall back to
+ * inline. A wedged rail is never closed and a plane with an abandoned
+ * thread is not freed at close (that thread may still return into it).
  *
  * Errors: 0 or a negative tensorwire code (include/tensorwire/error.h).
  * -errno values come straight from libfabric (FI_E* equal errno values).
@@ -73,7 +95,10 @@
 #include "proto/proto.h"
 #include "tensorwire/error.h"
 
-#define TW_FABRIC_MAX_RAILS 8u /* also the most RDMA_ENDPOINT entries */
+#define TW_FABRIC_MAX_RAILS 8u /* usable rails at once; also the most RDMA_ENDPOINT entries */
+/* Rail slots of a plane: the usable rails plus retired ones, which keep
+ * their slot until the plane closes (see "Wedged and retired rails"). */
+#define TW_FABRIC_MAX_SLOTS 32u
 #define TW_FABRIC_ERRMSG_LEN 512u
 
 /* Defaults from bench/bench_fabric.c --sweep (docs/performance.md): on
@@ -87,6 +112,12 @@
 /* How long a timed-out or cancelled transfer waits for its operations to
  * come back (cancelled or completed) before it completes with buffer_busy. */
 #define TW_FABRIC_DEFAULT_DRAIN_NS (200ull * 1000 * 1000)
+/* The longest a single libfabric call may take before its rail is declared
+ * wedged. Legitimate calls take microseconds to a few milliseconds (a CQ
+ * read that progresses a queue of 1 MiB copies); 1 s leaves ample room,
+ * also on a loaded host under sanitizers. A control call (registration,
+ * address vector) waits for a wedged rail's io mutex at most this long. */
+#define TW_FABRIC_DEFAULT_WEDGE_NS (1000ull * 1000 * 1000)
 
 struct tw_fabric;
 struct tw_fabric_peer;
@@ -107,7 +138,9 @@ struct tw_fabric_config {
     size_t chunk_size;   /* bytes per RMA operation; 0 = TW_FABRIC_DEFAULT_CHUNK */
     unsigned depth;      /* operations in flight per transfer; 0 = default */
     uint64_t drain_ns;   /* 0 = TW_FABRIC_DEFAULT_DRAIN_NS */
-    int threaded;        /* 1: start the data-mover thread (server, client) */
+    int threaded;        /* 1: start the data-mover thread and the watchdog */
+    uint64_t wedge_ns;   /* a libfabric call longer than this wedges its rail;
+                            0 = TW_FABRIC_DEFAULT_WEDGE_NS */
     int hmem;            /* 1: ask for FI_HMEM (device memory registration) */
 };
 
@@ -191,6 +224,11 @@ void tw__fabric_plane_host_id(const struct tw_fabric *fab, uint8_t out[TW_HOST_I
  * invalid after this call. NULL is ignored. */
 void tw__fabric_peer_remove(struct tw_fabric_peer *peer);
 
+/* Whether new transfers with this peer may use RDMA: 1, or 0 when its rail
+ * was retired or wedged (then why, if not NULL, says why; NUL-terminated).
+ * The peer's owner then moves its data inline. */
+int tw__fabric_peer_usable(struct tw_fabric_peer *peer, char *why, size_t whylen);
+
 /* The provider name of the rail a peer lives on ("tcp;ofi_rxm"). */
 const char *tw__fabric_peer_provider(const struct tw_fabric_peer *peer);
 
@@ -259,8 +297,12 @@ int tw__fabric_mr_register_rail(struct tw_fabric *fab, unsigned rail, void *addr
                                 unsigned access, enum tw_fabric_iface iface, int device,
                                 struct tw_fabric_mr **mr);
 
-/* The rail index (0-based, order of tw__fabric_local_addrs()) a peer
- * lives on. */
+/* Rail slots in use (usable and retired rails): valid rail indexes are
+ * 0 .. this - 1. */
+unsigned tw__fabric_rail_slots(struct tw_fabric *fab);
+
+/* The rail slot index a peer lives on (at open, slots follow the order of
+ * tw__fabric_local_addrs(); replacements take new slots). */
 unsigned tw__fabric_peer_rail(const struct tw_fabric_peer *peer);
 
 /* --- Transfers --------------------------------------------------------- */
@@ -338,11 +380,20 @@ struct tw_fabric_stats {
     uint64_t xfers_done, xfers_failed, bytes, ops_posted, ops_failed;
     unsigned xfers_active, mrs_open, peers;
     unsigned stuck_ops; /* ops of abandoned transfers the provider still holds */
+    unsigned rails_retired, rails_wedged, rails_reopened;
+    unsigned threads_abandoned; /* mover threads left inside a wedged call */
 };
 void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st);
 
 /* Test hook: while paused, the mover thread makes no progress (a stalled
  * peer). Only meaningful on threaded planes. */
 void tw__fabric_pause(struct tw_fabric *fab, int paused);
+
+/* Test hook: hook(arg, rail) runs on the progressing thread inside the
+ * watchdog's window of every libfabric call (lock dropped, call stamped),
+ * just before the call: a hook that blocks simulates a call that does not
+ * return. NULL removes it. */
+void tw__fabric_set_call_hook(struct tw_fabric *fab, void (*hook)(void *arg, unsigned rail),
+                              void *arg);
 
 #endif

@@ -7,6 +7,18 @@
  *   mr.c       memory registration and key revocation
  *   xfer.c     the RMA engine: chunking, completions, deadlines, draining
  *   mover.c    the data-mover thread, eventfd and completion queue
+ *   wedge.c    the watchdog: wedged libfabric calls, retiring and reopening
+ *              rails
+ *
+ * Locks: fab->lock protects tensorwire's state. Each rail's io mutex
+ * serialises every call into its domain (opened FI_THREAD_DOMAIN). Data
+ * calls that may not return (fi_read, fi_write, fi_cq_read, fi_cancel) run
+ * on the progressing thread between call_begin() and call_end() (xfer.c):
+ * fab->lock dropped, io held, the call stamped for the watchdog. Control
+ * calls (registration, address vector, fi_trywait) are made with fab->lock
+ * held and take io with tw__fabric_io_lock(), which gives up when the rail
+ * is wedged. So the order is fab->lock -> io for control calls, and a
+ * thread holding io never waits for fab->lock.
  */
 #ifndef TW_FABRIC_INT_H
 #define TW_FABRIC_INT_H
@@ -24,6 +36,12 @@
 #include "fabric/fabric.h"
 
 #define TW_FABRIC_API FI_VERSION(1, 17)
+/* shm: address slots of dead peers kept before the rail is replaced (of
+ * the 256 an endpoint has). */
+#define TW_FABRIC_SHM_DEAD_SLOTS 64u
+/* shm: how long posts to a peer may be refused with nothing in flight
+ * before the connection is taken as broken (xfer.c refused_too_long). */
+#define TW_FABRIC_SHM_REFUSED_NS (1000ull * 1000 * 1000)
 
 /* Intrusive doubly linked list. */
 struct tw_fabric_link {
@@ -66,6 +84,17 @@ struct tw_fabric_rail {
     uint64_t next_key;    /* next requested key when !FI_MR_PROV_KEY; never reused */
     size_t max_msg;       /* ep_attr->max_msg_size */
     int is_shm;
+    /* Retired: no new peers, no new transfers (a replacement rail of the
+     * same provider is opened in another slot); transfers already running
+     * continue. Wedged (implies retired): a libfabric call on this rail
+     * did not return within wedge_ns; nothing touches the rail's endpoint,
+     * CQ or address vector any more and it is never closed. */
+    int retired;
+    int wedged; /* read without fab->lock by io waiters: __atomic */
+    pthread_mutex_t io;
+    unsigned pref; /* preference position (order of the offer) */
+    unsigned dead_slots; /* shm: address slots kept for dead peers (addr.c) */
+    char retire_why[256];
     /* Operations of finished (abandoned) transfers the provider still
      * holds. shm (libfabric 1.17) answers RMA in order, so while one of
      * these is unanswered every later operation on this endpoint waits
@@ -129,6 +158,7 @@ struct tw_fabric_xfer {
     int stopping;        /* no more posts; drain then finish */
     int cancel_sent;
     uint64_t stop_ns;
+    uint64_t refused_since_ns; /* posts refused (EAGAIN) with nothing in flight since */
     int sync;            /* tw__fabric_xfer_run() waits for it */
     int finished;        /* completion produced */
     int popped;          /* completion consumed: free once drained */
@@ -140,9 +170,12 @@ struct tw_fabric_xfer {
 struct tw_fabric {
     pthread_mutex_t lock;
     pthread_cond_t done_cond; /* a sync transfer finished */
-    struct tw_fabric_rail rails[TW_FABRIC_MAX_RAILS];
+    /* Slots: rails[0 .. nrails-1]; retired rails keep their slot (peers and
+     * registrations point into the array) and replacements take new ones. */
+    struct tw_fabric_rail rails[TW_FABRIC_MAX_SLOTS];
     unsigned nrails;
-    struct tw_fabric_addr addrs[TW_FABRIC_MAX_RAILS]; /* copies of rails[i].addr */
+    struct tw_fabric_addr addrs[TW_FABRIC_MAX_RAILS]; /* usable rails, in preference order */
+    unsigned naddrs;
     size_t chunk;
     unsigned depth;
     uint64_t drain_ns;
@@ -161,11 +194,32 @@ struct tw_fabric {
     pthread_t mover;
     int stop;
     int paused;
+    /* progress_locked() runs on one thread at a time: the mover, or on an
+     * unthreaded plane the thread that set this. */
+    int progressing;
+    int mover_running;  /* the current generation's mover has not exited */
+    int mover_joinable; /* fab->mover may be joined (not detached) */
+
+    /* Watchdog (wedge.c). The stamp of the data call in progress (zero
+     * since: none) is read by the watchdog without fab->lock: __atomic. */
+    pthread_t watchdog;
+    pthread_mutex_t wd_lock; /* the watchdog's sleep; never held with fab->lock */
+    pthread_cond_t wd_cond;
+    int wd_running, wd_stop;
+    uint64_t wedge_ns;
+    unsigned gen;          /* mover generation: bumped when a mover is abandoned (__atomic) */
+    uint64_t call_since_ns; /* 0: no call in progress */
+    unsigned call_rail, call_gen;
+    unsigned abandoned;    /* mover threads stuck inside libfabric */
+    unsigned reopen;       /* bit per slot: open a replacement for it */
+    void (*call_hook)(void *arg, unsigned rail); /* tests: runs inside the call window */
+    void *call_hook_arg;
     int wake_fd;  /* eventfd: wakes the mover (submit, cancel, close) */
     int event_fd; /* eventfd: completions queued for the owner's loop */
 
     char errmsg[TW_FABRIC_ERRMSG_LEN];
     char describe[1024];
+    char open_failed[768]; /* providers that did not open, for describe */
 };
 
 /* errmsg helpers: write into fab->errmsg (and return code). */
@@ -173,13 +227,30 @@ int tw__fabric_fail(struct tw_fabric *fab, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* rail.c */
+/* Takes rail r's io mutex for a control call; the caller holds fab->lock.
+ * Returns 0, or -ECONNABORTED (nothing taken) when the rail is wedged:
+ * then skip the call (nobody progresses that endpoint any more). */
+int tw__fabric_io_lock(struct tw_fabric_rail *r);
+void tw__fabric_io_unlock(struct tw_fabric_rail *r);
 int tw__fabric_rails_open(struct tw_fabric *fab, const struct tw_fabric_config *cfg, char *err,
                           size_t errlen);
 void tw__fabric_rail_close(struct tw_fabric_rail *rail);
+/* Opens a rail like `old` (same provider and attributes) into *r, which
+ * is not yet part of the plane. Returns 0 or a negative code with why. */
+int tw__fabric_rail_reopen(const struct tw_fabric_rail *old, struct tw_fabric_rail *r, char *why,
+                           size_t whylen);
+/* Rebuilds fab->addrs and fab->describe from the usable rails. */
+void tw__fabric_rails_describe_locked(struct tw_fabric *fab);
+/* The usable (not retired) rail for a provider name, or NULL. */
+struct tw_fabric_rail *tw__fabric_rail_by_name(struct tw_fabric *fab, const uint8_t *name,
+                                               size_t len);
 
 /* addr.c */
 void tw__fabric_peer_put_locked(struct tw_fabric_peer *peer);
 void tw__fabric_peers_close_locked(struct tw_fabric *fab);
+/* Whether a shm peer's process is gone (exited, zombie or exiting; see
+ * addr.c). The /proc look is rate-limited to once a millisecond per peer
+ * unless now is 0. */
 int tw__fabric_peer_gone(struct tw_fabric_peer *peer, uint64_t now);
 
 /* mr.c */
@@ -196,6 +267,11 @@ void tw__fabric_mrs_close_locked(struct tw_fabric *fab);
 void tw__fabric_mrs_idle_run(struct tw_fabric *fab);
 
 /* xfer.c */
+/* Polls the usable rails and advances transfers; the lock is dropped
+ * around libfabric calls. Returns the number of completions processed, or
+ * -1 when the calling mover thread was abandoned by the watchdog while the
+ * lock was dropped (then the lock is NOT held on return and the thread must
+ * exit without touching the plane). */
 int tw__fabric_progress_locked(struct tw_fabric *fab);
 int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_xfer_desc *d,
                                   int sync, struct tw_fabric_xfer **out);
@@ -205,8 +281,22 @@ void tw__fabric_xfer_fail_peer_locked(struct tw_fabric *fab, struct tw_fabric_pe
 void tw__fabric_xfers_abort_locked(struct tw_fabric *fab);
 void tw__fabric_xfers_mark_unsafe_locked(struct tw_fabric *fab);
 int tw__fabric_busy_locked(const struct tw_fabric *fab);
+/* Ends every running transfer on rail r now, with status and why; their
+ * operations still in the provider count as stuck (buffer_busy). */
+void tw__fabric_xfers_fail_rail_locked(struct tw_fabric *fab, struct tw_fabric_rail *r, int status,
+                                       const char *why);
+
+/* wedge.c */
+int tw__fabric_watchdog_start(struct tw_fabric *fab);
+void tw__fabric_watchdog_stop(struct tw_fabric *fab);
+/* Retires rail r (see struct tw_fabric_rail) and asks the watchdog for a
+ * replacement. */
+void tw__fabric_rail_retire_locked(struct tw_fabric *fab, struct tw_fabric_rail *r,
+                                   const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* mover.c */
+/* Starts a mover thread for generation fab->gen (also used to replace an
+ * abandoned one). */
 int tw__fabric_mover_start(struct tw_fabric *fab);
 void tw__fabric_mover_stop(struct tw_fabric *fab);
 void tw__fabric_mover_wake(struct tw_fabric *fab);

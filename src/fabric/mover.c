@@ -16,8 +16,14 @@
  * CQ wait fds, 20 ms at most, or naps NAP_NS where a rail has no wait fd
  * (shm), and once nothing is left it sleeps on wake_fd only.
  *
- * Lock: fab->lock is held while calling into libfabric and dropped around
- * ppoll(); submitters take it briefly, so they never wait for a sleep.
+ * Lock: fab->lock is held while looking at the plane's state and dropped
+ * around every libfabric call (xfer.c) and around ppoll(); submitters take
+ * it briefly, so they never wait for a sleep or a call that hangs.
+ *
+ * Generations: when the watchdog (wedge.c) finds this thread stuck inside
+ * a libfabric call, it detaches the thread, bumps fab->gen and starts a
+ * new mover; the old one, should its call ever return, sees the new
+ * generation and exits without touching the plane.
  */
 #include <errno.h>
 #include <poll.h>
@@ -67,14 +73,20 @@ static int try_wait_locked(struct tw_fabric *fab, struct pollfd *pfd, nfds_t *n,
 {
     *sleep_ns = link_empty(&fab->active) && link_empty(&fab->zombies) ? IDLE_SLEEP_NS
                                                                        : ACTIVE_SLEEP_NS;
-    for (unsigned i = 0; i < fab->nrails; i++) {
+    for (unsigned i = 0; i < fab->nrails && *n < 1 + TW_FABRIC_MAX_RAILS; i++) {
         struct tw_fabric_rail *r = &fab->rails[i];
+        if (r->wedged)
+            continue;
         if (r->wait_fd < 0) {
             *sleep_ns = NAP_NS;
             continue;
         }
         struct fid *f = &r->cq->fid;
-        if (fi_trywait(r->fabric, &f, 1) != 0)
+        if (tw__fabric_io_lock(r))
+            continue;
+        int busy = fi_trywait(r->fabric, &f, 1) != 0;
+        tw__fabric_io_unlock(r);
+        if (busy)
             return 0;
         pfd[*n].fd = r->wait_fd;
         pfd[*n].events = POLLIN;
@@ -101,7 +113,8 @@ static void *mover_main(void *arg)
     struct tw_fabric *fab = arg;
     unsigned idle = 0;
     pthread_mutex_lock(&fab->lock);
-    while (!fab->stop) {
+    const unsigned gen = fab->gen;
+    while (!fab->stop && gen == fab->gen) {
         struct pollfd pfd[1 + TW_FABRIC_MAX_RAILS];
         nfds_t n = 1;
         pfd[0].fd = fab->wake_fd;
@@ -115,7 +128,10 @@ static void *mover_main(void *arg)
             idle = 0;
             continue;
         }
-        if (tw__fabric_progress_locked(fab) > 0) {
+        int got = tw__fabric_progress_locked(fab);
+        if (got < 0)
+            return NULL; /* abandoned by the watchdog; lock not held */
+        if (got > 0) {
             idle = 0;
         } else if (++idle >= SPIN_POLLS && must_spin_locked(fab)) {
             /* Live work: stay runnable, but let other threads run first. */
@@ -143,6 +159,10 @@ static void *mover_main(void *arg)
         pthread_mutex_unlock(&fab->lock);
         pthread_mutex_lock(&fab->lock);
     }
+    if (gen == fab->gen) {
+        fab->mover_running = 0;
+        pthread_cond_broadcast(&fab->done_cond);
+    }
     pthread_mutex_unlock(&fab->lock);
     return NULL;
 }
@@ -150,11 +170,13 @@ static void *mover_main(void *arg)
 int tw__fabric_mover_start(struct tw_fabric *fab)
 {
     fab->threaded = 1;
+    fab->mover_running = 1;
     int ret = pthread_create(&fab->mover, NULL, mover_main, fab);
     if (ret) {
-        fab->threaded = 0;
+        fab->mover_running = 0;
         return -ret;
     }
+    fab->mover_joinable = 1;
     return 0;
 }
 
@@ -166,6 +188,15 @@ void tw__fabric_mover_stop(struct tw_fabric *fab)
     fab->stop = 1;
     pthread_mutex_unlock(&fab->lock);
     signal_fd(fab->wake_fd);
-    pthread_join(fab->mover, NULL);
+    /* The watchdog still runs: a mover stuck in a call is abandoned and
+     * replaced by one that sees stop and leaves, so this wait ends. */
+    pthread_mutex_lock(&fab->lock);
+    while (fab->mover_running)
+        pthread_cond_wait(&fab->done_cond, &fab->lock);
+    pthread_t t = fab->mover;
+    int joinable = fab->mover_joinable;
+    pthread_mutex_unlock(&fab->lock);
+    if (joinable)
+        pthread_join(t, NULL);
     fab->threaded = 0;
 }

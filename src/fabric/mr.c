@@ -54,9 +54,9 @@ int tw__fabric_mr_register_rail(struct tw_fabric *fab, unsigned rail, void *addr
                                 unsigned access, enum tw_fabric_iface iface, int device,
                                 struct tw_fabric_mr **out)
 {
-    if (rail >= fab->nrails)
-        return tw__fabric_fail(fab, TW_EINVAL, "rail %u out of range (%u rails)", rail,
-                               fab->nrails);
+    unsigned slots = tw__fabric_rail_slots(fab);
+    if (rail >= slots)
+        return tw__fabric_fail(fab, TW_EINVAL, "rail %u out of range (%u rails)", rail, slots);
     return tw__fabric_mr_register_on(&fab->rails[rail], addr, len, access, iface, device, out);
 }
 
@@ -75,6 +75,14 @@ int tw__fabric_mr_register_on(struct tw_fabric_rail *r, void *addr, size_t len, 
                                "device memory registration needs a plane opened with hmem");
     if (len && !addr)
         return tw__fabric_fail(fab, TW_EINVAL, "registration of %zu bytes at NULL", len);
+
+    pthread_mutex_lock(&fab->lock);
+    int retired = r->retired;
+    pthread_mutex_unlock(&fab->lock);
+    if (retired)
+        return tw__fabric_fail(fab, -ECONNABORTED, "%s rail %s: %s", r->addr.provider,
+                               __atomic_load_n(&r->wedged, __ATOMIC_ACQUIRE) ? "wedged" : "retired",
+                               r->retire_why);
 
     struct tw_fabric_mr *m = calloc(1, sizeof(*m));
     if (!m)
@@ -103,8 +111,14 @@ int tw__fabric_mr_register_on(struct tw_fabric_rail *r, void *addr, size_t len, 
         };
         if (iface == TW_FABRIC_CUDA)
             attr.device.cuda = device;
+        ret = tw__fabric_io_lock(r);
+        if (ret) {
+            tw__fabric_fail(fab, ret, "%s rail wedged: %s", r->addr.provider, r->retire_why);
+            goto out_free_mr;
+        }
         ret = fi_mr_regattr(r->domain, &attr, 0, &m->mr);
         if (ret) {
+            tw__fabric_io_unlock(r);
             tw__fabric_fail(fab, ret, "%s: fi_mr_regattr(%zu bytes, access 0x%x): %s",
                             r->addr.provider, len, access, fi_strerror(-ret));
             goto out_free_mr;
@@ -130,6 +144,7 @@ int tw__fabric_mr_register_on(struct tw_fabric_rail *r, void *addr, size_t len, 
             goto out_close_mr;
         }
         m->desc = fi_mr_desc(m->mr);
+        tw__fabric_io_unlock(r);
     }
     if (access & ACCESS_REMOTE)
         fab->remote_mrs++;
@@ -144,6 +159,7 @@ int tw__fabric_mr_register_on(struct tw_fabric_rail *r, void *addr, size_t len, 
 
 out_close_mr:
     fi_close(&m->mr->fid);
+    tw__fabric_io_unlock(r);
 out_free_mr:
     pthread_mutex_unlock(&fab->lock);
     free(m);
@@ -189,8 +205,13 @@ void tw__fabric_mr_put_locked(struct tw_fabric_mr *m)
 {
     if (--m->refs)
         return;
-    if (m->mr)
+    /* On a wedged rail the close is skipped: nobody progresses that
+     * endpoint any more, so no peer can use the key (tcp, shm: the target
+     * side moves the bytes in its progress). */
+    if (m->mr && tw__fabric_io_lock(m->rail) == 0) {
         fi_close(&m->mr->fid);
+        tw__fabric_io_unlock(m->rail);
+    }
     if ((m->access & ACCESS_REMOTE) && !m->quiet) {
         /* Keep serving the target side a while: a peer's request that
          * raced with the revocation gets its error answer instead of

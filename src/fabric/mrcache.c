@@ -53,7 +53,7 @@ struct tw_fabric_mrcache {
     unsigned nrails;
     pthread_mutex_t create_lock; /* creating a rail's cache */
     pthread_mutex_t busy_lock;   /* leaf: mrc_reg.busy lists */
-    struct mrc_rail rails[TW_FABRIC_MAX_RAILS];
+    struct mrc_rail rails[TW_FABRIC_MAX_SLOTS];
     _Atomic uint64_t direct, busy_releases;
 };
 
@@ -148,11 +148,12 @@ int tw__fabric_mrcache_create(struct tw_fabric *fab, const struct tw_regcache_co
     mc->fab = fab;
     if (cfg)
         mc->cfg = *cfg;
-    const struct tw_fabric_addr *addrs;
-    mc->nrails = tw__fabric_local_addrs(fab, &addrs);
+    /* Every slot: a replacement rail (fabric.h, "Wedged and retired rails")
+     * gets its cache when first used. */
+    mc->nrails = TW_FABRIC_MAX_SLOTS;
     pthread_mutex_init(&mc->create_lock, NULL);
     pthread_mutex_init(&mc->busy_lock, NULL);
-    for (unsigned i = 0; i < TW_FABRIC_MAX_RAILS; i++) {
+    for (unsigned i = 0; i < TW_FABRIC_MAX_SLOTS; i++) {
         mc->rails[i].mc = mc;
         mc->rails[i].index = i;
         atomic_init(&mc->rails[i].rc, NULL);
@@ -252,8 +253,9 @@ int tw__fabric_mrcache_acquire(struct tw_fabric_mrcache *mc, unsigned rail, cons
                                size_t len, unsigned access, enum tw_memkind hint,
                                struct tw_fabric_mrc **out, char *err, size_t errlen)
 {
-    if (rail >= mc->nrails) {
-        seterr(err, errlen, "rail %u out of range (%u rails)", rail, mc->nrails);
+    unsigned slots = tw__fabric_rail_slots(mc->fab);
+    if (rail >= slots) {
+        seterr(err, errlen, "rail %u out of range (%u rails)", rail, slots);
         return TW_EINVAL;
     }
     if (access == 0 || (access & ~ACCESS_KNOWN)) {
@@ -410,10 +412,10 @@ static void add_stats(struct tw_regcache_stats *t, const struct tw_regcache_stat
 void tw__fabric_mrcache_stats(struct tw_fabric_mrcache *mc, struct tw_fabric_mrcache_stats *out)
 {
     memset(out, 0, sizeof(*out));
-    out->nrails = mc->nrails;
     for (unsigned i = 0; i < mc->nrails; i++) {
         struct tw_regcache *rc = atomic_load_explicit(&mc->rails[i].rc, memory_order_acquire);
         if (rc) {
+            out->nrails = i + 1;
             tw__regcache_stats(rc, &out->rail[i]);
             add_stats(&out->total, &out->rail[i]);
         }

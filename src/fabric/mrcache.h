@@ -151,8 +151,8 @@ void *tw__fabric_mrc_desc(const struct tw_fabric_mrc *h);
 int tw__fabric_mrc_cached(const struct tw_fabric_mrc *h);
 
 struct tw_fabric_mrcache_stats {
-    unsigned nrails;                                    /* rails of the plane */
-    struct tw_regcache_stats rail[TW_FABRIC_MAX_RAILS]; /* zero until created */
+    unsigned nrails; /* 1 + the last rail slot with a cache (0: none yet) */
+    struct tw_regcache_stats rail[TW_FABRIC_MAX_SLOTS]; /* zero until created */
     struct tw_regcache_stats total;                     /* sum over rails */
     uint64_t direct;        /* uncached registrations: REMOTE_WRITE, 0 bytes */
     uint64_t busy_releases; /* tw__fabric_mrcache_release_busy() calls */

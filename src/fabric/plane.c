@@ -47,6 +47,7 @@ int tw__fabric_open(const struct tw_fabric_config *cfg, struct tw_fabric **out, 
     fab->chunk = cfg->chunk_size ? cfg->chunk_size : TW_FABRIC_DEFAULT_CHUNK;
     fab->depth = cfg->depth ? cfg->depth : TW_FABRIC_DEFAULT_DEPTH;
     fab->drain_ns = cfg->drain_ns ? cfg->drain_ns : TW_FABRIC_DEFAULT_DRAIN_NS;
+    fab->wedge_ns = cfg->wedge_ns ? cfg->wedge_ns : TW_FABRIC_DEFAULT_WEDGE_NS;
     fab->hmem = cfg->hmem;
     fab->wake_fd = fab->event_fd = -1;
     link_init(&fab->peers);
@@ -55,7 +56,7 @@ int tw__fabric_open(const struct tw_fabric_config *cfg, struct tw_fabric **out, 
     link_init(&fab->done);
     link_init(&fab->zombies);
     link_init(&fab->idle_mrs);
-    for (unsigned i = 0; i < TW_FABRIC_MAX_RAILS; i++)
+    for (unsigned i = 0; i < TW_FABRIC_MAX_SLOTS; i++)
         fab->rails[i].wait_fd = -1;
 
     ret = tw__fabric_host_id(fab->host_id);
@@ -95,15 +96,23 @@ int tw__fabric_open(const struct tw_fabric_config *cfg, struct tw_fabric **out, 
         goto out_close_wake_fd;
 
     if (cfg->threaded) {
+        ret = tw__fabric_watchdog_start(fab);
+        if (ret) {
+            snprintf(err, errlen, "watchdog thread: %s", strerror(-ret));
+            goto out_close_rails;
+        }
         ret = tw__fabric_mover_start(fab);
         if (ret) {
+            fab->threaded = 0;
             snprintf(err, errlen, "data mover thread: %s", strerror(-ret));
-            goto out_close_rails;
+            goto out_stop_watchdog;
         }
     }
     *out = fab;
     return 0;
 
+out_stop_watchdog:
+    tw__fabric_watchdog_stop(fab);
 out_close_rails:
     for (unsigned i = 0; i < fab->nrails; i++)
         tw__fabric_rail_close(&fab->rails[i]);
@@ -124,9 +133,18 @@ void tw__fabric_close(struct tw_fabric *fab)
 {
     if (!fab)
         return;
+    /* The mover first, while the watchdog can still free it from a wedged
+     * call; then the watchdog. */
     tw__fabric_mover_stop(fab);
+    tw__fabric_watchdog_stop(fab);
     pthread_mutex_lock(&fab->lock);
     fab->closing = 1;
+    if (!fab->abandoned) {
+        /* Every thread that was inside a wedged call came back: those
+         * rails close like the others (registrations, addresses, rail). */
+        for (unsigned i = 0; i < fab->nrails; i++)
+            __atomic_store_n(&fab->rails[i].wedged, 0, __ATOMIC_RELEASE);
+    }
     /* Transfers first (they reference peers and registrations), then
      * registrations (keys revoked), then peers; rails last. */
     tw__fabric_xfers_abort_locked(fab);
@@ -151,9 +169,26 @@ void tw__fabric_close(struct tw_fabric *fab)
     }
     close(fab->wake_fd);
     close(fab->event_fd);
+    pthread_mutex_lock(&fab->lock);
+    unsigned abandoned = fab->abandoned;
+    pthread_mutex_unlock(&fab->lock);
+    if (abandoned) {
+        /* A thread is still inside a libfabric call on a wedged rail and
+         * would retake fab->lock if that call ever returned: the plane
+         * object (a few KiB) stays allocated for it. */
+        return;
+    }
     pthread_cond_destroy(&fab->done_cond);
     pthread_mutex_destroy(&fab->lock);
     free(fab);
+}
+
+unsigned tw__fabric_rail_slots(struct tw_fabric *fab)
+{
+    pthread_mutex_lock(&fab->lock);
+    unsigned n = fab->nrails;
+    pthread_mutex_unlock(&fab->lock);
+    return n;
 }
 
 const char *tw__fabric_errmsg(const struct tw_fabric *fab)

@@ -8,12 +8,14 @@
  * one the provider keeps), except FI_MR_RAW: RDMA_REGISTER carries a u64 key,
  * so a provider whose keys are longer than 8 bytes cannot be used and is
  * rejected with that reason. FI_THREAD_DOMAIN is the least we can ask for:
- * the plane's mutex serialises every call into a domain.
+ * each rail's io mutex serialises every call into its domain
+ * (fabric_int.h).
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fabric/fabric_int.h"
@@ -119,6 +121,28 @@ static int select_info(const char *want, const char *node, int hmem, struct fi_i
     return TW_ENOFABRIC;
 }
 
+int tw__fabric_io_lock(struct tw_fabric_rail *r)
+{
+    for (;;) {
+        if (__atomic_load_n(&r->wedged, __ATOMIC_ACQUIRE))
+            return -ECONNABORTED;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        if (pthread_mutex_timedlock(&r->io, &ts) == 0)
+            return 0;
+    }
+}
+
+void tw__fabric_io_unlock(struct tw_fabric_rail *r)
+{
+    pthread_mutex_unlock(&r->io);
+}
+
 static int open_rail(struct tw_fabric_rail *r, struct fi_info *info, char *why, size_t whylen)
 {
     const char *step;
@@ -210,7 +234,7 @@ static int open_rail(struct tw_fabric_rail *r, struct fi_info *info, char *why, 
     r->addr.addr_len = (uint16_t)alen;
     r->addr.addr_format = info->addr_format;
     snprintf(r->addr.provider, sizeof(r->addr.provider), "%s", info->fabric_attr->prov_name);
-    return 0;
+    return 0; /* the caller initialises r->io where the rail will live */
 
 out_close_ep:
     fi_close(&r->ep->fid);
@@ -234,7 +258,14 @@ void tw__fabric_rail_close(struct tw_fabric_rail *r)
 {
     if (!r->info)
         return;
+    if (r->wedged) {
+        /* A thread may still be inside a call on this endpoint (closing it
+         * would wait for that thread, forever): leave it open. Once every
+         * abandoned thread came back, tw__fabric_close() clears wedged. */
+        return;
+    }
     /* Order: endpoint before the objects bound to it, domain last. */
+    pthread_mutex_destroy(&r->io);
     fi_close(&r->ep->fid);
     fi_close(&r->av->fid);
     fi_close(&r->cq->fid);
@@ -243,6 +274,62 @@ void tw__fabric_rail_close(struct tw_fabric_rail *r)
     fi_freeinfo(r->info);
     memset(r, 0, sizeof(*r));
     r->wait_fd = -1;
+}
+
+int tw__fabric_rail_reopen(const struct tw_fabric_rail *old, struct tw_fabric_rail *r, char *why,
+                           size_t whylen)
+{
+    memset(r, 0, sizeof(*r));
+    r->wait_fd = -1;
+    struct fi_info *info = fi_dupinfo(old->info);
+    if (!info) {
+        snprintf(why, whylen, "out of memory");
+        return -ENOMEM;
+    }
+    int ret = open_rail(r, info, why, whylen);
+    if (ret == 0) {
+        r->fab = old->fab;
+        r->pref = old->pref;
+    }
+    return ret;
+}
+
+struct tw_fabric_rail *tw__fabric_rail_by_name(struct tw_fabric *fab, const uint8_t *name,
+                                               size_t len)
+{
+    for (unsigned i = 0; i < fab->nrails; i++) {
+        const struct tw_fabric_rail *r = &fab->rails[i];
+        const char *p = r->addr.provider;
+        if (!r->retired && strlen(p) == len && memcmp(p, name, len) == 0)
+            return &fab->rails[i];
+    }
+    return NULL;
+}
+
+void tw__fabric_rails_describe_locked(struct tw_fabric *fab)
+{
+    /* Usable rails in preference order (a replacement takes the place of
+     * the rail it replaces). */
+    fab->naddrs = 0;
+    for (unsigned pref = 0; pref < TW_FABRIC_MAX_SLOTS; pref++)
+        for (unsigned k = 0; k < fab->nrails && fab->naddrs < TW_FABRIC_MAX_RAILS; k++)
+            if (!fab->rails[k].retired && fab->rails[k].pref == pref)
+                fab->addrs[fab->naddrs++] = fab->rails[k].addr;
+    snprintf(fab->describe, sizeof(fab->describe), "rails:");
+    for (unsigned k = 0; k < fab->naddrs; k++)
+        append(fab->describe, sizeof(fab->describe), "%s%s", k ? ", " : " ",
+               fab->addrs[k].provider);
+    if (fab->naddrs == 0)
+        append(fab->describe, sizeof(fab->describe), " none");
+    if (fab->open_failed[0])
+        append(fab->describe, sizeof(fab->describe), "; failed: %s", fab->open_failed);
+    unsigned retired = 0, wedged = 0;
+    for (unsigned k = 0; k < fab->nrails; k++) {
+        retired += fab->rails[k].retired && !fab->rails[k].wedged;
+        wedged += fab->rails[k].wedged;
+    }
+    if (retired || wedged)
+        append(fab->describe, sizeof(fab->describe), "; %u retired, %u wedged", retired, wedged);
 }
 
 /* Names libfabric could offer for RDM + RMA, for the "unknown provider"
@@ -325,8 +412,9 @@ int tw__fabric_rails_open(struct tw_fabric *fab, const struct tw_fabric_config *
             struct tw_fabric_rail *r = &fab->rails[fab->nrails];
             ret = open_rail(r, info, why, sizeof(why));
             if (ret == 0) {
+                pthread_mutex_init(&r->io, NULL);
                 r->fab = fab;
-                fab->addrs[fab->nrails] = r->addr;
+                r->pref = fab->nrails;
                 fab->nrails++;
                 continue;
             }
@@ -335,14 +423,8 @@ int tw__fabric_rails_open(struct tw_fabric *fab, const struct tw_fabric_config *
         append(failed, sizeof(failed), "%s%s (%s)", failed[0] ? "; " : "", names[i], why);
     }
 
-    snprintf(fab->describe, sizeof(fab->describe), "rails:");
-    for (unsigned k = 0; k < fab->nrails; k++)
-        append(fab->describe, sizeof(fab->describe), "%s%s", k ? ", " : " ",
-               fab->rails[k].addr.provider);
-    if (fab->nrails == 0)
-        append(fab->describe, sizeof(fab->describe), " none");
-    if (failed[0])
-        append(fab->describe, sizeof(fab->describe), "; failed: %s", failed);
+    snprintf(fab->open_failed, sizeof(fab->open_failed), "%s", failed);
+    tw__fabric_rails_describe_locked(fab);
 
     if (fab->nrails == 0) {
         snprintf(err, errlen, "no usable RDMA provider: %s", failed);

@@ -13,6 +13,15 @@
  * are parked on fab->zombies until the ops drain (the late answer of a peer
  * that resumed does land in the buffer: tested) or the plane closes.
  *
+ * Locking: a transfer's state changes under fab->lock; every data call
+ * runs between call_begin() and call_end() with fab->lock dropped and the
+ * rail's io mutex held, stamped for the watchdog (wedge.c). Only the progressing thread posts, reads
+ * completions and cancels, so an op slot reserved before a post cannot
+ * complete or be reused while the lock is dropped; other threads only set
+ * flags (stop) or append to fab->active while it is. If the watchdog gave
+ * up on this thread meanwhile (generation changed), call_end() says so and
+ * the thread leaves without touching anything.
+ *
  * We tried removing and re-inserting the peer's address to flush such ops:
  * on tcp;ofi_rxm (1.17) it flushed nothing and made the next ~100 ms of
  * transfers to that peer fail with ENOTCONN, so the engine does not do it.
@@ -64,6 +73,43 @@ static void stop(struct tw_fabric_xfer *x, int status, const char *fmt, ...)
         vsnprintf(x->msg, sizeof(x->msg), fmt, ap);
         va_end(ap);
     }
+}
+
+/* Opens the window of one data call on rail r: stamps it for the watchdog,
+ * drops fab->lock and takes the rail's io mutex. Returns the generation
+ * for call_end(). */
+static unsigned call_begin(struct tw_fabric *fab, struct tw_fabric_rail *r)
+{
+    unsigned gen = fab->gen;
+    unsigned rail = (unsigned)(r - fab->rails);
+    void (*hook)(void *, unsigned) = fab->call_hook;
+    void *arg = fab->call_hook_arg;
+    __atomic_store_n(&fab->call_rail, rail, __ATOMIC_RELAXED);
+    __atomic_store_n(&fab->call_gen, gen, __ATOMIC_RELAXED);
+    __atomic_store_n(&fab->call_since_ns, tw__fabric_now_ns(), __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&fab->lock);
+    pthread_mutex_lock(&r->io);
+    if (hook)
+        hook(arg, rail);
+    return gen;
+}
+
+/* Closes it: releases io, retakes fab->lock, clears the stamp. Returns 0,
+ * or -1 when this thread was abandoned meanwhile; then fab->lock is
+ * released again and the caller must return at once. */
+static int call_end(struct tw_fabric *fab, struct tw_fabric_rail *r, unsigned gen)
+{
+    pthread_mutex_unlock(&r->io);
+    pthread_mutex_lock(&fab->lock);
+    if (gen != fab->gen) {
+        /* The call came back after all; the plane may be freed once no
+         * abandoned thread can return into it any more. */
+        fab->abandoned--;
+        pthread_mutex_unlock(&fab->lock);
+        return -1;
+    }
+    __atomic_store_n(&fab->call_since_ns, 0, __ATOMIC_RELEASE);
+    return 0;
 }
 
 static void append_msg(struct tw_fabric_xfer *x, const char *s)
@@ -143,39 +189,80 @@ static void op_done(struct tw_fabric_rma *op, int err, const char *msg)
         settle(x);
 }
 
-static void cancel_ops(struct tw_fabric_xfer *x)
+static int cancel_ops(struct tw_fabric_xfer *x)
 {
+    struct tw_fabric *fab = x->fab;
     struct tw_fabric_rail *r = x->d.peer->rail;
+    x->cancel_sent = 1;
+    /* Only this thread changes op slots: the busy flags stay put while the
+     * lock is dropped. */
+    unsigned gen = call_begin(fab, r);
     for (unsigned i = 0; i < x->depth; i++)
         if (x->ops[i].busy)
             fi_cancel(&r->ep->fid, &x->ops[i].ctx);
-    x->cancel_sent = 1;
+    return call_end(fab, r, gen);
 }
 
-static void advance(struct tw_fabric_xfer *x, uint64_t now)
+/* After drain_ns a stopped transfer gives up on operations the provider
+ * still holds. On shm that blocks the whole endpoint (responses are
+ * consumed in order), so the rail is retired and replaced. */
+static void abandon_ops(struct tw_fabric_xfer *x)
+{
+    struct tw_fabric_rail *r = x->d.peer->rail;
+    char note[96];
+    snprintf(note, sizeof(note), "; %u operations not cancellable, left to drain", x->inflight);
+    append_msg(x, note);
+    r->stuck_ops += x->inflight;
+    if (r->is_shm)
+        tw__fabric_rail_retire_locked(x->fab, r,
+                                      "%u operations to peer %s%d were never answered; shm "
+                                      "consumes answers in order, so every later one would wait",
+                                      x->inflight, x->d.peer->pid ? "process " : "",
+                                      x->d.peer->pid);
+    finish(x);
+}
+
+/* shm 1.17 keeps per-slot connection state in its address vector: a peer
+ * given the slot of one that went away before answering our connection
+ * request is never connected, and every post to it returns EAGAIN (addr.c
+ * keeps dead peers' slots for that reason; this catches the rest). Posts
+ * refused for TW_FABRIC_SHM_REFUSED_NS with nothing of ours in flight end
+ * the transfer and retire the rail. Returns 1 if it did. */
+static int refused_too_long(struct tw_fabric_xfer *x, uint64_t now)
+{
+    if (!x->refused_since_ns) {
+        x->refused_since_ns = now;
+        return 0;
+    }
+    if (now - x->refused_since_ns < TW_FABRIC_SHM_REFUSED_NS)
+        return 0;
+    struct tw_fabric_rail *r = x->d.peer->rail;
+    stop(x, -ECONNREFUSED,
+         "shm posts to this peer refused for %llu ms with nothing in flight (stale "
+         "connection state in the provider)",
+         (unsigned long long)((now - x->refused_since_ns) / 1000000));
+    tw__fabric_rail_retire_locked(x->fab, r, "posts to a peer were refused for good");
+    return 1;
+}
+
+/* Returns 0, or -1 when this thread was abandoned (lock not held). */
+static int advance(struct tw_fabric_xfer *x, uint64_t now)
 {
     struct tw_fabric *fab = x->fab;
     if (!x->stopping && x->d.deadline_ns && now >= x->d.deadline_ns) {
         stop(x, TW_ETIMEDOUT, "deadline passed: %llu of %llu bytes moved, %u operations outstanding",
              (unsigned long long)x->bytes_done, (unsigned long long)x->d.length, x->inflight);
         if (x->d.peer->rail->is_shm && x->d.peer->rail->stuck_ops)
-            append_msg(x, "; an earlier unanswered shm operation blocks this endpoint "
-                          "(if its peer died, reopen the data plane)");
+            append_msg(x, "; an earlier unanswered shm operation blocks this endpoint");
     }
     if (x->stopping) {
-        if (x->inflight == 0) {
+        if (x->inflight == 0)
             finish(x);
-        } else if (!x->cancel_sent) {
-            cancel_ops(x);
-        } else if (now - x->stop_ns >= fab->drain_ns) {
-            char note[96];
-            snprintf(note, sizeof(note), "; %u operations not cancellable, left to drain",
-                     x->inflight);
-            append_msg(x, note);
-            x->d.peer->rail->stuck_ops += x->inflight;
-            finish(x);
-        }
-        return;
+        else if (!x->cancel_sent)
+            return cancel_ops(x);
+        else if (now - x->stop_ns >= fab->drain_ns)
+            abandon_ops(x);
+        return 0;
     }
 
     struct tw_fabric_peer *p = x->d.peer;
@@ -185,87 +272,117 @@ static void advance(struct tw_fabric_xfer *x, uint64_t now)
         if (tw__fabric_peer_gone(p, now)) {
             stop(x, -ECONNRESET, "shm peer process %d has exited: %llu of %llu bytes moved",
                  p->pid, (unsigned long long)x->bytes_done, (unsigned long long)x->d.length);
-            return;
+            return 0;
         }
         if (p->stopped)
-            return; /* re-checked within a millisecond; the deadline runs on */
+            return 0; /* re-checked within a millisecond; the deadline runs on */
     }
-    for (unsigned i = 0; i < x->depth && x->next_off < x->d.length; i++) {
+    for (unsigned i = 0; i < x->depth && x->next_off < x->d.length && !x->stopping; i++) {
         struct tw_fabric_rma *op = &x->ops[i];
         if (op->busy)
             continue;
-        uint64_t len = x->d.length - x->next_off;
+        uint64_t off = x->next_off;
+        uint64_t len = x->d.length - off;
         if (len > x->chunk)
             len = x->chunk;
-        void *buf = m->base + x->d.local_offset + x->next_off;
-        uint64_t raddr = x->d.remote.remote_addr + x->next_off;
+        void *buf = m->base + x->d.local_offset + off;
+        uint64_t raddr = x->d.remote.remote_addr + off;
+        /* Reserve the slot, post without the lock. */
+        op->busy = 1;
+        op->off = off;
+        op->len = len;
+        x->inflight++;
+        x->next_off += len;
+        unsigned gen = call_begin(fab, r);
         ssize_t ret;
         if (x->d.op == TW_FABRIC_PULL)
             ret = fi_read(r->ep, buf, len, m->desc, p->fi_addr, raddr, x->d.remote.key, &op->ctx);
         else
             ret = fi_write(r->ep, buf, len, m->desc, p->fi_addr, raddr, x->d.remote.key,
                            &op->ctx);
-        if (ret == -FI_EAGAIN)
-            break; /* provider queue full: progress first */
+        if (call_end(fab, r, gen))
+            return -1;
         if (ret) {
+            op->busy = 0;
+            x->inflight--;
+            x->next_off -= len;
+            if (ret == -FI_EAGAIN) {
+                if (x->inflight == 0 && r->is_shm && refused_too_long(x, now))
+                    return 0;
+                break; /* provider queue full: progress first */
+            }
             stop(x, map_err((int)-ret), "%s at offset %llu: %s",
-                 x->d.op == TW_FABRIC_PULL ? "fi_read" : "fi_write",
-                 (unsigned long long)x->next_off, fi_strerror((int)-ret));
-            return;
+                 x->d.op == TW_FABRIC_PULL ? "fi_read" : "fi_write", (unsigned long long)off,
+                 fi_strerror((int)-ret));
+            return 0;
         }
-        op->busy = 1;
-        op->off = x->next_off;
-        op->len = len;
-        x->inflight++;
-        x->next_off += len;
         fab->st.ops_posted++;
+        x->refused_since_ns = 0;
     }
-    if (x->next_off == x->d.length && x->inflight == 0)
+    if (x->next_off == x->d.length && x->inflight == 0 && !x->stopping)
         finish(x);
+    return 0;
 }
 
-static void read_cq(struct tw_fabric_rail *r, int *n)
+/* Reads rail r's completions (up to 64 batches) and hands them to their
+ * operations. Returns 0, or -1 when this thread was abandoned. */
+static int read_cq(struct tw_fabric *fab, struct tw_fabric_rail *r, int *n)
 {
     for (int rounds = 0; rounds < 64; rounds++) {
         struct fi_cq_entry ent[32];
+        struct fi_cq_err_entry e;
+        char msg[384] = "";
+        int have_err = 0;
+        unsigned gen = call_begin(fab, r);
         ssize_t ret = fi_cq_read(r->cq, ent, 32);
+        if (ret == -FI_EAVAIL) {
+            memset(&e, 0, sizeof(e));
+            if (fi_cq_readerr(r->cq, &e, 0) >= 1) {
+                char detail[256];
+                const char *prov =
+                    fi_cq_strerror(r->cq, e.prov_errno, e.err_data, detail, sizeof(detail));
+                snprintf(msg, sizeof(msg), "%s (%s: %s)", fi_strerror(e.err), r->addr.provider,
+                         prov ? prov : "no provider detail");
+                have_err = 1;
+            }
+        }
+        if (call_end(fab, r, gen))
+            return -1;
         if (ret > 0) {
             for (ssize_t i = 0; i < ret; i++)
                 if (ent[i].op_context)
                     op_done(ent[i].op_context, 0, NULL);
             *n += (int)ret;
             if (ret < 32)
-                return;
+                return 0;
             continue;
         }
-        if (ret != -FI_EAVAIL)
-            return; /* -FI_EAGAIN: empty */
-        struct fi_cq_err_entry e;
-        memset(&e, 0, sizeof(e));
-        if (fi_cq_readerr(r->cq, &e, 0) < 1)
-            return;
+        if (!have_err)
+            return 0; /* -FI_EAGAIN: empty */
         (*n)++;
-        if (!e.op_context)
-            continue;
-        char detail[256];
-        const char *prov = fi_cq_strerror(r->cq, e.prov_errno, e.err_data, detail, sizeof(detail));
-        char msg[384];
-        snprintf(msg, sizeof(msg), "%s (%s: %s)", fi_strerror(e.err), r->addr.provider,
-                 prov ? prov : "no provider detail");
-        op_done(e.op_context, map_err(e.err), msg);
+        if (e.op_context)
+            op_done(e.op_context, map_err(e.err), msg);
     }
+    return 0;
 }
 
 int tw__fabric_progress_locked(struct tw_fabric *fab)
 {
     int n = 0;
+    /* nrails may grow while the lock is dropped (a replacement rail):
+     * re-read it every round. */
     for (unsigned i = 0; i < fab->nrails; i++)
-        read_cq(&fab->rails[i], &n);
+        if (!fab->rails[i].wedged && read_cq(fab, &fab->rails[i], &n))
+            return -1;
     uint64_t now = tw__fabric_now_ns();
+    /* advance() may drop the lock; meanwhile other threads only append to
+     * fab->active (a new tail is picked up next round) or set flags, and
+     * only this thread unlinks, so `next` stays valid. */
     struct tw_fabric_link *l = fab->active.next;
     while (l != &fab->active) {
         struct tw_fabric_link *next = l->next; /* advance() may unlink l */
-        advance(TW_CONTAINER_OF(l, struct tw_fabric_xfer, node), now);
+        if (advance(TW_CONTAINER_OF(l, struct tw_fabric_xfer, node), now))
+            return -1;
         l = next;
     }
     return n;
@@ -273,8 +390,15 @@ int tw__fabric_progress_locked(struct tw_fabric *fab)
 
 int tw__fabric_progress(struct tw_fabric *fab)
 {
+    int n = 0;
     pthread_mutex_lock(&fab->lock);
-    int n = tw__fabric_progress_locked(fab);
+    /* Threaded planes: the mover progresses. Otherwise one caller at a
+     * time (another one is progressing for us). */
+    if (!fab->threaded && !fab->progressing) {
+        fab->progressing = 1;
+        n = tw__fabric_progress_locked(fab);
+        fab->progressing = 0;
+    }
     pthread_mutex_unlock(&fab->lock);
     return n;
 }
@@ -288,6 +412,10 @@ int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_
         return tw__fabric_fail(fab, TW_EINVAL, "transfer without peer or local registration");
     if (d->peer->removed || d->peer->fi_addr == FI_ADDR_NOTAVAIL)
         return tw__fabric_fail(fab, -ECONNABORTED, "peer was removed");
+    if (d->peer->rail->retired)
+        return tw__fabric_fail(fab, -ECONNABORTED, "%s rail %s: %s", d->peer->rail->addr.provider,
+                               d->peer->rail->wedged ? "wedged" : "retired",
+                               d->peer->rail->retire_why);
     if (d->local->rail != d->peer->rail)
         return tw__fabric_fail(fab, TW_EINVAL, "local registration on rail %s, peer on %s",
                                d->local->rail->addr.provider, d->peer->rail->addr.provider);
@@ -318,9 +446,9 @@ int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_
         x->ops[i].xfer = x;
     d->peer->refs++;
     d->local->refs++;
+    /* The progressing thread posts (never the submitter: a post may not
+     * return, see fabric.h). */
     link_add_tail(&fab->active, &x->node);
-    /* Post the first chunks now: no wake-up latency on the first byte. */
-    advance(x, tw__fabric_now_ns());
     if (out)
         *out = x;
     return 0;
@@ -389,10 +517,16 @@ int tw__fabric_xfer_run(struct tw_fabric *fab, const struct tw_fabric_xfer_desc 
     } else {
         /* Busy-poll like any RDMA client: a sched_yield() here measurably
          * cost hundreds of microseconds per operation on a loaded host. The
-         * lock is dropped between polls so other threads get in. */
+         * lock is dropped between polls so other threads get in; one of
+         * them progresses at a time. */
         while (!x->finished) {
-            if (tw__fabric_progress_locked(fab) > 0)
-                continue;
+            if (!fab->progressing) {
+                fab->progressing = 1;
+                int got = tw__fabric_progress_locked(fab);
+                fab->progressing = 0;
+                if (got > 0)
+                    continue;
+            }
             pthread_mutex_unlock(&fab->lock);
             pthread_mutex_lock(&fab->lock);
         }
@@ -444,6 +578,27 @@ void tw__fabric_xfer_fail_peer_locked(struct tw_fabric *fab, struct tw_fabric_pe
     }
 }
 
+void tw__fabric_xfers_fail_rail_locked(struct tw_fabric *fab, struct tw_fabric_rail *r, int status,
+                                       const char *why)
+{
+    struct tw_fabric_link *l = fab->active.next;
+    while (l != &fab->active) {
+        struct tw_fabric_link *next = l->next;
+        struct tw_fabric_xfer *x = TW_CONTAINER_OF(l, struct tw_fabric_xfer, node);
+        if (x->d.peer->rail == r) {
+            stop(x, status, "%s", why);
+            if (x->inflight) {
+                char note[96];
+                snprintf(note, sizeof(note), "; %u operations left in the provider", x->inflight);
+                append_msg(x, note);
+                r->stuck_ops += x->inflight;
+            }
+            finish(x);
+        }
+        l = next;
+    }
+}
+
 void tw__fabric_xfers_abort_locked(struct tw_fabric *fab)
 {
     for (struct tw_fabric_link *l = fab->active.next; l != &fab->active; l = l->next)
@@ -451,7 +606,10 @@ void tw__fabric_xfers_abort_locked(struct tw_fabric *fab)
     /* Bounded drain: cancelling and abandoning happen inside progress. */
     uint64_t until = tw__fabric_now_ns() + 2 * fab->drain_ns;
     while (!link_empty(&fab->active) && tw__fabric_now_ns() < until)
-        tw__fabric_progress_locked(fab);
+        if (tw__fabric_progress_locked(fab) < 0) {
+            pthread_mutex_lock(&fab->lock); /* cannot happen: no watchdog runs now */
+            break;
+        }
     while (!link_empty(&fab->active)) {
         struct tw_fabric_xfer *x = TW_CONTAINER_OF(fab->active.next, struct tw_fabric_xfer, node);
         finish(x);
@@ -478,8 +636,20 @@ void tw__fabric_xfers_mark_unsafe_locked(struct tw_fabric *fab)
     mark_list(&fab->done);
 }
 
+/* Operations parked on a rail that nobody polls any more never drain:
+ * they do not keep the mover awake. */
+static int zombies_pending(const struct tw_fabric *fab)
+{
+    for (const struct tw_fabric_link *l = fab->zombies.next; l != &fab->zombies; l = l->next) {
+        const struct tw_fabric_xfer *x = TW_CONTAINER_OF(l, struct tw_fabric_xfer, node);
+        if (!x->d.peer || !x->d.peer->rail->wedged)
+            return 1;
+    }
+    return 0;
+}
+
 int tw__fabric_busy_locked(const struct tw_fabric *fab)
 {
-    return !link_empty(&fab->active) || !link_empty(&fab->zombies) || fab->remote_mrs > 0 ||
-           tw__fabric_now_ns() < fab->linger_until_ns;
+    return !link_empty(&fab->active) || fab->remote_mrs > 0 ||
+           tw__fabric_now_ns() < fab->linger_until_ns || zombies_pending(fab);
 }

@@ -194,6 +194,20 @@ static void reap(struct tw_fabric *f, struct child *c)
 static struct tw_fabric *plane;
 static uint8_t *buf, *want;
 static struct tw_fabric_mr *lmr;
+static unsigned lmr_rail;
+
+/* The local region is registered once per rail: again when a peer lives
+ * on another (a replacement) rail. */
+static void local_mr_on(struct tw_fabric_peer *peer)
+{
+    if (lmr && tw__fabric_peer_rail(peer) == lmr_rail)
+        return;
+    tw__fabric_mr_deregister(lmr);
+    TW_ASSERT_OK(tw__fabric_mr_register(peer, buf, REGION,
+                                        TW_FABRIC_LOCAL_READ | TW_FABRIC_LOCAL_WRITE,
+                                        TW_FABRIC_HOST, 0, &lmr));
+    lmr_rail = tw__fabric_peer_rail(peer);
+}
 
 static int pull(struct child *c, unsigned ms, struct tw_fabric_completion *out)
 {
@@ -260,7 +274,32 @@ static void stalled_then_dead_peer(void)
     struct tw_fabric_stats st1;
     tw__fabric_stats(plane, &st1);
     TW_ASSERT(st1.stuck_ops > 0);
-    if (is_shm_rail) {
+    char why[256] = "";
+    if (is_shm_rail && !tw__fabric_peer_usable(c.peer, why, sizeof(why))) {
+        /* shm consumes answers in order: the unanswered reads would hold
+         * up every later operation of this endpoint, so the rail was
+         * retired, and the watchdog opens a replacement. */
+        fprintf(stderr, "  stalled shm peer: %s\n", why);
+        TW_ASSERT(strstr(why, "never answered") != NULL);
+        xwrite(c.sock, "r", 1);
+        TW_ASSERT_OK(xread(c.sock, &ack, 1));
+        /* The retired rail is still polled: late answers drain (shm 1.17
+         * does not always send them: then the buffer stays parked). */
+        uint64_t until = tw__fabric_now_ns() + 3000000000ull;
+        do {
+            usleep(1000);
+            tw__fabric_stats(plane, &st1);
+        } while ((st1.stuck_ops || !st1.rails_reopened) && tw__fabric_now_ns() < until);
+        fprintf(stderr, "  after resuming: %u operations still held\n", st1.stuck_ops);
+        TW_ASSERT_EQ(st1.rails_retired, 1);
+        TW_ASSERT_EQ(st1.rails_reopened, 1);
+        TW_ASSERT_ERR(pull(&c, 20000, &cc), -ECONNABORTED);
+        /* A new connection lands on the replacement rail. */
+        reap(plane, &c);
+        spawn(plane, &c);
+        TW_ASSERT(tw__fabric_peer_rail(c.peer) != 0);
+        local_mr_on(c.peer);
+    } else if (is_shm_rail) {
         xwrite(c.sock, "r", 1);
         TW_ASSERT_OK(xread(c.sock, &ack, 1));
     } else {
@@ -269,12 +308,14 @@ static void stalled_then_dead_peer(void)
     memset(buf, 0, REGION);
     ret = pull(&c, 20000, &cc);
     if (ret)
-        TW_FAIL("pull after SIGCONT: %s: %s", tw_strerror_name(ret), cc.msg);
+        TW_FAIL("pull after resuming: %s: %s", tw_strerror_name(ret), cc.msg);
     TW_ASSERT_MEM_EQ(buf, want, REGION);
-    struct tw_fabric_stats st0;
-    tw__fabric_stats(plane, &st0);
-    fprintf(stderr, "  after SIGCONT: %u abandoned operations still held\n", st0.stuck_ops);
-    TW_ASSERT_EQ(st0.stuck_ops, 0); /* the late answers drained them */
+    if (!is_shm_rail) {
+        struct tw_fabric_stats st0;
+        tw__fabric_stats(plane, &st0);
+        fprintf(stderr, "  after SIGCONT: %u abandoned operations still held\n", st0.stuck_ops);
+        TW_ASSERT_EQ(st0.stuck_ops, 0); /* the late answers drained them */
+    }
 
     /* Dead: killed while an asynchronous transfer is in flight. */
     struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL, .peer = c.peer, .local = lmr,
@@ -293,8 +334,9 @@ static void stalled_then_dead_peer(void)
     t0 = tw__fabric_now_ns();
     int got = 0;
     while (!got && tw__fabric_now_ns() - t0 < 10000000000ull) {
-        tw__fabric_progress(plane);
         got = tw__fabric_done_pop(plane, &cc);
+        if (!got)
+            usleep(1000);
     }
     TW_ASSERT_EQ(got, 1);
     ms = (tw__fabric_now_ns() - t0) / 1000000;
@@ -315,27 +357,23 @@ static void stalled_then_dead_peer(void)
     tw__fabric_stats(plane, &st2);
     fprintf(stderr, "  operations the dead peer never answered: %u\n", st2.stuck_ops);
     if (is_shm && st2.stuck_ops > 0) {
-        /* shm 1.17 answers in order: the dead peer's unanswered read blocks
-         * this endpoint for good; the engine says so when the next
-         * transfer's deadline passes. A new plane works. */
-        spawn(plane, &c);
-        ret = pull(&c, 500, &cc);
-        fprintf(stderr, "  blocked shm endpoint: %s: %s\n", tw_strerror_name(ret), cc.msg);
-        TW_ASSERT_ERR(ret, TW_ETIMEDOUT);
-        TW_ASSERT(strstr(cc.msg, "reopen the data plane") != NULL);
-        reap(plane, &c);
-        tw__fabric_mr_deregister(lmr);
-        tw__fabric_close(plane);
-        plane = open_plane(0);
-        spawn(plane, &c);
-        TW_ASSERT_OK(tw__fabric_mr_register(c.peer, buf, REGION,
-                                            TW_FABRIC_LOCAL_READ | TW_FABRIC_LOCAL_WRITE,
-                                            TW_FABRIC_HOST, 0, &lmr));
-        reap(plane, &c);
+        /* shm 1.17 answers in order: the dead peer's unanswered read
+         * would block this endpoint for good, so the rail was retired and
+         * a replacement opened; the same plane serves the next peer. */
+        uint64_t until = tw__fabric_now_ns() + 10000000000ull;
+        do {
+            usleep(1000);
+            tw__fabric_stats(plane, &st2);
+        } while (st2.rails_reopened < 2 && tw__fabric_now_ns() < until);
+        fprintf(stderr, "  rails: %u retired, %u reopened\n", st2.rails_retired,
+                st2.rails_reopened);
+        TW_ASSERT_EQ(st2.rails_retired, 2);
+        TW_ASSERT_EQ(st2.rails_reopened, 2);
     }
 
-    /* A new peer is served normally (tcp: by the same plane). */
+    /* A new peer is served normally, by the same plane. */
     spawn(plane, &c);
+    local_mr_on(c.peer);
     memset(buf, 0, REGION);
     ret = pull(&c, 20000, &cc);
     if (ret)
@@ -350,18 +388,16 @@ static void stalled_then_dead_peer(void)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    plane = open_plane(0);
+    /* Threaded, as a server's: its watchdog replaces retired rails. */
+    plane = open_plane(1);
     buf = malloc(REGION);
     want = malloc(REGION);
     TW_ASSERT(buf && want);
     fill(want, REGION, 1);
-    /* The local region is registered once per rail; any peer handle on the
-     * rail will do, so register through the first child's peer lazily. */
+    /* Any peer handle on the rail will do to register the local region. */
     struct child boot;
     spawn(plane, &boot);
-    TW_ASSERT_OK(tw__fabric_mr_register(boot.peer, buf, REGION,
-                                        TW_FABRIC_LOCAL_READ | TW_FABRIC_LOCAL_WRITE,
-                                        TW_FABRIC_HOST, 0, &lmr));
+    local_mr_on(boot.peer);
     reap(plane, &boot);
     TW_RUN(pull_and_push);
     TW_RUN(stalled_then_dead_peer);

@@ -118,7 +118,7 @@ static struct tw_regcache_stats rail_stats(struct tw_fabric_mrcache *mc)
 {
     struct tw_fabric_mrcache_stats st;
     tw__fabric_mrcache_stats(mc, &st);
-    TW_ASSERT_EQ(st.nrails, 1);
+    TW_ASSERT(st.nrails <= 1); /* one rail: its cache exists once used */
     return st.total;
 }
 

@@ -1,0 +1,225 @@
+/*
+ * The watchdog of a threaded plane: finds libfabric calls that do not
+ * return (a wedged rail), gives up on the thread inside one, and opens
+ * replacement rails for retired ones. See fabric.h, "Wedged and retired
+ * rails", for why this exists (libfabric 1.17 shm and dead peers).
+ *
+ * The progressing thread stamps each data call (xfer.c call_begin). The
+ * watchdog reads the stamp without fab->lock, because a thread making a
+ * control call may hold fab->lock while it waits for the wedged rail's io
+ * mutex: the watchdog first marks the rail wedged (atomically; that waiter
+ * then gives up and releases fab->lock), then takes fab->lock for the
+ * rest. It sleeps on its own mutex and wakes every wedge_ns / 4 (between
+ * 10 and 250 ms): a few wake-ups a second.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "fabric/fabric_int.h"
+
+void tw__fabric_rail_retire_locked(struct tw_fabric *fab, struct tw_fabric_rail *r,
+                                   const char *fmt, ...)
+{
+    if (r->retired)
+        return;
+    r->retired = 1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->retire_why, sizeof(r->retire_why), fmt, ap);
+    va_end(ap);
+    fab->st.rails_retired++;
+    __atomic_or_fetch(&fab->reopen, 1u << (unsigned)(r - fab->rails), __ATOMIC_RELEASE);
+    tw__fabric_rails_describe_locked(fab);
+    if (fab->wd_running) {
+        pthread_mutex_lock(&fab->wd_lock);
+        pthread_cond_signal(&fab->wd_cond);
+        pthread_mutex_unlock(&fab->wd_lock);
+    }
+}
+
+/* The mover has been inside one call on rail `idx` for held_ns. */
+static void wedge_locked(struct tw_fabric *fab, unsigned idx, uint64_t held_ns)
+{
+    struct tw_fabric_rail *r = &fab->rails[idx];
+    char why[256];
+    snprintf(why, sizeof(why),
+             "a libfabric call on this rail has not returned for %llu ms%s",
+             (unsigned long long)(held_ns / 1000000),
+             r->is_shm ? " (a peer process died or stopped while holding a lock in its shared "
+                         "region)"
+                       : "");
+    __atomic_store_n(&r->wedged, 1, __ATOMIC_RELEASE);
+    fab->st.rails_wedged++;
+    if (r->retired) { /* retired before (a replacement is under way): new reason */
+        snprintf(r->retire_why, sizeof(r->retire_why), "%s", why);
+        tw__fabric_rails_describe_locked(fab);
+    } else {
+        tw__fabric_rail_retire_locked(fab, r, "%s", why);
+    }
+    tw__fabric_xfers_fail_rail_locked(fab, r, -ECONNABORTED, why);
+
+    /* Give up on the stuck mover; a new one serves the other rails. */
+    __atomic_add_fetch(&fab->gen, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&fab->call_since_ns, 0, __ATOMIC_RELEASE);
+    if (fab->mover_joinable) {
+        /* It may spin for good (shm: on a lock a dead process held): let it
+         * use only CPU time nothing else wants. */
+        struct sched_param sp = {.sched_priority = 0};
+        pthread_setschedparam(fab->mover, SCHED_IDLE, &sp);
+        pthread_detach(fab->mover);
+        fab->mover_joinable = 0;
+    }
+    fab->mover_running = 0;
+    fab->abandoned++;
+    fab->st.threads_abandoned++;
+    int ret = tw__fabric_mover_start(fab);
+    if (ret) {
+        /* Fail closed: without a mover nothing moves; retire every rail so
+         * owners fall back to inline, and end what runs. */
+        for (unsigned i = 0; i < fab->nrails; i++) {
+            struct tw_fabric_rail *o = &fab->rails[i];
+            tw__fabric_rail_retire_locked(fab, o, "no data mover thread: %s", strerror(-ret));
+            tw__fabric_xfers_fail_rail_locked(fab, o, -ECONNABORTED, "no data mover thread");
+        }
+        __atomic_store_n(&fab->reopen, 0, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&fab->done_cond);
+    }
+    tw__fabric_mover_wake(fab);
+}
+
+/* Opens a replacement for every retired rail that asked for one. Drops
+ * the lock while a rail opens. */
+static void reopen_locked(struct tw_fabric *fab)
+{
+    unsigned pending;
+    while ((pending = __atomic_load_n(&fab->reopen, __ATOMIC_ACQUIRE)) != 0 &&
+           !__atomic_load_n(&fab->wd_stop, __ATOMIC_ACQUIRE)) {
+        unsigned idx = (unsigned)__builtin_ctz(pending);
+        __atomic_and_fetch(&fab->reopen, ~(1u << idx), __ATOMIC_RELEASE);
+        struct tw_fabric_rail *old = &fab->rails[idx];
+        size_t used = strlen(old->retire_why);
+        if (fab->nrails >= TW_FABRIC_MAX_SLOTS) {
+            snprintf(old->retire_why + used, sizeof(old->retire_why) - used,
+                     "; no replacement: all %u rail slots used", TW_FABRIC_MAX_SLOTS);
+            continue;
+        }
+        struct tw_fabric_rail fresh;
+        char why[256] = "";
+        pthread_mutex_unlock(&fab->lock);
+        /* old->info and old->pref never change after the rail opened. */
+        int ret = tw__fabric_rail_reopen(old, &fresh, why, sizeof(why));
+        pthread_mutex_lock(&fab->lock);
+        if (ret) {
+            snprintf(old->retire_why + used, sizeof(old->retire_why) - used,
+                     "; replacement failed: %s", why);
+            continue;
+        }
+        if (__atomic_load_n(&fab->wd_stop, __ATOMIC_ACQUIRE) ||
+            fab->nrails >= TW_FABRIC_MAX_SLOTS) {
+            pthread_mutex_init(&fresh.io, NULL); /* rail_close destroys it */
+            tw__fabric_rail_close(&fresh);
+            continue;
+        }
+        fab->rails[fab->nrails] = fresh;
+        pthread_mutex_init(&fab->rails[fab->nrails].io, NULL);
+        fab->nrails++;
+        fab->st.rails_reopened++;
+        tw__fabric_rails_describe_locked(fab);
+    }
+}
+
+static void *watchdog_main(void *arg)
+{
+    struct tw_fabric *fab = arg;
+    uint64_t period = fab->wedge_ns / 4;
+    if (period < 10000000ull)
+        period = 10000000ull;
+    if (period > 250000000ull)
+        period = 250000000ull;
+    pthread_mutex_lock(&fab->wd_lock);
+    while (!__atomic_load_n(&fab->wd_stop, __ATOMIC_ACQUIRE)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + period;
+        ts.tv_sec = (time_t)(t / 1000000000ull);
+        ts.tv_nsec = (long)(t % 1000000000ull);
+        pthread_cond_timedwait(&fab->wd_cond, &fab->wd_lock, &ts);
+        if (__atomic_load_n(&fab->wd_stop, __ATOMIC_ACQUIRE))
+            break;
+        pthread_mutex_unlock(&fab->wd_lock);
+
+        uint64_t since = __atomic_load_n(&fab->call_since_ns, __ATOMIC_ACQUIRE);
+        unsigned rail = __atomic_load_n(&fab->call_rail, __ATOMIC_RELAXED);
+        unsigned gen = __atomic_load_n(&fab->call_gen, __ATOMIC_RELAXED);
+        uint64_t now = tw__fabric_now_ns();
+        if (since && now > since && now - since >= fab->wedge_ns && rail < TW_FABRIC_MAX_SLOTS &&
+            gen == __atomic_load_n(&fab->gen, __ATOMIC_ACQUIRE)) {
+            /* First let io waiters holding fab->lock give up. */
+            __atomic_store_n(&fab->rails[rail].wedged, 1, __ATOMIC_RELEASE);
+            pthread_mutex_lock(&fab->lock);
+            /* Even if the call returned meanwhile, it took longer than
+             * wedge_ns and waiters may have given up: finish the job. */
+            if (gen == fab->gen)
+                wedge_locked(fab, rail, now - since);
+            pthread_mutex_unlock(&fab->lock);
+        }
+        if (__atomic_load_n(&fab->reopen, __ATOMIC_ACQUIRE)) {
+            pthread_mutex_lock(&fab->lock);
+            reopen_locked(fab);
+            pthread_mutex_unlock(&fab->lock);
+        }
+        pthread_mutex_lock(&fab->wd_lock);
+    }
+    pthread_mutex_unlock(&fab->wd_lock);
+    return NULL;
+}
+
+int tw__fabric_watchdog_start(struct tw_fabric *fab)
+{
+    pthread_condattr_t ca;
+    int ret = pthread_condattr_init(&ca);
+    if (ret)
+        return -ret;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    ret = pthread_cond_init(&fab->wd_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (ret)
+        return -ret;
+    pthread_mutex_init(&fab->wd_lock, NULL);
+    fab->wd_running = 1;
+    ret = pthread_create(&fab->watchdog, NULL, watchdog_main, fab);
+    if (ret) {
+        fab->wd_running = 0;
+        pthread_mutex_destroy(&fab->wd_lock);
+        pthread_cond_destroy(&fab->wd_cond);
+        return -ret;
+    }
+    return 0;
+}
+
+void tw__fabric_watchdog_stop(struct tw_fabric *fab)
+{
+    if (!fab->wd_running)
+        return;
+    pthread_mutex_lock(&fab->wd_lock);
+    __atomic_store_n(&fab->wd_stop, 1, __ATOMIC_RELEASE);
+    pthread_cond_signal(&fab->wd_cond);
+    pthread_mutex_unlock(&fab->wd_lock);
+    pthread_join(fab->watchdog, NULL);
+    fab->wd_running = 0;
+    pthread_mutex_destroy(&fab->wd_lock);
+    pthread_cond_destroy(&fab->wd_cond);
+}
+
+void tw__fabric_set_call_hook(struct tw_fabric *fab, void (*hook)(void *arg, unsigned rail),
+                              void *arg)
+{
+    pthread_mutex_lock(&fab->lock);
+    fab->call_hook = hook;
+    fab->call_hook_arg = arg;
+    pthread_mutex_unlock(&fab->lock);
+}
