@@ -80,7 +80,10 @@ static struct tw__creq *lookup(struct tw_client *c, uint64_t id)
 const struct tw__client_dp_ops *tw__client_pick_data_plane(struct tw_client *c,
                                                            const struct tw__creq *r)
 {
-    if (c->fpeer && (r->op == TW__OP_GET || r->op == TW__OP_PUT))
+    /* A peer whose rail was retired (fabric.h: a wedged or blocked shm
+     * endpoint) moves the rest of this connection's data inline. */
+    if (c->fpeer && (r->op == TW__OP_GET || r->op == TW__OP_PUT) &&
+        tw__fabric_peer_usable(c->fpeer, NULL, 0))
         return &tw__client_dp_rdma;
     return &tw__client_dp_inline;
 }

@@ -115,6 +115,24 @@ static void handle_auth(struct tw_srv_conn *c, const struct tw_msg *m)
     TW_LOGD("conn %llu %s: authenticated", (unsigned long long)c->id, c->peer);
 }
 
+/* WANT_RDMA gets RDMA when the connection has an endpoint whose rail is
+ * still usable; a retired rail (fabric.h: wedged or blocked shm endpoint)
+ * downgrades the rest of the connection to inline, said once in the log. */
+static int rdma_usable(struct tw_srv_conn *c)
+{
+    if (!c->fpeer || !c->srv->fab)
+        return 0;
+    char why[320];
+    if (tw__fabric_peer_usable(c->fpeer, why, sizeof(why)))
+        return 1;
+    if (!c->rdma_downgraded) {
+        c->rdma_downgraded = 1;
+        TW_LOGW("conn %llu %s: rdma unusable (%s); this connection moves data inline from now on",
+                (unsigned long long)c->id, c->peer, why);
+    }
+    return 0;
+}
+
 static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
 {
     char name[96];
@@ -130,7 +148,7 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
     /* WANT_RDMA is legal only after ACCEPT (the state machine checks); the
      * plane may still be gone, then the get is downgraded to inline. */
     const struct tw_dp_ops *ops = &tw__dp_inline_ops;
-    if ((m->u.tensor_request.flags & TW_XFER_WANT_RDMA) && c->fpeer && c->srv->fab)
+    if ((m->u.tensor_request.flags & TW_XFER_WANT_RDMA) && rdma_usable(c))
         ops = &tw__dp_rdma_ops;
     struct tw_xfer *x = tw__xfer_new(c, id, TW_XFER_GET, t, ops);
     tw__tensor_unref(t);
@@ -190,7 +208,7 @@ static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
         return;
     }
     const struct tw_dp_ops *ops = &tw__dp_inline_ops;
-    if ((m->u.tensor_put.flags & TW_XFER_WANT_RDMA) && c->fpeer && c->srv->fab)
+    if ((m->u.tensor_put.flags & TW_XFER_WANT_RDMA) && rdma_usable(c))
         ops = &tw__dp_rdma_ops;
     struct tw_xfer *x = tw__xfer_new(c, id, TW_XFER_PUT, t, ops);
     tw__tensor_unref(t); /* x holds the only reference now (or none: freed) */
@@ -350,6 +368,12 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"rdma_xfers_active", fst.xfers_active},
         {"rdma_mrs_open", fst.mrs_open},
         {"rdma_peers", fst.peers},
+        /* Rails given up (fabric.h, "Wedged and retired rails"): retired
+         * includes wedged; reopened are their replacements. */
+        {"rdma_stuck_ops", fst.stuck_ops},
+        {"rdma_rails_retired", fst.rails_retired},
+        {"rdma_rails_wedged", fst.rails_wedged},
+        {"rdma_rails_reopened", fst.rails_reopened},
         /* Registration cache (sum over rails): misses are lookups that
          * registered, including one-shot registrations of memory of unknown
          * lifetime (regcache_uncached, small tensors); push destinations

@@ -117,6 +117,7 @@ struct tw_srv_conn {
     /* RDMA: the client's endpoint after RDMA_ENDPOINT ACCEPT (NULL before,
      * and after DECLINE); removed when the connection is destroyed. */
     struct tw_fabric_peer *fpeer;
+    int rdma_downgraded; /* fpeer's rail was retired: logged once */
 };
 
 struct tw_srv_stats {
