@@ -8,7 +8,10 @@
 # Environment: TW_SERVER_ARGS (extra tensorwired options, e.g.
 # "--rdma-min-bytes 0" for RDMA at every size), TW_CLIENT_ARGS (extra global
 # tensorwire options), TW_SIZES ("4Ki:2000 64Ki:1000 ..." size:count pairs),
-# TW_PLANES ("none tcp shm"), TW_INFLIGHT (16).
+# TW_PLANES ("none tcp shm"), TW_INFLIGHT (16), TW_SERVER_CPUS and
+# TW_CLIENT_CPUS (taskset CPU lists; on a 2-vCPU VM where the scheduler puts
+# client and server decides small-request latency by 2x, see
+# docs/performance.md).
 # One line per bench: "rep op size plane data_plane MB/s p50_us", where
 # plane is the client's --fabric and data_plane what moved the bytes.
 # Within one rep the planes run back to back for each size, so the ratio to
@@ -21,7 +24,7 @@ planes=${TW_PLANES:-"none tcp shm"}
 inflight=${TW_INFLIGHT:-16}
 tmp=$(mktemp -d)
 # shellcheck disable=SC2086
-"$build/tensorwired" --listen 127.0.0.1:0 --fabric shm,tcp --log-level warn ${TW_SERVER_ARGS:-} \
+${TW_SERVER_CPUS:+taskset -c $TW_SERVER_CPUS} "$build/tensorwired" --listen 127.0.0.1:0 --fabric shm,tcp --log-level warn ${TW_SERVER_ARGS:-} \
     > "$tmp/srv.out" 2> "$tmp/srv.err" &
 srv=$!
 for _ in $(seq 50); do grep -q listening "$tmp/srv.out" && break; sleep 0.1; done
@@ -38,7 +41,7 @@ for rep in $(seq "$reps"); do
             n=${sz##*:}
             for p in $planes; do
                 # shellcheck disable=SC2086
-                out=$(timeout 120 "$build/tensorwire" -s "$addr" --push never ${TW_CLIENT_ARGS:-} \
+                out=$(timeout 120 ${TW_CLIENT_CPUS:+taskset -c $TW_CLIENT_CPUS} "$build/tensorwire" -s "$addr" --push never ${TW_CLIENT_ARGS:-} \
                     bench --fabric "$p" --op "$op" --size "$s" --count "$n" \
                     --inflight "$inflight" --rounds 3 --json) || { echo "bench failed: $op $s $p" >&2; continue; }
                 echo "$out" | jq -r --arg rep "$rep" --arg p "$p" --arg s "$s" \
