@@ -9,6 +9,9 @@
 #       --size {256Mi,1Mi,4Ki} --inflight 16 --json
 # (--push never: pull, always: push), whose ratio is against the raw
 # libfabric loop of the same run (raw socket figures are printed too).
+# The RDMA set measures the RDMA plane itself at every size, so server and
+# client run with --rdma-min-bytes 0 (by default tensors below 1 MiB move
+# inline; bench/rdma_threshold.sh measures that choice).
 # Raw JSON lines go to BUILD_DIR/bench-client.jsonl.
 #   scripts/bench.sh BUILD_DIR [REPS]
 # TW_BENCH_FABRIC="tcp shm" (default) picks the providers, "" skips RDMA.
@@ -42,9 +45,9 @@ done
 tw_server_stop
 
 # RDMA set: a provider is used when a one-request probe reports an rdma plane.
-tw_server_start "$B" "$W" --push always
+tw_server_start "$B" "$W" --push always --rdma-min-bytes 0
 for prov in ${TW_BENCH_FABRIC-tcp shm}; do
-    probe=$("$B/tensorwire" -s "$TW_SERVER_ADDR" bench --fabric "$prov" --size 4Ki --count 16 \
+    probe=$("$B/tensorwire" -s "$TW_SERVER_ADDR" --rdma-min-bytes 0 bench --fabric "$prov" --size 4Ki --count 16 \
         --rounds 1 --json 2>/dev/null || :)
     case "$probe" in
     *'"data_plane":"rdma '*) ;;
@@ -57,10 +60,10 @@ for prov in ${TW_BENCH_FABRIC-tcp shm}; do
         for op in get put; do
             for size in 256Mi 1Mi 4Ki; do
                 case $size in 256Mi) count=8 ;; 1Mi) count=1000 ;; *) count=50000 ;; esac
-                echo "  tensorwire -s $TW_SERVER_ADDR --push $push bench --fabric $prov --op $op --size $size --count $count --inflight 16 --json  (x$REPS)"
+                echo "  tensorwire -s $TW_SERVER_ADDR --push $push --rdma-min-bytes 0 bench --fabric $prov --op $op --size $size --count $count --inflight 16 --json  (x$REPS)"
                 i=0
                 while [ $i -lt "$REPS" ]; do
-                    "$B/tensorwire" -s "$TW_SERVER_ADDR" --push "$push" bench --fabric "$prov" \
+                    "$B/tensorwire" -s "$TW_SERVER_ADDR" --push "$push" --rdma-min-bytes 0 bench --fabric "$prov" \
                         --op "$op" --size "$size" --count "$count" --inflight 16 --json >>"$OUT"
                     i=$((i + 1))
                 done

@@ -24,7 +24,8 @@
 static const char usage_bench[] =
     "usage: tensorwire bench [--op get|put] [--size SIZE] [--count N] [--inflight N]\n"
     "                        [--warmup N] [--rounds R] [--sockbuf SIZE]\n"
-    "                        [--fabric auto|none|PROV] [--push auto|always|never] [--json]\n"
+    "                        [--fabric auto|none|PROV] [--push auto|always|never]\n"
+    "                        [--rdma-min-bytes SIZE] [--json]\n"
     "  Moves COUNT tensors of SIZE bytes (default 4Ki; K/M/G = 1000^n, Ki/Mi/Gi =\n"
     "  1024^n) with INFLIGHT requests outstanding on one connection (default 16),\n"
     "  after WARMUP untimed ones, then the same through a raw TCP loopback\n"
@@ -39,6 +40,9 @@ static const char usage_bench[] =
     "  (fi_read for pull, fi_write for push, same size, depth and provider, two\n"
     "  endpoints in this process, no protocol) and the ratio is against it; the\n"
     "  raw socket loop is still run and printed. Output names the data plane.\n"
+    "  --rdma-min-bytes (also global): puts smaller than SIZE go inline (default\n"
+    "  1Mi, 0 = always rdma); the server's own threshold decides gets. Output\n"
+    "  (JSON rdma_min_bytes, server_rdma_min_bytes) shows both thresholds.\n"
     "  --json prints one JSON object. The tensors bench/<pid>/* are removed after.\n";
 
 struct result {
@@ -70,6 +74,22 @@ static void summarize(uint64_t *lat, uint64_t n, uint64_t size, double *rates, u
     r->p99_us = (double)lat[i99 < n ? i99 : n - 1] / 1e3;
 }
 
+/* The server's STATS value for key, -1 when it has none (an older server)
+ * or STATS failed. */
+static long long server_setting(tw_client *c, const char *key)
+{
+    struct tw_stat_entry *st = NULL;
+    size_t n = 0;
+    long long v = -1;
+    if (tw_stats(c, &st, &n) != 0)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(st[i].key, key) == 0)
+            v = (long long)st[i].value;
+    tw_stats_free(st);
+    return v;
+}
+
 static int parse_count(const char *s, uint64_t *v, uint64_t max)
 {
     return s && (tw__cli_parse_size(s, v) != 0 || *v == 0 || *v > max);
@@ -79,7 +99,7 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
 {
     const char *o_op = "get", *o_size = "4Ki", *o_count = NULL, *o_inflight = "16", *o_json = NULL,
                *o_warmup = NULL, *o_sockbuf = NULL, *o_rounds = "3", *o_fabric = NULL,
-               *o_push = NULL;
+               *o_push = NULL, *o_rdma_min = NULL;
     uint64_t size = 0, count = 0, inflight = 0, warmup = 0, sockbuf = 0, nbuf, elapsed = 0,
              raw_elapsed = 0;
     struct tw_batch_item *items = NULL;
@@ -125,6 +145,8 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
             slot = &o_fabric;
         else if (strcmp(a, "--push") == 0)
             slot = &o_push;
+        else if (strcmp(a, "--rdma-min-bytes") == 0)
+            slot = &o_rdma_min;
         if (!slot || i + 1 >= argc) {
             fprintf(stderr, "tensorwire bench: bad argument '%s'\n", a);
             fputs(usage_bench, stderr);
@@ -157,6 +179,11 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     }
     if (o_fabric)
         cli2.opts.fabric = o_fabric;
+    if (o_rdma_min && tw__cli_parse_size(o_rdma_min, &cli2.opts.rdma_min_bytes)) {
+        fprintf(stderr, "tensorwire bench: bad --rdma-min-bytes '%s'\n", o_rdma_min);
+        fputs(usage_bench, stderr);
+        return TW_CLI_USAGE;
+    }
     if (!o_count) {
         count = size ? (1ull << 30) / size : 100000;
         count = count < 8 ? 8 : count > 100000 ? 100000 : count;
@@ -173,6 +200,7 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     c = tw_cli_connect(&cli2);
     if (!c)
         return TW_CLI_FAILED;
+    long long srv_rdma_min = server_setting(c, "rdma_min_bytes");
     if (tw_client_max_inflight(c) < inflight)
         fprintf(stderr, "tensorwire bench: note: the server allows %u in flight, not %llu\n",
                 tw_client_max_inflight(c), (unsigned long long)inflight);
@@ -318,18 +346,24 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
                "\"ops_per_s\":%.1f,\"baseline_ops_per_s\":%.1f,"
                "\"p50_us\":%.1f,\"p99_us\":%.1f,\"baseline_p50_us\":%.1f,\"baseline_p99_us\":%.1f,"
                "\"baseline\":\"%s\",\"raw_socket_bytes_per_s\":%.0f,\"raw_socket_ratio\":%.4f,"
-               "\"rounds\":%llu,\"max_frame\":%u,\"data_plane\":\"%s\",\"provider\":\"%s\"}\n",
+               "\"rounds\":%llu,\"max_frame\":%u,\"data_plane\":\"%s\",\"provider\":\"%s\","
+               "\"rdma_min_bytes\":%llu,\"server_rdma_min_bytes\":%lld}\n",
                o_op, (unsigned long long)size, (unsigned long long)count,
                (unsigned long long)inflight, tw_res.bytes_per_s, base->bytes_per_s, ratio,
                tw_res.ops_per_s, base->ops_per_s, tw_res.p50_us, tw_res.p99_us, base->p50_us,
                base->p99_us, base_name, raw_res.bytes_per_s, sock_ratio, (unsigned long long)rounds,
-               tw_client_max_frame(c), plane, prov);
+               tw_client_max_frame(c), plane, prov, (unsigned long long)cli2.opts.rdma_min_bytes,
+               srv_rdma_min);
     } else {
         printf("bench %s: size %llu B, count %llu x %llu rounds, in flight %llu, data plane: %s\n",
                o_op, (unsigned long long)size, (unsigned long long)count,
                (unsigned long long)rounds, (unsigned long long)inflight, plane);
         if (!rdma)
             printf("fabric: %s\n", tw_client_fabric_status(c));
+        if (strncmp(tw_client_fabric_status(c), "rdma ", 5) == 0)
+            printf("rdma threshold: puts from %llu B (client), gets and puts from %lld B "
+                   "(server; -1 = unknown)\n",
+                   (unsigned long long)cli2.opts.rdma_min_bytes, srv_rdma_min);
         if (rf) {
             printf("%-16s %16s %16s %8s %16s %8s\n", "", "tensorwire", "raw libfabric", "ratio",
                    "raw socket", "ratio");

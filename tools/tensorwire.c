@@ -24,7 +24,8 @@
 
 static const char usage_main[] =
     "usage: tensorwire [-s HOST:PORT] [--token-file PATH] [--timeout MS] [--checksum]\n"
-    "                  [--fabric auto|none|PROV] [--push auto|always|never] COMMAND [ARGS]\n"
+    "                  [--fabric auto|none|PROV] [--push auto|always|never]\n"
+    "                  [--rdma-min-bytes SIZE] COMMAND [ARGS]\n"
     "\n"
     "Commands:\n"
     "  put NAME FILE     store a .npy file (dtype and C-order shape from its header),\n"
@@ -48,6 +49,9 @@ static const char usage_main[] =
     "                          server has none or declines (get/put -v say why).\n"
     "  --push auto|always|never  with RDMA, let the source write into our buffer\n"
     "                          (always) or read it ourselves (auto, never)\n"
+    "  --rdma-min-bytes SIZE   with RDMA, puts smaller than SIZE go inline (default\n"
+    "                          1Mi, 0 = rdma at every size); the server applies its\n"
+    "                          own --rdma-min-bytes to gets and puts\n"
     "  -h, --help              this text; COMMAND --help for each command\n"
     "\n"
     "Exit status: 0 success, 1 the operation failed, 2 usage error.\n";
@@ -181,6 +185,8 @@ static void print_data_plane(const tw_client *c)
             printf("data plane: %.*s(provider %s\n", (int)(paren - dp), dp, paren + 1);
         else
             printf("data plane: %s\n", dp);
+    } else if (strchr(dp, '(')) {
+        printf("data plane: %s\n", dp); /* inline with its reason already */
     } else {
         printf("data plane: %s (%s)\n", dp, strncmp(fs, "inline: ", 8) == 0 ? fs + 8 : fs);
     }
@@ -621,6 +627,10 @@ int main(int argc, char **argv)
             else if (++i < argc)
                 cli.opts.fabric = argv[i];
             else
+                return usage(usage_main);
+        } else if (strcmp(a, "--rdma-min-bytes") == 0 || strncmp(a, "--rdma-min-bytes=", 17) == 0) {
+            const char *v = a[16] == '=' ? a + 17 : (++i < argc ? argv[i] : "");
+            if (tw__cli_parse_size(v, &cli.opts.rdma_min_bytes))
                 return usage(usage_main);
         } else if (strcmp(a, "--push") == 0 || strncmp(a, "--push=", 7) == 0) {
             const char *v = a[6] == '=' ? a + 7 : (++i < argc ? argv[i] : "");

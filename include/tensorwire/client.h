@@ -126,6 +126,14 @@ struct tw_client_options {
     /* enum tw_push_policy: who writes when the client is the destination
      * (get) and bit 3 was negotiated. Default TW_PUSH_AUTO. */
     int push;
+    /* With RDMA negotiated, puts of fewer bytes are sent inline (no
+     * WANT_RDMA): below about this size the RDMA control round trips cost
+     * more than copying through the socket. Default 1048576 (1 MiB,
+     * docs/performance.md "RDMA size threshold"); 0 = RDMA at every size.
+     * Gets always ask for RDMA (their size is unknown until the reply): the
+     * server applies its own threshold (tensorwired --rdma-min-bytes) and may
+     * answer inline, which the client follows. */
+    uint64_t rdma_min_bytes;
 };
 
 /* TW_PUSH_AUTO: push only into GPU destinations admitted for GPUDirect
@@ -169,8 +177,12 @@ TW_EXTERN void tw_close(tw_client *c);
 TW_EXTERN const char *tw_client_last_error_message(const tw_client *c);
 
 /* Which data plane moved the bytes of the last successful get or put on c:
- * "rdma pull (tcp;ofi_rxm)", "rdma push (shm)" or "inline tcp"; "" before
- * the first. Valid until the next call on c. */
+ * "rdma pull (tcp;ofi_rxm)", "rdma push (shm)", "inline tcp", or, on a
+ * connection with RDMA, "inline tcp (below the rdma threshold)" (a put
+ * smaller than rdma_min_bytes) or "inline tcp (the server chose inline)"
+ * (the server answered a request for RDMA with the inline plane, e.g. a
+ * tensor below its --rdma-min-bytes); "" before the first. Valid until the
+ * next call on c. */
 TW_EXTERN const char *tw_client_data_plane(const tw_client *c);
 /* The RDMA state of the connection: "rdma PROVIDER" once the endpoint
  * exchange succeeded, else "inline: " and the reason (not requested, the

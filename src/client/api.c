@@ -82,6 +82,7 @@ void tw_client_options_init(struct tw_client_options *o)
     o->request_timeout_ms = 30000;
     o->max_inflight = 64;
     o->max_frame = TW_DEFAULT_MAX_FRAME;
+    o->rdma_min_bytes = TW_DEFAULT_RDMA_MIN_BYTES;
 }
 
 static void client_free(struct tw_client *c)
@@ -269,6 +270,7 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
         goto out_free_token;
     tw__token_clear(&token);
     c->push_policy = o.push;
+    c->rdma_min_bytes = o.rdma_min_bytes;
     if (!o.fabric || !*o.fabric || strcmp(o.fabric, "none") == 0) {
         snprintf(c->fabric_status, sizeof(c->fabric_status), "inline: rdma not requested (--fabric none)");
     } else if (!(c->sm.caps & TW_CAP_RDMA_DATA_PLANE)) {

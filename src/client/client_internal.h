@@ -107,6 +107,9 @@ struct tw__creq {
     struct tw_fabric_rkey remote;
     int got_remote; /* put: the server registered its destination (push) */
     int push;
+    /* Why an inline transfer is inline on a connection with RDMA (static
+     * text, shown by tw_client_data_plane), NULL otherwise. */
+    const char *dp_note;
 };
 
 /* One segment of the send queue: bytes in the send buffer (ptr NULL, at
@@ -156,6 +159,7 @@ struct tw_client {
     struct tw_fabric *fab;
     struct tw_fabric_peer *fpeer;
     int push_policy;          /* enum tw_push_policy */
+    uint64_t rdma_min_bytes;  /* puts below this go inline (option) */
     char fabric_status[384];  /* "rdma tcp;ofi_rxm" or why inline only */
     char last_plane[128];     /* plane of the last finished get/put */
 };
@@ -217,9 +221,11 @@ void tw__client_rdma_close(struct tw_client *c);
 /* Request r ended: releases its registration. */
 void tw__client_rdma_release(struct tw_client *c, struct tw__creq *r);
 
-/* Chooses the data plane for one transfer: RDMA for gets and puts once the
- * endpoint exchange succeeded, else inline. */
-const struct tw__client_dp_ops *tw__client_pick_data_plane(struct tw_client *c,
-                                                           const struct tw__creq *r);
+/* Chooses the data plane to ask for in one transfer: RDMA for gets and for
+ * puts of at least c->rdma_min_bytes once the endpoint exchange succeeded,
+ * else inline. *note: why a transfer on an RDMA connection is inline
+ * (static text), else NULL. */
+const struct tw__client_dp_ops *
+tw__client_pick_data_plane(const struct tw_client *c, const struct tw__creq *r, const char **note);
 
 #endif

@@ -49,6 +49,8 @@ void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int statu
         if (r->dp == &tw__client_dp_rdma)
             snprintf(c->last_plane, sizeof(c->last_plane), "rdma %s (%s)",
                      r->push ? "push" : "pull", c->fpeer ? tw__fabric_peer_provider(c->fpeer) : "?");
+        else if (r->dp_note)
+            snprintf(c->last_plane, sizeof(c->last_plane), "%s (%s)", r->dp->name, r->dp_note);
         else
             snprintf(c->last_plane, sizeof(c->last_plane), "%s", r->dp->name);
     }
@@ -77,15 +79,36 @@ static struct tw__creq *lookup(struct tw_client *c, uint64_t id)
     return r->started ? r : NULL;
 }
 
-const struct tw__client_dp_ops *tw__client_pick_data_plane(struct tw_client *c,
-                                                           const struct tw__creq *r)
+const struct tw__client_dp_ops *
+tw__client_pick_data_plane(const struct tw_client *c, const struct tw__creq *r, const char **note)
 {
+    *note = NULL;
+    if (!c->fpeer || (r->op != TW__OP_GET && r->op != TW__OP_PUT))
+        return &tw__client_dp_inline;
     /* A peer whose rail was retired (fabric.h: a wedged or blocked shm
      * endpoint) moves the rest of this connection's data inline. */
-    if (c->fpeer && (r->op == TW__OP_GET || r->op == TW__OP_PUT) &&
-        tw__fabric_peer_usable(c->fpeer, NULL, 0))
-        return &tw__client_dp_rdma;
-    return &tw__client_dp_inline;
+    if (!tw__fabric_peer_usable(c->fpeer, NULL, 0)) {
+        *note = "the rdma rail was retired";
+        return &tw__client_dp_inline;
+    }
+    /* A get's size is known only from TENSOR_INFO: always ask, the server
+     * applies its threshold. A put's is known now: asking for RDMA below the
+     * threshold would only make the server decide what we already know. */
+    if (r->op == TW__OP_PUT && r->len < c->rdma_min_bytes) {
+        *note = "below the rdma threshold";
+        return &tw__client_dp_inline;
+    }
+    return &tw__client_dp_rdma;
+}
+
+/* The server answered a request for RDMA with the inline plane (allowed:
+ * docs/protocol.md §4.7, §4.9): follow it. */
+static void follow_inline(struct tw__creq *r)
+{
+    if (r->dp != &tw__client_dp_inline) {
+        r->dp = &tw__client_dp_inline;
+        r->dp_note = "the server chose inline";
+    }
 }
 
 static void desc_from_wire(const struct tw_descriptor *w, struct tw_tensor_desc *d)
@@ -237,8 +260,8 @@ static int on_tensor_info(struct tw_client *c, struct tw__creq *r, const struct 
         tw__client_engine_finish(c, r, 0, NULL, 0);
         return 0;
     }
-    if (msg->u.tensor_info.data_plane == TW_DP_INLINE && r->dp != &tw__client_dp_inline)
-        r->dp = &tw__client_dp_inline; /* the server downgraded WANT_RDMA */
+    if (msg->u.tensor_info.data_plane == TW_DP_INLINE)
+        follow_inline(r);
     if (msg->u.tensor_info.data_plane != r->dp->wire_plane)
         return TW_EBAD_FIELD;
     r->expect = w->byte_length;
@@ -312,8 +335,8 @@ static int dispatch(struct tw_client *c, const struct tw_msg *msg)
     case TW_TAG_PUT_ACCEPT:
         if (r->op != TW__OP_PUT)
             return TW_EOUT_OF_ORDER;
-        if (msg->u.put_accept.data_plane == TW_DP_INLINE && r->dp != &tw__client_dp_inline)
-            r->dp = &tw__client_dp_inline; /* the server downgraded WANT_RDMA */
+        if (msg->u.put_accept.data_plane == TW_DP_INLINE)
+            follow_inline(r);
         if (msg->u.put_accept.data_plane != r->dp->wire_plane)
             return TW_EBAD_FIELD;
         return r->dp->put_start(c, r);
@@ -391,7 +414,7 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
     switch (r->op) {
     case TW__OP_GET:
         m.hdr.tag = TW_TAG_TENSOR_REQUEST;
-        r->dp = tw__client_pick_data_plane(c, r);
+        r->dp = tw__client_pick_data_plane(c, r, &r->dp_note);
         m.u.tensor_request.flags = r->dp->xfer_flags;
         rc = name_msg(r, &m.u.tensor_request.name);
         break;
@@ -400,7 +423,7 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
         const struct tw_tensor_desc *d = r->desc;
         const char *tag = d->device_tag[0] ? d->device_tag : "cpu";
         m.hdr.tag = TW_TAG_TENSOR_PUT;
-        r->dp = tw__client_pick_data_plane(c, r);
+        r->dp = tw__client_pick_data_plane(c, r, &r->dp_note);
         m.u.tensor_put.flags = r->dp->xfer_flags;
         rc = name_msg(r, &w->name);
         if (rc)

@@ -33,6 +33,12 @@
 #define TW_MIN_MAX_FRAME (64u * 1024u)       /* smallest max_frame a peer may announce */
 #define TW_DEFAULT_MAX_FRAME (16u << 20)     /* what libtensorwire announces */
 #define TW_MAX_MAX_FRAME (1u << 30)          /* largest max_frame a peer may announce */
+/* Tensors smaller than this move inline even when both peers have RDMA:
+ * below it the extra RDMA_REGISTER / RDMA_READY / RDMA_DONE round trips cost
+ * more than the copy through the socket (docs/performance.md, "RDMA size
+ * threshold"). Default of tensorwired --rdma-min-bytes and of
+ * tw_client_options.rdma_min_bytes; not a protocol limit. */
+#define TW_DEFAULT_RDMA_MIN_BYTES (1u << 20)
 #define TW_MAX_NAME_LEN 1024u
 #define TW_MAX_NDIM 16u
 #define TW_MAX_DEVICE_TAG_LEN 32u

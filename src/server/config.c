@@ -26,6 +26,7 @@ void tw__srv_config_defaults(struct tw_srv_config *c)
     c->shutdown_grace_ms = 5000;
     snprintf(c->fabric, sizeof(c->fabric), "auto");
     c->push = TW_SRV_PUSH_AUTO;
+    c->rdma_min_bytes = TW_DEFAULT_RDMA_MIN_BYTES;
 }
 
 uint64_t tw__srv_default_capacity(void)
@@ -69,8 +70,11 @@ void tw__srv_config_usage(const char *argv0)
            "  --push auto|always|never who writes in an RDMA put: auto pulls into host\n"
            "                           memory, always pushes when the client supports\n"
            "                           it, never does not offer push (bit 3) at all\n"
+           "  --rdma-min-bytes SIZE    gets and puts smaller than this move inline even\n"
+           "                           when the client asks for RDMA (default %lluKi,\n"
+           "                           0 = RDMA at every size)\n"
            "  --help                   this text\n",
-           argv0, TW_SRV_DEFAULT_LISTEN);
+           argv0, TW_SRV_DEFAULT_LISTEN, (unsigned long long)(TW_DEFAULT_RDMA_MIN_BYTES / 1024));
 }
 
 int tw__parse_size(const char *s, uint64_t *out)
@@ -247,6 +251,9 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
             c->push = TW_SRV_PUSH_NEVER;
         else
             FAIL("push: '%s' is not one of auto, always, never", value);
+    } else if (strcmp(k, "rdma-min-bytes") == 0) {
+        if (tw__parse_size(value, &c->rdma_min_bytes) != 0)
+            FAIL("rdma-min-bytes: '%s' is not a size (examples: 0, 65536, 256Ki, 1Mi)", value);
     } else {
         FAIL("unknown option '%s'", key);
     }

@@ -33,6 +33,9 @@ struct tw_srv_config {
      * runs inline-only. */
     char fabric[128];
     int push; /* enum tw_srv_push: who moves the bytes of an RDMA put */
+    /* Gets and puts of fewer bytes move inline even when the client asked
+     * for RDMA (default TW_DEFAULT_RDMA_MIN_BYTES; 0 = RDMA at every size). */
+    uint64_t rdma_min_bytes;
 };
 
 /* --push: destination policy. AUTO pushes only into GPU destinations

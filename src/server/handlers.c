@@ -115,22 +115,59 @@ static void handle_auth(struct tw_srv_conn *c, const struct tw_msg *m)
     TW_LOGD("conn %llu %s: authenticated", (unsigned long long)c->id, c->peer);
 }
 
-/* WANT_RDMA gets RDMA when the connection has an endpoint whose rail is
- * still usable; a retired rail (fabric.h: wedged or blocked shm endpoint)
- * downgrades the rest of the connection to inline, said once in the log. */
-static int rdma_usable(struct tw_srv_conn *c)
+/*
+ * The data plane of one get or put: RDMA only when the client asked for it
+ * (WANT_RDMA, legal only after ACCEPT: the state machine checks), this
+ * connection still has an accepted endpoint, and the tensor is at least
+ * --rdma-min-bytes long. Anything else moves inline, which the protocol
+ * allows as an answer to WANT_RDMA (docs/protocol.md §4.7, §4.9). *why says
+ * which condition decided (static text). Every data-plane decision lives
+ * here: add new conditions here, not in the handlers.
+ */
+static const struct tw_dp_ops *choose_dp(struct tw_srv_conn *c, uint32_t flags,
+                                         uint64_t byte_length, const char **why)
 {
-    if (!c->fpeer || !c->srv->fab)
-        return 0;
-    char why[320];
-    if (tw__fabric_peer_usable(c->fpeer, why, sizeof(why)))
-        return 1;
-    if (!c->rdma_downgraded) {
-        c->rdma_downgraded = 1;
-        TW_LOGW("conn %llu %s: rdma unusable (%s); this connection moves data inline from now on",
-                (unsigned long long)c->id, c->peer, why);
+    if (!(flags & TW_XFER_WANT_RDMA)) {
+        *why = "rdma not requested";
+        return &tw__dp_inline_ops;
     }
-    return 0;
+    if (!c->fpeer || !c->srv->fab) {
+        *why = "no rdma endpoint on this connection";
+        return &tw__dp_inline_ops;
+    }
+    /* A retired rail (src/fabric/fabric.h: a wedged or blocked shm
+     * endpoint) downgrades the rest of the connection, said once. */
+    char detail[320];
+    if (!tw__fabric_peer_usable(c->fpeer, detail, sizeof(detail))) {
+        if (!c->rdma_downgraded) {
+            c->rdma_downgraded = 1;
+            TW_LOGW("conn %llu %s: rdma unusable (%s); this connection moves data inline from "
+                    "now on",
+                    (unsigned long long)c->id, c->peer, detail);
+        }
+        *why = "its rdma rail was retired";
+        return &tw__dp_inline_ops;
+    }
+    if (byte_length < c->srv->cfg.rdma_min_bytes) {
+        *why = "below the threshold";
+        return &tw__dp_inline_ops;
+    }
+    *why = "asked for, at or above the threshold";
+    return &tw__dp_rdma_ops;
+}
+
+/* Debug log of a WANT_RDMA request's plane (plain inline requests are the
+ * common case and stay quiet). */
+static void log_dp_choice(const struct tw_srv_conn *c, uint64_t id, const char *op,
+                          uint64_t byte_length, uint32_t flags, const struct tw_dp_ops *ops,
+                          const char *why)
+{
+    if (!(flags & TW_XFER_WANT_RDMA))
+        return;
+    TW_LOGD("conn %llu %s: %s request %llu of %llu B: %s data plane, %s (--rdma-min-bytes %llu)",
+            (unsigned long long)c->id, c->peer, op, (unsigned long long)id,
+            (unsigned long long)byte_length, ops == &tw__dp_rdma_ops ? "rdma" : "inline", why,
+            (unsigned long long)c->srv->cfg.rdma_min_bytes);
 }
 
 static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
@@ -145,11 +182,9 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
                             show_name(nm, name, sizeof(name)));
         return;
     }
-    /* WANT_RDMA is legal only after ACCEPT (the state machine checks); the
-     * plane may still be gone, then the get is downgraded to inline. */
-    const struct tw_dp_ops *ops = &tw__dp_inline_ops;
-    if ((m->u.tensor_request.flags & TW_XFER_WANT_RDMA) && rdma_usable(c))
-        ops = &tw__dp_rdma_ops;
+    const char *why;
+    const struct tw_dp_ops *ops = choose_dp(c, m->u.tensor_request.flags, t->byte_length, &why);
+    log_dp_choice(c, id, "get", t->byte_length, m->u.tensor_request.flags, ops, why);
     struct tw_xfer *x = tw__xfer_new(c, id, TW_XFER_GET, t, ops);
     tw__tensor_unref(t);
     if (!x) {
@@ -207,9 +242,9 @@ static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
                             (unsigned long long)d->byte_length);
         return;
     }
-    const struct tw_dp_ops *ops = &tw__dp_inline_ops;
-    if ((m->u.tensor_put.flags & TW_XFER_WANT_RDMA) && rdma_usable(c))
-        ops = &tw__dp_rdma_ops;
+    const char *why;
+    const struct tw_dp_ops *ops = choose_dp(c, m->u.tensor_put.flags, d->byte_length, &why);
+    log_dp_choice(c, id, "put", d->byte_length, m->u.tensor_put.flags, ops, why);
     struct tw_xfer *x = tw__xfer_new(c, id, TW_XFER_PUT, t, ops);
     tw__tensor_unref(t); /* x holds the only reference now (or none: freed) */
     if (!x) {
@@ -363,6 +398,9 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"stored_bytes", srv->store.stored_bytes},
         {"reserved_bytes", srv->store.reserved},
         {"capacity_bytes", srv->store.capacity},
+        /* A setting, not a counter: lets clients (tensorwire bench) report
+         * the threshold that decided their transfers' plane. */
+        {"rdma_min_bytes", srv->cfg.rdma_min_bytes},
         {"rdma_xfers_done", fst.xfers_done},
         {"rdma_xfers_failed", fst.xfers_failed},
         {"rdma_xfers_active", fst.xfers_active},

@@ -120,13 +120,27 @@ TENSORWIRE_SERVER=$TW_SERVER_ADDR expect 0 "$TW" ls cli/
 expect 1 "$TW" -s 127.0.0.1:1 ls && grep_err "connect 127.0.0.1:1: ECONNREFUSED"
 
 echo "case rdma data plane, get/put -v"
-mknpy "$W/r.npy" '<f4' "(1000,)" 4000
+# 1.2 MB: above the default rdma threshold (1 MiB) of both sides.
+mknpy "$W/r.npy" '<f4' "(300000,)" 1200000
+mknpy "$W/small.npy" '<f4' "(1000,)" 4000
 if grep -q "rails: .*tcp;ofi_rxm" "$W/server.log"; then
     expect 0 "$TW" $A --fabric tcp put cli/r "$W/r.npy" -v &&
         grep_out "data plane: rdma pull (provider tcp;ofi_rxm)"
     expect 0 "$TW" $A --fabric tcp --push always get cli/r "$W/r2.npy" -v &&
         grep_out "data plane: rdma push (provider tcp;ofi_rxm)"
     cmp -s "$W/r.npy" "$W/r2.npy" || fail "rdma put/get round trip differs"
+    echo "case rdma threshold: small tensors inline, with the reason"
+    expect 0 "$TW" $A --fabric tcp put cli/small "$W/small.npy" -v &&
+        grep_out "data plane: inline tcp (below the rdma threshold)"
+    expect 0 "$TW" $A --fabric tcp get cli/small "$W/small2.npy" -v &&
+        grep_out "data plane: inline tcp (the server chose inline)"
+    cmp -s "$W/small.npy" "$W/small2.npy" || fail "inline put/get round trip differs"
+    expect 0 "$TW" $A --fabric tcp --rdma-min-bytes 0 put cli/small "$W/small.npy" -v &&
+        grep_out "data plane: inline tcp (the server chose inline)"
+    expect 0 "$TW" $A --fabric tcp --rdma-min-bytes=1Ki put cli/r "$W/r.npy" -v &&
+        grep_out "data plane: rdma pull (provider tcp;ofi_rxm)"
+    expect 2 "$TW" $A --rdma-min-bytes lots ls
+    expect 2 "$TW" $A --rdma-min-bytes
 else
     echo "   (no tcp rail in this server: rdma part skipped)"
     expect 0 "$TW" $A put cli/r "$W/r.npy"
@@ -150,7 +164,7 @@ if grep -q "rails: .*tcp;ofi_rxm" "$W/server.log"; then
     echo "case bench --fabric tcp (raw libfabric baseline)"
     for push in never always; do
         case $push in never) dp="rdma pull" fi=fi_read ;; *) dp="rdma push" fi=fi_write ;; esac
-        expect 0 "$TW" $A --push $push bench --fabric tcp --op get --size 64Ki --count 40 \
+        expect 0 "$TW" $A --push $push bench --fabric tcp --op get --size 1Mi --count 16 \
             --inflight 4 --rounds 1 --json &&
             python3 -c "
 import json, sys
@@ -159,11 +173,24 @@ assert o['data_plane'] == sys.argv[2] + ' (tcp;ofi_rxm)', o['data_plane']
 assert o['provider'] == 'tcp;ofi_rxm' and o['baseline'] == 'raw libfabric %s (tcp;ofi_rxm)' % sys.argv[3]
 assert o['bytes_per_s'] > 0 and o['baseline_bytes_per_s'] > 0 and o['raw_socket_bytes_per_s'] > 0
 assert o['baseline_bytes_per_s'] != o['raw_socket_bytes_per_s']
+assert o['rdma_min_bytes'] == 1048576 and o['server_rdma_min_bytes'] == 1048576, o
 " "$W/out" "$dp" "$fi" || fail "bench --fabric tcp --json output: $(cat "$W/out")"
     done
-    expect 0 "$TW" $A bench --fabric tcp --op put --size 64Ki --count 20 --inflight 4 --rounds 1 &&
+    expect 0 "$TW" $A bench --fabric tcp --op put --size 1Mi --count 16 --inflight 4 --rounds 1 &&
         grep_out "data plane: rdma pull (tcp;ofi_rxm)" && grep_out "raw libfabric" &&
-        grep_out "raw socket"
+        grep_out "raw socket" && grep_out "rdma threshold: puts from 1048576 B (client)"
+    # Below the threshold the bench's transfers are inline and say so.
+    expect 0 "$TW" $A --rdma-min-bytes 0 bench --fabric tcp --op put --size 64Ki --count 20 \
+        --inflight 4 --rounds 1 --json &&
+        python3 -c "
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o['data_plane'] == 'inline tcp (the server chose inline)', o['data_plane']
+assert o['rdma_min_bytes'] == 0 and o['baseline'] == 'raw socket', o
+" "$W/out" || fail "bench below the threshold --json output: $(cat "$W/out")"
+    expect 0 "$TW" $A bench --fabric tcp --rdma-min-bytes 32Ki --op put --size 16Ki --count 20 \
+        --inflight 4 --rounds 1 && grep_out "data plane: inline tcp (below the rdma threshold)"
+    expect 2 "$TW" $A bench --rdma-min-bytes 12Q
 fi
 expect 0 "$TW" $A bench --fabric none --op get --size 4Ki --count 20 --rounds 1 &&
     grep_out "data plane: inline tcp" && grep_out "fabric: inline: rdma not requested"

@@ -30,7 +30,9 @@ const char *__lsan_default_suppressions(void)
 #define TW_TEST_PROVIDER "tcp"
 #endif
 
-static tw_client *connect_client(const struct itest_server *s, const char *fabric, int push)
+/* rdma_min_bytes: the client's threshold (puts below it go inline). */
+static tw_client *connect_client_min(const struct itest_server *s, const char *fabric, int push,
+                                     uint64_t rdma_min_bytes)
 {
     struct tw_client_options o;
     tw_client *c = NULL;
@@ -38,6 +40,7 @@ static tw_client *connect_client(const struct itest_server *s, const char *fabri
     tw_client_options_init(&o);
     o.fabric = fabric;
     o.push = push;
+    o.rdma_min_bytes = rdma_min_bytes;
     o.checksum = 1;
     o.request_timeout_ms = 20000;
     int rc = tw_client_connect_error(s->addr, &o, &c, err, sizeof(err));
@@ -45,6 +48,13 @@ static tw_client *connect_client(const struct itest_server *s, const char *fabri
         fprintf(stderr, "connect: %s\n", err);
     TW_ASSERT_EQ(rc, 0);
     return c;
+}
+
+/* Most tests here exercise the RDMA plane itself, with tensors of every
+ * size: no threshold on either side (test_threshold covers it). */
+static tw_client *connect_client(const struct itest_server *s, const char *fabric, int push)
+{
+    return connect_client_min(s, fabric, push, 0);
 }
 
 static uint64_t stat_of(tw_client *c, const char *key)
@@ -88,7 +98,8 @@ static void check_get(tw_client *c, const char *name, const uint8_t *want, size_
 
 static void start_server(struct itest_server *s, const char *fabric, const char *push)
 {
-    const char *args[] = {"--fabric", fabric, "--push", push, "--transfer-timeout", "20", NULL};
+    const char *args[] = {"--fabric",         fabric, "--push", push, "--transfer-timeout", "20",
+                          "--rdma-min-bytes", "0",    NULL};
     itest_server_start(s, args);
 }
 
@@ -233,6 +244,114 @@ static void test_batch(void)
     free(dst);
     tw_close(c);
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
+}
+
+/* Registrations the server looked up: one per RDMA get (the tensor,
+ * REMOTE_READ) and per pull put (the destination); none inline. */
+static uint64_t server_reg_lookups(tw_client *c)
+{
+    return stat_of(c, "regcache_hits") + stat_of(c, "regcache_misses");
+}
+
+/* One get or put of n bytes, byte-exact, with the data plane
+ * tw_client_data_plane must name (prefix), checked against the server's
+ * side: an RDMA transfer registers memory there (and a pull put is one
+ * fabric transfer of the server's), an inline one does not. */
+static void xfer_expect(tw_client *c, int put, const char *name, const uint8_t *data, size_t n,
+                        const char *want_plane, int want_rdma)
+{
+    uint64_t reg0 = server_reg_lookups(c), done0 = stat_of(c, "rdma_xfers_done");
+    if (put)
+        put_bytes(c, name, data, n);
+    else
+        check_get(c, name, data, n);
+    const char *dp = tw_client_data_plane(c);
+    uint64_t regs = server_reg_lookups(c) - reg0, done = stat_of(c, "rdma_xfers_done") - done0;
+    fprintf(stderr, "  %s %zu B: %s (server: %llu registrations, %llu rdma transfers)\n",
+            put ? "put" : "get", n, dp, (unsigned long long)regs, (unsigned long long)done);
+    TW_ASSERT(strncmp(dp, want_plane, strlen(want_plane)) == 0);
+    TW_ASSERT_EQ_U64(regs, want_rdma ? 1 : 0);
+    TW_ASSERT_EQ_U64(done, want_rdma && put ? 1 : 0);
+}
+
+/* Size threshold (--rdma-min-bytes, tw_client_options.rdma_min_bytes):
+ * below it gets and puts move inline on an RDMA connection, at and above it
+ * over RDMA, byte-exact either way, with tw_client_data_plane saying which
+ * side chose inline. */
+static void test_threshold(void)
+{
+    struct itest_server s;
+    enum { SMALL = 4096, T = 64 << 10, BIG = 1 << 20 };
+    uint8_t *data = malloc(BIG);
+    TW_ASSERT(data != NULL);
+    const char *args[] = {"--fabric", TW_TEST_PROVIDER, "--rdma-min-bytes", "64Ki", NULL};
+    itest_server_start(&s, args);
+
+    /* Both sides at 64 KiB: the client keeps small puts inline itself, the
+     * server answers small gets inline. */
+    tw_client *c = connect_client_min(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO, T);
+    TW_ASSERT(strncmp(tw_client_fabric_status(c), "rdma ", 5) == 0);
+    TW_ASSERT_EQ_U64(stat_of(c, "rdma_min_bytes"), T);
+    const size_t sizes[] = {SMALL, T - 1, T, BIG};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        char name[16];
+        int rdma = sizes[i] >= T;
+        snprintf(name, sizeof(name), "th%zu", i);
+        itest_fill(data, sizes[i], (uint32_t)(40 + i));
+        xfer_expect(c, 1, name, data, sizes[i],
+                    rdma ? "rdma pull (" : "inline tcp (below the rdma threshold)", rdma);
+        xfer_expect(c, 0, name, data, sizes[i],
+                    rdma ? "rdma pull (" : "inline tcp (the server chose inline)", rdma);
+    }
+    /* A batch mixing both sides of the threshold, byte-exact. */
+    struct tw_batch_item items[4];
+    uint8_t *dst = calloc(1, 2 * (SMALL + BIG));
+    TW_ASSERT(dst != NULL);
+    memset(items, 0, sizeof(items));
+    for (int i = 0; i < 4; i++) {
+        items[i].name = i % 2 ? "th3" : "th0";
+        items[i].buf = dst + (size_t)(i / 2) * (SMALL + BIG) + (i % 2 ? SMALL : 0);
+        items[i].len = i % 2 ? BIG : SMALL;
+    }
+    uint64_t reg0 = server_reg_lookups(c);
+    TW_ASSERT_EQ(tw_batch_get(c, items, 4), 0);
+    TW_ASSERT_EQ_U64(server_reg_lookups(c) - reg0, 2); /* the two 1 MiB gets */
+    itest_fill(data, SMALL, 40);
+    TW_ASSERT(memcmp(items[0].buf, data, SMALL) == 0 && memcmp(items[2].buf, data, SMALL) == 0);
+    itest_fill(data, BIG, 43);
+    TW_ASSERT(memcmp(items[1].buf, data, BIG) == 0 && memcmp(items[3].buf, data, BIG) == 0);
+    free(dst);
+    tw_close(c);
+
+    /* A client without a threshold asks for RDMA at every size: the
+     * server's threshold still keeps a small put inline (PUT_ACCEPT with the
+     * inline plane, which the client follows). */
+    c = connect_client_min(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO, 0);
+    itest_fill(data, SMALL, 50);
+    xfer_expect(c, 1, "th0", data, SMALL, "inline tcp (the server chose inline)", 0);
+    xfer_expect(c, 0, "th0", data, SMALL, "inline tcp (the server chose inline)", 0);
+    itest_fill(data, BIG, 51);
+    xfer_expect(c, 1, "th3", data, BIG, "rdma pull (", 1);
+    tw_close(c);
+    TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
+
+    /* Threshold 0 on both sides: 4 KiB moves over RDMA both ways. A client
+     * threshold above the size keeps only its puts inline. */
+    const char *args0[] = {"--fabric", TW_TEST_PROVIDER, "--rdma-min-bytes", "0", NULL};
+    itest_server_start(&s, args0);
+    c = connect_client_min(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO, 0);
+    TW_ASSERT_EQ_U64(stat_of(c, "rdma_min_bytes"), 0);
+    itest_fill(data, SMALL, 60);
+    xfer_expect(c, 1, "z", data, SMALL, "rdma pull (", 1);
+    xfer_expect(c, 0, "z", data, SMALL, "rdma pull (", 1);
+    tw_close(c);
+    c = connect_client_min(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO, T);
+    itest_fill(data, SMALL, 61);
+    xfer_expect(c, 1, "z", data, SMALL, "inline tcp (below the rdma threshold)", 0);
+    xfer_expect(c, 0, "z", data, SMALL, "rdma pull (", 1);
+    tw_close(c);
+    TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
+    free(data);
 }
 
 /* One side without RDMA: inline, with the reason. Inline and RDMA clients
@@ -715,6 +834,7 @@ int main(void)
     TW_RUN(test_repeat_get_registers_once);
     TW_RUN(test_batch);
     TW_RUN(test_fallback_and_mixed);
+    TW_RUN(test_threshold);
     TW_RUN(test_old_key_rejected);
     TW_RUN(test_client_killed);
     TW_RUN(test_stalled_peer);

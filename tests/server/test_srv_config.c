@@ -1,6 +1,7 @@
 /* tensorwired configuration: sizes, durations, options, config files. */
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "server/config.h"
@@ -98,10 +99,41 @@ static void test_args_and_file(void)
     TW_ASSERT_ERR(tw__srv_config_load_file(&c, path, err, sizeof(err)), -ENOENT);
 }
 
+/* --rdma-min-bytes: default 1 MiB, sizes with suffixes, 0 allowed (RDMA at
+ * every size), junk rejected with the option's name; config file key. */
+static void test_rdma_min_bytes(void)
+{
+    struct tw_srv_config c;
+    char err[256];
+    tw__srv_config_defaults(&c);
+    TW_ASSERT_EQ_U64(c.rdma_min_bytes, 1u << 20);
+    char *a1[] = {"tensorwired", "--rdma-min-bytes", "256Ki", NULL};
+    TW_ASSERT_OK(tw__srv_config_from_args(&c, 3, a1, err, sizeof(err)));
+    TW_ASSERT_EQ_U64(c.rdma_min_bytes, 256u << 10);
+    char *a2[] = {"tensorwired", "--rdma-min-bytes=0", NULL};
+    TW_ASSERT_OK(tw__srv_config_from_args(&c, 2, a2, err, sizeof(err)));
+    TW_ASSERT_EQ_U64(c.rdma_min_bytes, 0);
+    TW_ASSERT_OK(tw__srv_config_set(&c, "rdma_min_bytes", "4M", err, sizeof(err)));
+    TW_ASSERT_EQ_U64(c.rdma_min_bytes, 4000000);
+    TW_ASSERT_OK(tw__srv_config_set(&c, "rdma-min-bytes", "12345", err, sizeof(err)));
+    TW_ASSERT_EQ_U64(c.rdma_min_bytes, 12345);
+    const char *bad[] = {"", "-1", "1Q", "lots", "1Mix"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        TW_ASSERT_ERR(tw__srv_config_set(&c, "rdma-min-bytes", bad[i], err, sizeof(err)), -EINVAL);
+        TW_ASSERT(strstr(err, "rdma-min-bytes") != NULL);
+        TW_ASSERT_EQ_U64(c.rdma_min_bytes, 12345); /* unchanged */
+    }
+    fprintf(stderr, "  %s\n", err);
+    char *a3[] = {"tensorwired", "--rdma-min-bytes", NULL};
+    TW_ASSERT_ERR(tw__srv_config_from_args(&c, 2, a3, err, sizeof(err)), -EINVAL);
+}
+
 int main(void)
 {
     TW_RUN(test_sizes);
     TW_RUN(test_seconds);
     TW_RUN(test_args_and_file);
+    TW_RUN(test_rdma_min_bytes);
     TW_DONE();
 }
