@@ -200,15 +200,17 @@ struct tw_fabric {
     int mover_running;  /* the current generation's mover has not exited */
     int mover_joinable; /* fab->mover may be joined (not detached) */
 
-    /* Watchdog (wedge.c). The stamp of the data call in progress (zero
-     * since: none) is read by the watchdog without fab->lock: __atomic. */
+    /* Watchdog (wedge.c). The stamp of the data call window in progress is
+     * read by the watchdog without fab->lock: __atomic. A counter, not a
+     * clock: the progressing thread opens millions of windows a second and
+     * the watchdog times them itself. */
     pthread_t watchdog;
     pthread_mutex_t wd_lock; /* the watchdog's sleep; never held with fab->lock */
     pthread_cond_t wd_cond;
     int wd_running, wd_stop;
     uint64_t wedge_ns;
     unsigned gen;          /* mover generation: bumped when a mover is abandoned (__atomic) */
-    uint64_t call_since_ns; /* 0: no call in progress */
+    uint64_t call_seq;     /* bumped at each call window; odd while one is open */
     unsigned call_rail, call_gen;
     unsigned abandoned;    /* mover threads stuck inside libfabric */
     unsigned reopen;       /* bit per slot: open a replacement for it */

@@ -4,7 +4,9 @@
  * replacement rails for retired ones. See fabric.h, "Wedged and retired
  * rails", for why this exists (libfabric 1.17 shm and dead peers).
  *
- * The progressing thread stamps each data call (xfer.c call_begin). The
+ * The progressing thread numbers each data call window (xfer.c call_begin:
+ * call_seq is odd while one is open); a window seen open for wedge_ns is a
+ * wedged call. The
  * watchdog reads the stamp without fab->lock, because a thread making a
  * control call may hold fab->lock while it waits for the wedged rail's io
  * mutex: the watchdog first marks the rail wedged (atomically; that waiter
@@ -64,7 +66,9 @@ static void wedge_locked(struct tw_fabric *fab, unsigned idx, uint64_t held_ns)
 
     /* Give up on the stuck mover; a new one serves the other rails. */
     __atomic_add_fetch(&fab->gen, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&fab->call_since_ns, 0, __ATOMIC_RELEASE);
+    /* Close the abandoned window: the new mover's start even again. */
+    if (__atomic_load_n(&fab->call_seq, __ATOMIC_ACQUIRE) & 1)
+        __atomic_add_fetch(&fab->call_seq, 1, __ATOMIC_RELEASE);
     if (fab->mover_joinable) {
         /* It may spin for good (shm: on a lock a dead process held): let it
          * use only CPU time nothing else wants. */
@@ -140,6 +144,7 @@ static void *watchdog_main(void *arg)
         period = 10000000ull;
     if (period > 250000000ull)
         period = 250000000ull;
+    uint64_t seen_seq = 0, seen_ns = 0; /* the open window seen first at seen_ns */
     pthread_mutex_lock(&fab->wd_lock);
     while (!__atomic_load_n(&fab->wd_stop, __ATOMIC_ACQUIRE)) {
         struct timespec ts;
@@ -152,20 +157,25 @@ static void *watchdog_main(void *arg)
             break;
         pthread_mutex_unlock(&fab->wd_lock);
 
-        uint64_t since = __atomic_load_n(&fab->call_since_ns, __ATOMIC_ACQUIRE);
+        /* The same odd (open) window seen for wedge_ns: wedged. */
+        uint64_t seq = __atomic_load_n(&fab->call_seq, __ATOMIC_ACQUIRE);
         unsigned rail = __atomic_load_n(&fab->call_rail, __ATOMIC_RELAXED);
         unsigned gen = __atomic_load_n(&fab->call_gen, __ATOMIC_RELAXED);
         uint64_t now = tw__fabric_now_ns();
-        if (since && now > since && now - since >= fab->wedge_ns && rail < TW_FABRIC_MAX_SLOTS &&
-            gen == __atomic_load_n(&fab->gen, __ATOMIC_ACQUIRE)) {
+        if (!(seq & 1) || seq != seen_seq) {
+            seen_seq = seq;
+            seen_ns = now;
+        } else if (now - seen_ns >= fab->wedge_ns && rail < TW_FABRIC_MAX_SLOTS &&
+                   gen == __atomic_load_n(&fab->gen, __ATOMIC_ACQUIRE)) {
             /* First let io waiters holding fab->lock give up. */
             __atomic_store_n(&fab->rails[rail].wedged, 1, __ATOMIC_RELEASE);
             pthread_mutex_lock(&fab->lock);
             /* Even if the call returned meanwhile, it took longer than
              * wedge_ns and waiters may have given up: finish the job. */
             if (gen == fab->gen)
-                wedge_locked(fab, rail, now - since);
+                wedge_locked(fab, rail, now - seen_ns);
             pthread_mutex_unlock(&fab->lock);
+            seen_seq = 0;
         }
         if (__atomic_load_n(&fab->reopen, __ATOMIC_ACQUIRE)) {
             pthread_mutex_lock(&fab->lock);

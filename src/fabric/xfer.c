@@ -75,9 +75,9 @@ static void stop(struct tw_fabric_xfer *x, int status, const char *fmt, ...)
     }
 }
 
-/* Opens the window of one data call on rail r: stamps it for the watchdog,
- * drops fab->lock and takes the rail's io mutex. Returns the generation
- * for call_end(). */
+/* Opens a window for data calls on rail r: stamps it for the watchdog
+ * (call_seq odd), drops fab->lock and takes the rail's io mutex. Returns
+ * the generation for call_end(). */
 static unsigned call_begin(struct tw_fabric *fab, struct tw_fabric_rail *r)
 {
     unsigned gen = fab->gen;
@@ -86,7 +86,7 @@ static unsigned call_begin(struct tw_fabric *fab, struct tw_fabric_rail *r)
     void *arg = fab->call_hook_arg;
     __atomic_store_n(&fab->call_rail, rail, __ATOMIC_RELAXED);
     __atomic_store_n(&fab->call_gen, gen, __ATOMIC_RELAXED);
-    __atomic_store_n(&fab->call_since_ns, tw__fabric_now_ns(), __ATOMIC_RELEASE);
+    __atomic_add_fetch(&fab->call_seq, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&fab->lock);
     pthread_mutex_lock(&r->io);
     if (hook)
@@ -108,7 +108,7 @@ static int call_end(struct tw_fabric *fab, struct tw_fabric_rail *r, unsigned ge
         pthread_mutex_unlock(&fab->lock);
         return -1;
     }
-    __atomic_store_n(&fab->call_since_ns, 0, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&fab->call_seq, 1, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -277,64 +277,90 @@ static int advance(struct tw_fabric_xfer *x, uint64_t now)
         if (p->stopped)
             return 0; /* re-checked within a millisecond; the deadline runs on */
     }
+    /* Reserve every free slot with its chunk, then post them in one call
+     * window without the lock; give back the ones not posted. */
+    unsigned idx[TW_FABRIC_MAX_DEPTH], nres = 0;
     for (unsigned i = 0; i < x->depth && x->next_off < x->d.length && !x->stopping; i++) {
         struct tw_fabric_rma *op = &x->ops[i];
         if (op->busy)
             continue;
-        uint64_t off = x->next_off;
-        uint64_t len = x->d.length - off;
-        if (len > x->chunk)
-            len = x->chunk;
-        void *buf = m->base + x->d.local_offset + off;
-        uint64_t raddr = x->d.remote.remote_addr + off;
-        /* Reserve the slot, post without the lock. */
+        uint64_t len = x->d.length - x->next_off;
         op->busy = 1;
-        op->off = off;
-        op->len = len;
+        op->off = x->next_off;
+        op->len = len > x->chunk ? x->chunk : len;
         x->inflight++;
-        x->next_off += len;
+        x->next_off += op->len;
+        idx[nres++] = i;
+    }
+    if (nres) {
+        unsigned posted = 0;
+        ssize_t ret = 0;
         unsigned gen = call_begin(fab, r);
-        ssize_t ret;
-        if (x->d.op == TW_FABRIC_PULL)
-            ret = fi_read(r->ep, buf, len, m->desc, p->fi_addr, raddr, x->d.remote.key, &op->ctx);
-        else
-            ret = fi_write(r->ep, buf, len, m->desc, p->fi_addr, raddr, x->d.remote.key,
-                           &op->ctx);
+        for (; posted < nres; posted++) {
+            struct tw_fabric_rma *op = &x->ops[idx[posted]];
+            void *buf = m->base + x->d.local_offset + op->off;
+            uint64_t raddr = x->d.remote.remote_addr + op->off;
+            if (x->d.op == TW_FABRIC_PULL)
+                ret = fi_read(r->ep, buf, op->len, m->desc, p->fi_addr, raddr, x->d.remote.key,
+                              &op->ctx);
+            else
+                ret = fi_write(r->ep, buf, op->len, m->desc, p->fi_addr, raddr, x->d.remote.key,
+                               &op->ctx);
+            if (ret)
+                break;
+        }
         if (call_end(fab, r, gen))
             return -1;
-        if (ret) {
-            op->busy = 0;
-            x->inflight--;
-            x->next_off -= len;
+        fab->st.ops_posted += posted;
+        if (posted)
+            x->refused_since_ns = 0;
+        if (posted < nres) {
+            /* Offsets were handed out in reservation order: the first one
+             * not posted is where the next round starts. */
+            uint64_t off = x->ops[idx[posted]].off;
+            for (unsigned k = posted; k < nres; k++) {
+                x->ops[idx[k]].busy = 0;
+                x->inflight--;
+            }
+            x->next_off = off;
             if (ret == -FI_EAGAIN) {
+                /* Provider queue full: progress first. */
                 if (x->inflight == 0 && r->is_shm && refused_too_long(x, now))
                     return 0;
-                break; /* provider queue full: progress first */
+            } else {
+                stop(x, map_err((int)-ret), "%s at offset %llu: %s",
+                     x->d.op == TW_FABRIC_PULL ? "fi_read" : "fi_write", (unsigned long long)off,
+                     fi_strerror((int)-ret));
+                return 0;
             }
-            stop(x, map_err((int)-ret), "%s at offset %llu: %s",
-                 x->d.op == TW_FABRIC_PULL ? "fi_read" : "fi_write", (unsigned long long)off,
-                 fi_strerror((int)-ret));
-            return 0;
         }
-        fab->st.ops_posted++;
-        x->refused_since_ns = 0;
     }
     if (x->next_off == x->d.length && x->inflight == 0 && !x->stopping)
         finish(x);
     return 0;
 }
 
-/* Reads rail r's completions (up to 64 batches) and hands them to their
+/* Reads rail r's completions (up to CQ_ROUNDS batches of CQ_BATCH, and at
+ * most one error entry) in one call window, then hands them to their
  * operations. Returns 0, or -1 when this thread was abandoned. */
+#define CQ_BATCH 32
+#define CQ_ROUNDS 8
 static int read_cq(struct tw_fabric *fab, struct tw_fabric_rail *r, int *n)
 {
-    for (int rounds = 0; rounds < 64; rounds++) {
-        struct fi_cq_entry ent[32];
-        struct fi_cq_err_entry e;
-        char msg[384] = "";
-        int have_err = 0;
-        unsigned gen = call_begin(fab, r);
-        ssize_t ret = fi_cq_read(r->cq, ent, 32);
+    struct fi_cq_entry ent[CQ_BATCH * CQ_ROUNDS];
+    struct fi_cq_err_entry e;
+    char msg[384] = "";
+    int have_err = 0;
+    size_t got = 0;
+    unsigned gen = call_begin(fab, r);
+    for (int rounds = 0; rounds < CQ_ROUNDS; rounds++) {
+        ssize_t ret = fi_cq_read(r->cq, ent + got, CQ_BATCH);
+        if (ret > 0) {
+            got += (size_t)ret;
+            if (ret < CQ_BATCH)
+                break;
+            continue;
+        }
         if (ret == -FI_EAVAIL) {
             memset(&e, 0, sizeof(e));
             if (fi_cq_readerr(r->cq, &e, 0) >= 1) {
@@ -346,19 +372,15 @@ static int read_cq(struct tw_fabric *fab, struct tw_fabric_rail *r, int *n)
                 have_err = 1;
             }
         }
-        if (call_end(fab, r, gen))
-            return -1;
-        if (ret > 0) {
-            for (ssize_t i = 0; i < ret; i++)
-                if (ent[i].op_context)
-                    op_done(ent[i].op_context, 0, NULL);
-            *n += (int)ret;
-            if (ret < 32)
-                return 0;
-            continue;
-        }
-        if (!have_err)
-            return 0; /* -FI_EAGAIN: empty */
+        break; /* -FI_EAGAIN: empty; or one error entry taken */
+    }
+    if (call_end(fab, r, gen))
+        return -1;
+    for (size_t i = 0; i < got; i++)
+        if (ent[i].op_context)
+            op_done(ent[i].op_context, 0, NULL);
+    *n += (int)got;
+    if (have_err) {
         (*n)++;
         if (e.op_context)
             op_done(e.op_context, map_err(e.err), msg);
