@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fabric/fabric.h"
+#include "tw_fabric_pair.h"
 #include "tw_test.h"
 
 #ifndef TW_TEST_PROVIDER
@@ -60,27 +61,6 @@ static void close_all(struct tw_fabric *c, struct tw_fabric *s)
     tw__fabric_close(s);
 }
 
-/* RDMA_ENDPOINT in miniature: the client offers, the server accepts. */
-static void connect_planes(struct tw_fabric *c, struct tw_fabric *s, struct tw_fabric_peer **cp,
-                           struct tw_fabric_peer **sp)
-{
-    const struct tw_fabric_addr *mine, *theirs = NULL;
-    unsigned n = tw__fabric_local_addrs(c, &mine);
-    TW_ASSERT(n >= 1);
-    struct tw_fabric_entry offer[8];
-    for (unsigned i = 0; i < n; i++)
-        tw__fabric_addr_view(&mine[i], &offer[i]);
-    uint8_t host[16];
-    tw__fabric_plane_host_id(c, host);
-    char reason[257];
-    TW_ASSERT_OK(tw__fabric_accept_offer(s, host, offer, n, sp, &theirs, reason, sizeof(reason)));
-    TW_ASSERT(theirs != NULL);
-    /* The client sees the ACCEPT entry as a decoded wire view. */
-    struct tw_fabric_entry accept;
-    tw__fabric_addr_view(theirs, &accept);
-    TW_ASSERT_OK(tw__fabric_peer_insert_entry(c, &accept, cp));
-    TW_ASSERT_STR_EQ(tw__fabric_peer_provider(*cp), tw__fabric_peer_provider(*sp));
-}
 
 static void fill(uint8_t *p, size_t n, unsigned seed)
 {
@@ -336,7 +316,7 @@ static void many_in_flight(void)
 {
     struct tw_fabric *c2 = open_plane(1);
     struct tw_fabric_peer *cp, *sp;
-    connect_planes(c2, srv, &cp, &sp);
+    tw_test_connect_planes(c2, srv, &cp, &sp);
     enum { N = 48, SZ = 300 * 1024 + 11 };
     uint8_t *src = malloc((size_t)N * SZ), *dst = calloc(N, SZ);
     TW_ASSERT(src && dst);
@@ -420,7 +400,7 @@ static void reconnect_if_retired(void)
     close_client(cli);
     tw__fabric_peer_remove(cli_peer);
     cli = open_plane(0);
-    connect_planes(cli, srv, &cli_peer, &srv_peer);
+    tw_test_connect_planes(cli, srv, &cli_peer, &srv_peer);
     tw__fabric_peer_remove(old_sp);
 }
 
@@ -481,7 +461,7 @@ static void cancel_and_remove(void)
 {
     struct tw_fabric *c3 = open_plane(1);
     struct tw_fabric_peer *cp, *sp;
-    connect_planes(c3, srv, &cp, &sp);
+    tw_test_connect_planes(c3, srv, &cp, &sp);
     size_t n = 16u << 20;
     uint8_t *src = calloc(1, n), *dst = calloc(1, n);
     struct tw_fabric_mr *rsrc, *ldst;
@@ -687,7 +667,7 @@ static void old_key_rejected(void)
         struct tw_fabric *fresh = open_plane(0);
         struct tw_fabric_peer *fp, *sp;
         struct tw_fabric_mr *r2, *l2;
-        connect_planes(fresh, srv, &fp, &sp);
+        tw_test_connect_planes(fresh, srv, &fp, &sp);
         TW_ASSERT_OK(tw__fabric_mr_register(sp, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0,
                                             &r2));
         TW_ASSERT_OK(tw__fabric_mr_register(fp, dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0,
@@ -720,7 +700,7 @@ int main(void)
     srv = open_plane(1);
     cli = open_plane(0);
     TW_RUN(offer_rules);
-    connect_planes(cli, srv, &cli_peer, &srv_peer);
+    tw_test_connect_planes(cli, srv, &cli_peer, &srv_peer);
     TW_RUN(pull_push_sizes);
     TW_RUN(bad_descriptors);
     TW_RUN(many_in_flight);

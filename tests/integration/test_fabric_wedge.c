@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "fabric/fabric_int.h"
+#include "tw_fabric_pair.h"
 #include "tw_test.h"
 
 #ifndef TW_TEST_PROVIDER
@@ -41,23 +42,6 @@ static struct tw_fabric *open_plane(uint64_t wedge_ms)
     return f;
 }
 
-static void connect_planes(struct tw_fabric *c, struct tw_fabric *s, struct tw_fabric_peer **cp,
-                           struct tw_fabric_peer **sp)
-{
-    const struct tw_fabric_addr *mine, *theirs = NULL;
-    unsigned n = tw__fabric_local_addrs(c, &mine);
-    TW_ASSERT(n >= 1);
-    struct tw_fabric_entry offer[TW_FABRIC_MAX_RAILS];
-    for (unsigned i = 0; i < n; i++)
-        tw__fabric_addr_view(&mine[i], &offer[i]);
-    uint8_t host[TW_HOST_ID_LEN];
-    tw__fabric_plane_host_id(c, host);
-    char reason[257];
-    TW_ASSERT_OK(tw__fabric_accept_offer(s, host, offer, n, sp, &theirs, reason, sizeof(reason)));
-    struct tw_fabric_entry accept;
-    tw__fabric_addr_view(theirs, &accept);
-    TW_ASSERT_OK(tw__fabric_peer_insert_entry(c, &accept, cp));
-}
 
 /* The hook: once armed, the first data call on rail 0 blocks until
  * released. */
@@ -103,7 +87,7 @@ static void wedged_call(void)
 {
     struct tw_fabric *srv = open_plane(0), *cli = open_plane(WEDGE_MS);
     struct tw_fabric_peer *cp, *sp;
-    connect_planes(cli, srv, &cp, &sp);
+    tw_test_connect_planes(cli, srv, &cp, &sp);
     size_t n = 4u << 20;
     uint8_t *src = malloc(n), *dst = calloc(1, n), *dst2 = calloc(1, n);
     TW_ASSERT(src && dst && dst2);
@@ -182,7 +166,7 @@ static void wedged_call(void)
     /* A new peer pair (a new connection) lands on the replacement rail and
      * moves bytes: the new mover serves it. */
     struct tw_fabric_peer *cp2, *sp2;
-    connect_planes(cli, srv, &cp2, &sp2);
+    tw_test_connect_planes(cli, srv, &cp2, &sp2);
     TW_ASSERT(tw__fabric_peer_rail(cp2) != tw__fabric_peer_rail(cp));
     TW_ASSERT_EQ(tw__fabric_peer_usable(cp2, NULL, 0), 1);
     struct tw_fabric_mr *rsrc2, *ldst2;

@@ -17,6 +17,7 @@
 #include "fabric/mrcache.h"
 #include "mem/hostmem.h"
 #include "tensorwire/mem.h"
+#include "tw_fabric_pair.h"
 #include "tw_test.h"
 
 #ifndef TW_TEST_PROVIDER
@@ -45,19 +46,7 @@ static struct tw_fabric *open_plane(int threaded)
 
 static void connect_planes(void)
 {
-    const struct tw_fabric_addr *mine, *theirs = NULL;
-    unsigned n = tw__fabric_local_addrs(cli, &mine);
-    struct tw_fabric_entry offer[TW_FABRIC_MAX_RAILS];
-    for (unsigned i = 0; i < n; i++)
-        tw__fabric_addr_view(&mine[i], &offer[i]);
-    uint8_t host[TW_HOST_ID_LEN];
-    tw__fabric_plane_host_id(cli, host);
-    char reason[257];
-    TW_ASSERT_OK(
-        tw__fabric_accept_offer(srv, host, offer, n, &srv_peer, &theirs, reason, sizeof(reason)));
-    struct tw_fabric_entry accept;
-    tw__fabric_addr_view(theirs, &accept);
-    TW_ASSERT_OK(tw__fabric_peer_insert_entry(cli, &accept, &cli_peer));
+    tw_test_connect_planes(cli, srv, &cli_peer, &srv_peer);
 }
 
 static void fill(uint8_t *p, size_t n, unsigned seed)
