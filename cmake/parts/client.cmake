@@ -16,6 +16,25 @@ tw_add_test(test_client_concurrent ${CMAKE_SOURCE_DIR}/tests/integration/test_cl
 foreach(t test_client_lib test_client_concurrent)
   target_include_directories(${t} PRIVATE ${CMAKE_SOURCE_DIR}/tests)
 endforeach()
+# The same two tests over the RDMA data plane (docs/testing.md): every
+# provider, pull and push (--push always on both sides), byte-exact. The
+# concurrent one stays out of TSan there (the plain run covers the client's
+# threads; shm's lock-free queues are uninstrumented, fabric.cmake).
+foreach(prov tcp shm)
+  foreach(mode pull push)
+    if(mode STREQUAL "push")
+      set(_push always)
+    else()
+      set(_push never)
+    endif()
+    foreach(t test_client_lib test_client_concurrent)
+      add_test(NAME ${t}_${prov}_${mode} COMMAND ${t})
+      set_tests_properties(${t}_${prov}_${mode} PROPERTIES TIMEOUT 120
+        LABELS "integration;fabric" SKIP_RETURN_CODE 77
+        ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=${_push}")
+    endforeach()
+  endforeach()
+endforeach()
 add_test(NAME test_cli COMMAND sh ${CMAKE_SOURCE_DIR}/tests/integration/test_cli.sh)
 set_tests_properties(test_cli PROPERTIES TIMEOUT 90 LABELS integration SKIP_RETURN_CODE 77
   ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")

@@ -3,6 +3,13 @@
  * 127.0.0.1:0 plus extra options, reads its "listening on HOST:PORT" line
  * from its stdout (10 s at most), and stops it with SIGTERM (SIGKILL after
  * 5 s). Header-only (static functions) so each test executable includes it.
+ *
+ * TW_TEST_FABRIC=tcp|shm (and TW_TEST_PUSH=always|never|auto) runs the same
+ * tests over the RDMA data plane: the server gets --fabric, --push and
+ * --rdma-min-bytes 0, and clients whose options come from
+ * tw_test_client_options() ask for that provider and policy, so every get
+ * and put of a non-empty tensor moves by RDMA (cmake/parts/client.cmake
+ * registers those variants).
  */
 #ifndef TW_TEST_SERVER_FIXTURE_H
 #define TW_TEST_SERVER_FIXTURE_H
@@ -17,6 +24,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "tensorwire/client.h"
 
 struct tw_test_server {
     pid_t pid;
@@ -47,6 +56,16 @@ static void tw_test_server_start(struct tw_test_server *s, const char *const *ar
     argv[n++] = "127.0.0.1:0";
     argv[n++] = "--log-level";
     argv[n++] = "warn";
+    const char *fabric = getenv("TW_TEST_FABRIC");
+    if (fabric && *fabric) {
+        const char *push = getenv("TW_TEST_PUSH");
+        argv[n++] = "--fabric";
+        argv[n++] = fabric;
+        argv[n++] = "--push";
+        argv[n++] = push && *push ? push : "auto";
+        argv[n++] = "--rdma-min-bytes";
+        argv[n++] = "0";
+    }
     for (int i = 0; argv_extra && argv_extra[i] && n < 31; i++)
         argv[n++] = argv_extra[i];
     argv[n] = NULL;
@@ -105,6 +124,33 @@ static void tw_test_server_start(struct tw_test_server *s, const char *const *ar
         if (len + 1 >= sizeof(line))
             len = 0;
     }
+}
+
+/* Client options for tests: the defaults, plus the RDMA data plane of
+ * TW_TEST_FABRIC / TW_TEST_PUSH when set (see the top of this file). */
+static void tw_test_client_options(struct tw_client_options *o)
+{
+    tw_client_options_init(o);
+    const char *fabric = getenv("TW_TEST_FABRIC");
+    if (fabric && *fabric) {
+        const char *push = getenv("TW_TEST_PUSH");
+        o->fabric = fabric;
+        o->push = push && strcmp(push, "always") == 0   ? TW_PUSH_ALWAYS
+                  : push && strcmp(push, "never") == 0 ? TW_PUSH_NEVER
+                                                        : TW_PUSH_AUTO;
+        o->rdma_min_bytes = 0;
+    }
+}
+
+/* The data plane a test expects for a non-empty get or put: "rdma push"
+ * with TW_TEST_PUSH=always, "rdma pull" with another TW_TEST_FABRIC run,
+ * "inline" otherwise (a prefix of tw_client_data_plane()). */
+static const char *tw_test_expected_plane(void)
+{
+    const char *fabric = getenv("TW_TEST_FABRIC"), *push = getenv("TW_TEST_PUSH");
+    if (!fabric || !*fabric)
+        return "inline";
+    return push && strcmp(push, "always") == 0 ? "rdma push" : "rdma pull";
 }
 
 static int tw_test_server_stop(struct tw_test_server *s)

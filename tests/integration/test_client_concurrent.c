@@ -43,7 +43,7 @@ static void *worker_main(void *arg)
     uint8_t *shared = malloc(SHARED_LEN);
     int rc;
 
-    tw_client_options_init(&o);
+    tw_test_client_options(&o);
     o.max_inflight = 32;
     if (!src || !dst || !shared) {
         snprintf(w->why, sizeof(w->why), "out of memory");
@@ -101,7 +101,12 @@ static void *worker_main(void *arg)
             rc = tw_get(c, "conc/shared", shared, SHARED_LEN, NULL);
             if (rc == TW_ENOTFOUND)
                 rc = 0; /* not written yet */
-            else if (rc == 0)
+            else if (rc == 0 && strncmp(tw_client_data_plane(c), tw_test_expected_plane(),
+                                        strlen(tw_test_expected_plane())) != 0) {
+                snprintf(w->why, sizeof(w->why), "conc/shared moved by %s, expected %s",
+                         tw_client_data_plane(c), tw_test_expected_plane());
+                goto out_fail;
+            } else if (rc == 0)
                 for (size_t k = 1; k < SHARED_LEN; k++)
                     if (shared[k] != shared[0]) {
                         snprintf(w->why, sizeof(w->why), "torn read of conc/shared at %zu", k);
@@ -147,7 +152,9 @@ static void test_many_clients(void)
     tw_client *c = NULL;
     struct tw_tensor_info *list;
     size_t n;
-    TW_ASSERT_OK(tw_client_connect(srv.addr, NULL, &c));
+    struct tw_client_options o;
+    tw_test_client_options(&o);
+    TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &c));
     TW_ASSERT_OK(tw_list(c, "conc/t", &list, &n));
     TW_ASSERT_EQ(n, 0);
     tw_list_free(list);

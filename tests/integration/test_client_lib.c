@@ -19,7 +19,9 @@ static tw_client *connect_default(void)
 {
     tw_client *c = NULL;
     char err[256];
-    int rc = tw_client_connect_error(srv.addr, NULL, &c, err, sizeof(err));
+    struct tw_client_options o;
+    tw_test_client_options(&o);
+    int rc = tw_client_connect_error(srv.addr, &o, &c, err, sizeof(err));
     if (rc)
         TW_FAIL("connect %s: %s: %s", srv.addr, tw_strerror_name(rc), err);
     return c;
@@ -48,8 +50,12 @@ static void test_every_dtype_round_trip(void)
         snprintf(name, sizeof(name), "dtypes/%s", tw_dtype_name(dt));
         fill(src, len, (uint32_t)dt);
         TW_ASSERT_OK(tw_put(c, name, &d, src, len));
+        TW_ASSERT(strncmp(tw_client_data_plane(c), tw_test_expected_plane(),
+                          strlen(tw_test_expected_plane())) == 0);
         memset(dst, 0, sizeof(dst));
         TW_ASSERT_OK(tw_get(c, name, dst, sizeof(dst), &got));
+        TW_ASSERT(strncmp(tw_client_data_plane(c), tw_test_expected_plane(),
+                          strlen(tw_test_expected_plane())) == 0);
         TW_ASSERT_MEM_EQ(dst, src, len);
         TW_ASSERT_EQ(got.dtype, dt);
         TW_ASSERT_EQ(got.ndim, 3);
@@ -154,7 +160,7 @@ static void test_cancel_leaves_nothing_behind(void)
     size_t n = 8u << 20;
     uint8_t *buf = calloc(1, n), small[1024];
     struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {n}}, got;
-    tw_client_options_init(&o);
+    tw_test_client_options(&o);
     o.max_frame = 64 * 1024;
     TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &c));
     TW_ASSERT_OK(tw_put(c, "cancel/t", &d, buf, n));
@@ -198,6 +204,9 @@ static void test_large_tensor(void)
     t0 = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     TW_ASSERT_OK(tw_put(c, "large/t", &d, src, n));
     TW_ASSERT_OK(tw_get(c, "large/t", dst, n, &got));
+    fprintf(stderr, "  data plane: %s\n", tw_client_data_plane(c));
+    TW_ASSERT(strncmp(tw_client_data_plane(c), tw_test_expected_plane(),
+                      strlen(tw_test_expected_plane())) == 0);
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t t1 = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     TW_ASSERT_EQ_U64(got.byte_length, n);
@@ -277,7 +286,7 @@ static void test_checksum_and_stats(void)
 {
     struct tw_client_options o;
     tw_client *c = NULL;
-    tw_client_options_init(&o);
+    tw_test_client_options(&o);
     o.checksum = 1;
     o.max_frame = 64 * 1024; /* many frames per tensor */
     TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &c));
@@ -312,7 +321,7 @@ static void test_list_spans_frames(void)
     char name[1024];
     uint8_t v = 1;
     struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 0};
-    tw_client_options_init(&o);
+    tw_test_client_options(&o);
     o.max_frame = 64 * 1024;
     TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &c));
     memset(name, 'n', sizeof(name));
@@ -363,7 +372,7 @@ static void test_auth(void)
     char err[512];
     tw_test_server_start(&a, extra);
 
-    tw_client_options_init(&o);
+    tw_test_client_options(&o);
     TW_ASSERT_ERR(tw_client_connect_error(a.addr, &o, &c, err, sizeof(err)), TW_EUNAUTHORIZED);
     fprintf(stderr, "  no token: %s\n", err);
     TW_ASSERT(strstr(err, "token") != NULL);
@@ -400,7 +409,9 @@ static void test_capacity(void)
     struct tw_test_server s;
     tw_client *c = NULL;
     tw_test_server_start(&s, extra);
-    TW_ASSERT_OK(tw_client_connect(s.addr, NULL, &c));
+    struct tw_client_options so;
+    tw_test_client_options(&so);
+    TW_ASSERT_OK(tw_client_connect(s.addr, &so, &c));
     size_t n = 2u << 20;
     uint8_t *buf = calloc(1, n);
     struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {n}};
