@@ -277,7 +277,7 @@ int tw__fabric_peer_usable(struct tw_fabric_peer *peer, char *why, size_t whylen
     int usable = !peer->rail->retired && !peer->removed;
     if (!usable && why && whylen)
         snprintf(why, whylen, "%s rail %s: %s", peer->rail->addr.provider,
-                 peer->rail->wedged ? "wedged" : "retired",
+                 tw__fabric_rail_wedged(peer->rail) ? "wedged" : "retired",
                  peer->removed ? "peer removed" : peer->rail->retire_why);
     pthread_mutex_unlock(&fab->lock);
     return usable;

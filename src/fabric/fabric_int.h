@@ -229,6 +229,11 @@ int tw__fabric_fail(struct tw_fabric *fab, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* rail.c */
+/* r->wedged, read from any thread (the watchdog sets it without fab->lock). */
+static inline int tw__fabric_rail_wedged(const struct tw_fabric_rail *r)
+{
+    return __atomic_load_n(&r->wedged, __ATOMIC_ACQUIRE);
+}
 /* Takes rail r's io mutex for a control call; the caller holds fab->lock.
  * Returns 0, or -ECONNABORTED (nothing taken) when the rail is wedged:
  * then skip the call (nobody progresses that endpoint any more). */

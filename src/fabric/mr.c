@@ -81,7 +81,7 @@ int tw__fabric_mr_register_on(struct tw_fabric_rail *r, void *addr, size_t len, 
     pthread_mutex_unlock(&fab->lock);
     if (retired)
         return tw__fabric_fail(fab, -ECONNABORTED, "%s rail %s: %s", r->addr.provider,
-                               __atomic_load_n(&r->wedged, __ATOMIC_ACQUIRE) ? "wedged" : "retired",
+                               tw__fabric_rail_wedged(r) ? "wedged" : "retired",
                                r->retire_why);
 
     struct tw_fabric_mr *m = calloc(1, sizeof(*m));

@@ -124,7 +124,7 @@ static int select_info(const char *want, const char *node, int hmem, struct fi_i
 int tw__fabric_io_lock(struct tw_fabric_rail *r)
 {
     for (;;) {
-        if (__atomic_load_n(&r->wedged, __ATOMIC_ACQUIRE))
+        if (tw__fabric_rail_wedged(r))
             return -ECONNABORTED;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -258,7 +258,7 @@ void tw__fabric_rail_close(struct tw_fabric_rail *r)
 {
     if (!r->info)
         return;
-    if (r->wedged) {
+    if (tw__fabric_rail_wedged(r)) {
         /* A thread may still be inside a call on this endpoint (closing it
          * would wait for that thread, forever): leave it open. Once every
          * abandoned thread came back, tw__fabric_close() clears wedged. */
@@ -325,8 +325,8 @@ void tw__fabric_rails_describe_locked(struct tw_fabric *fab)
         append(fab->describe, sizeof(fab->describe), "; failed: %s", fab->open_failed);
     unsigned retired = 0, wedged = 0;
     for (unsigned k = 0; k < fab->nrails; k++) {
-        retired += fab->rails[k].retired && !fab->rails[k].wedged;
-        wedged += fab->rails[k].wedged;
+        retired += fab->rails[k].retired && !tw__fabric_rail_wedged(&fab->rails[k]);
+        wedged += (unsigned)tw__fabric_rail_wedged(&fab->rails[k]);
     }
     if (retired || wedged)
         append(fab->describe, sizeof(fab->describe), "; %u retired, %u wedged", retired, wedged);

@@ -23,8 +23,8 @@
 
 #include "fabric/fabric_int.h"
 
-void tw__fabric_rail_retire_locked(struct tw_fabric *fab, struct tw_fabric_rail *r,
-                                   const char *fmt, ...)
+void tw__fabric_rail_retire_locked(struct tw_fabric *fab, struct tw_fabric_rail *r, const char *fmt,
+                                   ...)
 {
     if (r->retired)
         return;
@@ -48,8 +48,7 @@ static void wedge_locked(struct tw_fabric *fab, unsigned idx, uint64_t held_ns)
 {
     struct tw_fabric_rail *r = &fab->rails[idx];
     char why[256];
-    snprintf(why, sizeof(why),
-             "a libfabric call on this rail has not returned for %llu ms%s",
+    snprintf(why, sizeof(why), "a libfabric call on this rail has not returned for %llu ms%s",
              (unsigned long long)(held_ns / 1000000),
              r->is_shm ? " (a peer process died or stopped while holding a lock in its shared "
                          "region)"

@@ -15,10 +15,11 @@
  *
  * Locking: a transfer's state changes under fab->lock; every data call
  * runs between call_begin() and call_end() with fab->lock dropped and the
- * rail's io mutex held, stamped for the watchdog (wedge.c). Only the progressing thread posts, reads
- * completions and cancels, so an op slot reserved before a post cannot
- * complete or be reused while the lock is dropped; other threads only set
- * flags (stop) or append to fab->active while it is. If the watchdog gave
+ * rail's io mutex held, stamped for the watchdog (wedge.c). Only the
+ * progressing thread posts, reads completions and cancels, so an op slot
+ * reserved before a post cannot complete or be reused while the lock is
+ * dropped; other threads only set flags (stop) or append to fab->active
+ * while it is. If the watchdog gave
  * up on this thread meanwhile (generation changed), call_end() says so and
  * the thread leaves without touching anything.
  *
@@ -394,7 +395,7 @@ int tw__fabric_progress_locked(struct tw_fabric *fab)
     /* nrails may grow while the lock is dropped (a replacement rail):
      * re-read it every round. */
     for (unsigned i = 0; i < fab->nrails; i++)
-        if (!fab->rails[i].wedged && read_cq(fab, &fab->rails[i], &n))
+        if (!tw__fabric_rail_wedged(&fab->rails[i]) && read_cq(fab, &fab->rails[i], &n))
             return -1;
     uint64_t now = tw__fabric_now_ns();
     /* advance() may drop the lock; meanwhile other threads only append to
@@ -436,7 +437,7 @@ int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_
         return tw__fabric_fail(fab, -ECONNABORTED, "peer was removed");
     if (d->peer->rail->retired)
         return tw__fabric_fail(fab, -ECONNABORTED, "%s rail %s: %s", d->peer->rail->addr.provider,
-                               d->peer->rail->wedged ? "wedged" : "retired",
+                               tw__fabric_rail_wedged(d->peer->rail) ? "wedged" : "retired",
                                d->peer->rail->retire_why);
     if (d->local->rail != d->peer->rail)
         return tw__fabric_fail(fab, TW_EINVAL, "local registration on rail %s, peer on %s",
@@ -664,7 +665,7 @@ static int zombies_pending(const struct tw_fabric *fab)
 {
     for (const struct tw_fabric_link *l = fab->zombies.next; l != &fab->zombies; l = l->next) {
         const struct tw_fabric_xfer *x = TW_CONTAINER_OF(l, struct tw_fabric_xfer, node);
-        if (!x->d.peer || !x->d.peer->rail->wedged)
+        if (!x->d.peer || !tw__fabric_rail_wedged(x->d.peer->rail))
             return 1;
     }
     return 0;

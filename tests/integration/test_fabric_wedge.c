@@ -42,7 +42,6 @@ static struct tw_fabric *open_plane(uint64_t wedge_ms)
     return f;
 }
 
-
 /* The hook: once armed, the first data call on rail 0 blocks until
  * released. */
 static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -94,15 +93,20 @@ static void wedged_call(void)
     for (size_t i = 0; i < n; i++)
         src[i] = (uint8_t)(i * 7 + 3);
     struct tw_fabric_mr *rsrc, *ldst;
-    TW_ASSERT_OK(tw__fabric_mr_register(sp, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &rsrc));
-    TW_ASSERT_OK(tw__fabric_mr_register(cp, dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &ldst));
+    TW_ASSERT_OK(
+        tw__fabric_mr_register(sp, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &rsrc));
+    TW_ASSERT_OK(
+        tw__fabric_mr_register(cp, dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &ldst));
 
     tw__fabric_set_call_hook(cli, hook, NULL);
     pthread_mutex_lock(&hook_lock);
     armed = 1;
     pthread_mutex_unlock(&hook_lock);
-    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL, .peer = cp, .local = ldst,
-                                    .remote = tw__fabric_mr_rkey(rsrc), .length = n,
+    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+                                    .peer = cp,
+                                    .local = ldst,
+                                    .remote = tw__fabric_mr_rkey(rsrc),
+                                    .length = n,
                                     .deadline_ns = tw__fabric_now_ns() + 30000000000ull,
                                     .cookie = 42};
     uint64_t t0 = tw__fabric_now_ns();
@@ -157,8 +161,8 @@ static void wedged_call(void)
     struct tw_fabric_mr *m2 = NULL;
     int ret = tw__fabric_mr_register(cp, dst2, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &m2);
     ms = (tw__fabric_now_ns() - t0) / 1000000;
-    fprintf(stderr, "  register on the wedged rail: %s after %llu ms: %s\n",
-            tw_strerror_name(ret), (unsigned long long)ms, tw__fabric_errmsg(cli));
+    fprintf(stderr, "  register on the wedged rail: %s after %llu ms: %s\n", tw_strerror_name(ret),
+            (unsigned long long)ms, tw__fabric_errmsg(cli));
     TW_ASSERT_ERR(ret, -ECONNABORTED);
     TW_ASSERT(ms < 1000);
     TW_ASSERT_ERR(tw__fabric_xfer_submit(cli, &d, NULL), -ECONNABORTED);
@@ -174,8 +178,11 @@ static void wedged_call(void)
         tw__fabric_mr_register(sp2, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &rsrc2));
     TW_ASSERT_OK(
         tw__fabric_mr_register(cp2, dst2, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &ldst2));
-    struct tw_fabric_xfer_desc d2 = {.op = TW_FABRIC_PULL, .peer = cp2, .local = ldst2,
-                                     .remote = tw__fabric_mr_rkey(rsrc2), .length = n,
+    struct tw_fabric_xfer_desc d2 = {.op = TW_FABRIC_PULL,
+                                     .peer = cp2,
+                                     .local = ldst2,
+                                     .remote = tw__fabric_mr_rkey(rsrc2),
+                                     .length = n,
                                      .deadline_ns = tw__fabric_now_ns() + 20000000000ull};
     ret = tw__fabric_xfer_run(cli, &d2, &c);
     if (ret)
