@@ -316,6 +316,7 @@ void tw__fabric_peer_put_locked(struct tw_fabric_peer *p)
     }
     link_del(&p->node);
     free(p);
+    tw__fabric_rail_released_locked(r);
 }
 
 void tw__fabric_peer_remove(struct tw_fabric_peer *peer)

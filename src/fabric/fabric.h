@@ -78,8 +78,11 @@
  * replacement rail of the same provider opens in a new slot, so new peers
  * (and RDMA_ENDPOINT offers) get a working endpoint;
  * tw__fabric_peer_usable() tells the owner of an old peer to fall back to
- * inline. A wedged rail is never closed and a plane with an abandoned
- * thread is not freed at close (that thread may still return into it).
+ * inline. A retired rail closes, and its slot is reused, once no peer,
+ * registration or transfer refers to it (an owner with a registration
+ * cache drops the rail's idle registrations: tw__fabric_retired_rails()).
+ * A wedged rail is never closed and a plane with an abandoned thread is
+ * not freed at close (that thread may still return into it).
  *
  * Errors: 0 or a negative tensorwire code (include/tensorwire/error.h).
  * -errno values come straight from libfabric (FI_E* equal errno values).
@@ -301,6 +304,17 @@ int tw__fabric_mr_register_rail(struct tw_fabric *fab, unsigned rail, void *addr
  * 0 .. this - 1. */
 unsigned tw__fabric_rail_slots(struct tw_fabric *fab);
 
+/* Retires the rail in slot `rail` by hand (as a dead shm peer would):
+ * no new peers or transfers on it, a replacement opens (threaded planes),
+ * and it closes once unused. For tests and operators refreshing an
+ * endpoint. TW_EINVAL for a closed or unknown slot. */
+int tw__fabric_rail_retire(struct tw_fabric *fab, unsigned rail, const char *why);
+
+/* Bit k set: the rail in slot k is retired (or wedged) and still open.
+ * An owner caching registrations per rail should drop that rail's idle
+ * ones (tw__fabric_mrcache_drop_rail()) so the rail can close. */
+uint32_t tw__fabric_retired_rails(struct tw_fabric *fab);
+
 /* The rail slot index a peer lives on (at open, slots follow the order of
  * tw__fabric_local_addrs(); replacements take new slots). */
 unsigned tw__fabric_peer_rail(const struct tw_fabric_peer *peer);
@@ -381,6 +395,7 @@ struct tw_fabric_stats {
     unsigned xfers_active, mrs_open, peers;
     unsigned stuck_ops; /* ops of abandoned transfers the provider still holds */
     unsigned rails_retired, rails_wedged, rails_reopened;
+    unsigned rails_closed; /* retired rails closed once unused (slot free again) */
     unsigned threads_abandoned; /* mover threads left inside a wedged call */
 };
 void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st);

@@ -162,6 +162,11 @@ struct tw_fabric_xfer {
     int sync;            /* tw__fabric_xfer_run() waits for it */
     int finished;        /* completion produced */
     int popped;          /* completion consumed: free once drained */
+    /* Orphan: a popped transfer whose shm peer process is gone while the
+     * provider still holds its operations. Nobody can answer them any
+     * more, so its buffer, registration and peer were let go; the struct
+     * stays (the provider holds its op contexts) until its rail closes. */
+    struct tw_fabric_rail *orphan_rail;
     char msg[TW_FABRIC_ERRMSG_LEN];
     struct tw_fabric_link node; /* fab->active, fab->done, or fab->zombies */
     struct tw_fabric_rma ops[];
@@ -214,11 +219,13 @@ struct tw_fabric {
     unsigned call_rail, call_gen;
     unsigned abandoned;    /* mover threads stuck inside libfabric */
     unsigned reopen;       /* bit per slot: open a replacement for it */
+    int reap_pending;      /* a retired rail may have become unused: close it */
     void (*call_hook)(void *arg, unsigned rail); /* tests: runs inside the call window */
     void *call_hook_arg;
     int wake_fd;  /* eventfd: wakes the mover (submit, cancel, close) */
     int event_fd; /* eventfd: completions queued for the owner's loop */
 
+    struct tw_fabric *kept_next; /* plane.c: closed planes kept for a stuck thread */
     char errmsg[TW_FABRIC_ERRMSG_LEN];
     char describe[1024];
     char open_failed[768]; /* providers that did not open, for describe */
@@ -288,12 +295,23 @@ void tw__fabric_xfer_fail_peer_locked(struct tw_fabric *fab, struct tw_fabric_pe
 void tw__fabric_xfers_abort_locked(struct tw_fabric *fab);
 void tw__fabric_xfers_mark_unsafe_locked(struct tw_fabric *fab);
 int tw__fabric_busy_locked(const struct tw_fabric *fab);
+/* Lets go of popped transfers whose shm peer died with operations in the
+ * provider (see orphan_rail); frees orphans of closed rails. */
+void tw__fabric_zombies_reap_locked(struct tw_fabric *fab, uint64_t now);
+/* Frees the orphans of rail r, which was just closed. */
+void tw__fabric_orphans_free_locked(struct tw_fabric *fab, const struct tw_fabric_rail *r);
 /* Ends every running transfer on rail r now, with status and why; their
  * operations still in the provider count as stuck (buffer_busy). */
 void tw__fabric_xfers_fail_rail_locked(struct tw_fabric *fab, struct tw_fabric_rail *r, int status,
                                        const char *why);
 
 /* wedge.c */
+/* Closes retired (not wedged) rails nothing uses any more, freeing their
+ * slots; called by the progressing thread outside any call window. */
+void tw__fabric_rails_reap_locked(struct tw_fabric *fab);
+/* Notes that an object of rail r went away: a retired rail may now be
+ * closable (reap_pending). */
+void tw__fabric_rail_released_locked(struct tw_fabric_rail *r);
 int tw__fabric_watchdog_start(struct tw_fabric *fab);
 void tw__fabric_watchdog_stop(struct tw_fabric *fab);
 /* Retires rail r (see struct tw_fabric_rail) and asks the watchdog for a

@@ -75,7 +75,7 @@ static int try_wait_locked(struct tw_fabric *fab, struct pollfd *pfd, nfds_t *n,
                                                                        : ACTIVE_SLEEP_NS;
     for (unsigned i = 0; i < fab->nrails && *n < 1 + TW_FABRIC_MAX_RAILS; i++) {
         struct tw_fabric_rail *r = &fab->rails[i];
-        if (tw__fabric_rail_wedged(r))
+        if (!r->info || tw__fabric_rail_wedged(r))
             continue;
         if (r->wait_fd < 0) {
             *sleep_ns = NAP_NS;

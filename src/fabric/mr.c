@@ -77,8 +77,11 @@ int tw__fabric_mr_register_on(struct tw_fabric_rail *r, void *addr, size_t len, 
         return tw__fabric_fail(fab, TW_EINVAL, "registration of %zu bytes at NULL", len);
 
     pthread_mutex_lock(&fab->lock);
-    int retired = r->retired;
+    int retired = r->retired, closed = !r->info;
     pthread_mutex_unlock(&fab->lock);
+    if (closed)
+        return tw__fabric_fail(fab, -ECONNABORTED, "rail slot %u is closed",
+                               (unsigned)(r - fab->rails));
     if (retired)
         return tw__fabric_fail(fab, -ECONNABORTED, "%s rail %s: %s", r->addr.provider,
                                tw__fabric_rail_wedged(r) ? "wedged" : "retired",
@@ -220,6 +223,7 @@ void tw__fabric_mr_put_locked(struct tw_fabric_mr *m)
         m->rail->fab->linger_until_ns = tw__fabric_now_ns() + TW_FABRIC_LINGER_NS;
     }
     link_del(&m->node);
+    tw__fabric_rail_released_locked(m->rail);
     if (m->on_idle && fab_of(m)->closing) {
         /* Closing: the provider may still touch the memory until the
          * rails are closed; tw__fabric_close() calls on_idle after that. */

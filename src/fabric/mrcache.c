@@ -409,6 +409,15 @@ static void add_stats(struct tw_regcache_stats *t, const struct tw_regcache_stat
     t->in_use += s->in_use;
 }
 
+void tw__fabric_mrcache_drop_rail(struct tw_fabric_mrcache *mc, unsigned rail)
+{
+    if (rail >= TW_FABRIC_MAX_SLOTS)
+        return;
+    struct tw_regcache *rc = atomic_load_explicit(&mc->rails[rail].rc, memory_order_acquire);
+    if (rc)
+        tw__regcache_invalidate(rc, 0, SIZE_MAX);
+}
+
 void tw__fabric_mrcache_stats(struct tw_fabric_mrcache *mc, struct tw_fabric_mrcache_stats *out)
 {
     memset(out, 0, sizeof(*out));

@@ -158,6 +158,11 @@ struct tw_fabric_mrcache_stats {
     uint64_t busy_releases; /* tw__fabric_mrcache_release_busy() calls */
 };
 
+/* Drops every idle registration cached for rail slot `rail` and marks the
+ * ones in use to go when released: for a retired rail (fabric.h,
+ * tw__fabric_retired_rails()), which can close once nothing uses it. */
+void tw__fabric_mrcache_drop_rail(struct tw_fabric_mrcache *mc, unsigned rail);
+
 /* Snapshot of every rail's counters (tw__regcache_stats) for STATS. */
 void tw__fabric_mrcache_stats(struct tw_fabric_mrcache *mc, struct tw_fabric_mrcache_stats *out);
 

@@ -11,6 +11,11 @@
 
 #include "fabric/fabric_int.h"
 
+/* Planes closed while a thread was still inside a wedged call (see
+ * tw__fabric_close()). */
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tw_fabric *kept_planes;
+
 int tw__fabric_fail(struct tw_fabric *fab, int code, const char *fmt, ...)
 {
     va_list ap;
@@ -175,7 +180,13 @@ void tw__fabric_close(struct tw_fabric *fab)
     if (abandoned) {
         /* A thread is still inside a libfabric call on a wedged rail and
          * would retake fab->lock if that call ever returned: the plane
-         * object (a few KiB) stays allocated for it. */
+         * object (a few KiB) and the wedged rail stay allocated for it,
+         * on a list that keeps them reachable (they are kept on purpose,
+         * not lost: leak checkers stay quiet). */
+        pthread_mutex_lock(&kept_lock);
+        fab->kept_next = kept_planes;
+        kept_planes = fab;
+        pthread_mutex_unlock(&kept_lock);
         return;
     }
     pthread_cond_destroy(&fab->done_cond);
@@ -189,6 +200,17 @@ unsigned tw__fabric_rail_slots(struct tw_fabric *fab)
     unsigned n = fab->nrails;
     pthread_mutex_unlock(&fab->lock);
     return n;
+}
+
+uint32_t tw__fabric_retired_rails(struct tw_fabric *fab)
+{
+    uint32_t mask = 0;
+    pthread_mutex_lock(&fab->lock);
+    for (unsigned i = 0; i < fab->nrails; i++)
+        if (fab->rails[i].info && fab->rails[i].retired)
+            mask |= 1u << i;
+    pthread_mutex_unlock(&fab->lock);
+    return mask;
 }
 
 const char *tw__fabric_errmsg(const struct tw_fabric *fab)

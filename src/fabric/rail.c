@@ -300,7 +300,7 @@ struct tw_fabric_rail *tw__fabric_rail_by_name(struct tw_fabric *fab, const uint
     for (unsigned i = 0; i < fab->nrails; i++) {
         const struct tw_fabric_rail *r = &fab->rails[i];
         const char *p = r->addr.provider;
-        if (!r->retired && strlen(p) == len && memcmp(p, name, len) == 0)
+        if (r->info && !r->retired && strlen(p) == len && memcmp(p, name, len) == 0)
             return &fab->rails[i];
     }
     return NULL;
@@ -313,7 +313,7 @@ void tw__fabric_rails_describe_locked(struct tw_fabric *fab)
     fab->naddrs = 0;
     for (unsigned pref = 0; pref < TW_FABRIC_MAX_SLOTS; pref++)
         for (unsigned k = 0; k < fab->nrails && fab->naddrs < TW_FABRIC_MAX_RAILS; k++)
-            if (!fab->rails[k].retired && fab->rails[k].pref == pref)
+            if (fab->rails[k].info && !fab->rails[k].retired && fab->rails[k].pref == pref)
                 fab->addrs[fab->naddrs++] = fab->rails[k].addr;
     snprintf(fab->describe, sizeof(fab->describe), "rails:");
     for (unsigned k = 0; k < fab->naddrs; k++)
@@ -325,7 +325,8 @@ void tw__fabric_rails_describe_locked(struct tw_fabric *fab)
         append(fab->describe, sizeof(fab->describe), "; failed: %s", fab->open_failed);
     unsigned retired = 0, wedged = 0;
     for (unsigned k = 0; k < fab->nrails; k++) {
-        retired += fab->rails[k].retired && !tw__fabric_rail_wedged(&fab->rails[k]);
+        retired += fab->rails[k].info && fab->rails[k].retired &&
+                   !tw__fabric_rail_wedged(&fab->rails[k]);
         wedged += (unsigned)tw__fabric_rail_wedged(&fab->rails[k]);
     }
     if (retired || wedged)

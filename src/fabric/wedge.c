@@ -43,6 +43,67 @@ void tw__fabric_rail_retire_locked(struct tw_fabric *fab, struct tw_fabric_rail 
     }
 }
 
+int tw__fabric_rail_retire(struct tw_fabric *fab, unsigned rail, const char *why)
+{
+    pthread_mutex_lock(&fab->lock);
+    if (rail >= fab->nrails || !fab->rails[rail].info) {
+        pthread_mutex_unlock(&fab->lock);
+        return tw__fabric_fail(fab, TW_EINVAL, "no open rail in slot %u", rail);
+    }
+    tw__fabric_rail_retire_locked(fab, &fab->rails[rail], "%s", why ? why : "retired by hand");
+    fab->reap_pending = 1;
+    pthread_mutex_unlock(&fab->lock);
+    tw__fabric_mover_wake(fab);
+    return 0;
+}
+
+void tw__fabric_rail_released_locked(struct tw_fabric_rail *r)
+{
+    if (r->retired && !tw__fabric_rail_wedged(r))
+        r->fab->reap_pending = 1;
+}
+
+static int rail_in_use_locked(struct tw_fabric *fab, const struct tw_fabric_rail *r)
+{
+    for (struct tw_fabric_link *l = fab->peers.next; l != &fab->peers; l = l->next)
+        if (TW_CONTAINER_OF(l, struct tw_fabric_peer, node)->rail == r)
+            return 1;
+    for (struct tw_fabric_link *l = fab->mrs.next; l != &fab->mrs; l = l->next)
+        if (TW_CONTAINER_OF(l, struct tw_fabric_mr, node)->rail == r)
+            return 1;
+    struct tw_fabric_link *lists[] = {&fab->active, &fab->zombies, &fab->done};
+    for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
+        for (struct tw_fabric_link *l = lists[i]->next; l != lists[i]; l = l->next) {
+            const struct tw_fabric_xfer *x = TW_CONTAINER_OF(l, struct tw_fabric_xfer, node);
+            if ((x->d.peer && x->d.peer->rail == r) || (x->d.local && x->d.local->rail == r))
+                return 1;
+        }
+    return 0;
+}
+
+void tw__fabric_rails_reap_locked(struct tw_fabric *fab)
+{
+    fab->reap_pending = 0;
+    int closed = 0;
+    for (unsigned i = 0; i < fab->nrails; i++) {
+        struct tw_fabric_rail *r = &fab->rails[i];
+        /* Not before its replacement opened: that copies its fi_info. */
+        if (!r->info || !r->retired || tw__fabric_rail_wedged(r) ||
+            (__atomic_load_n(&fab->reopen, __ATOMIC_ACQUIRE) & (1u << i)) ||
+            rail_in_use_locked(fab, r))
+            continue;
+        /* Only the progressing thread opens call windows, and it is here:
+         * nothing is inside this rail. Once it is closed no completion
+         * can name an orphan of it any more. */
+        tw__fabric_rail_close(r);
+        tw__fabric_orphans_free_locked(fab, r);
+        fab->st.rails_closed++;
+        closed = 1;
+    }
+    if (closed)
+        tw__fabric_rails_describe_locked(fab);
+}
+
 /* The mover has been inside one call on rail `idx` for held_ns. */
 static void wedge_locked(struct tw_fabric *fab, unsigned idx, uint64_t held_ns)
 {
@@ -95,44 +156,54 @@ static void wedge_locked(struct tw_fabric *fab, unsigned idx, uint64_t held_ns)
 }
 
 /* Opens a replacement for every retired rail that asked for one. Drops
- * the lock while a rail opens. */
+ * the lock while a rail opens; the old rail's reopen bit stays set until
+ * then, so the mover does not close it (and free its fi_info) meanwhile. */
 static void reopen_locked(struct tw_fabric *fab)
 {
     unsigned pending;
     while ((pending = __atomic_load_n(&fab->reopen, __ATOMIC_ACQUIRE)) != 0 &&
            !__atomic_load_n(&fab->wd_stop, __ATOMIC_ACQUIRE)) {
         unsigned idx = (unsigned)__builtin_ctz(pending);
-        __atomic_and_fetch(&fab->reopen, ~(1u << idx), __ATOMIC_RELEASE);
         struct tw_fabric_rail *old = &fab->rails[idx];
         size_t used = strlen(old->retire_why);
-        if (fab->nrails >= TW_FABRIC_MAX_SLOTS) {
-            snprintf(old->retire_why + used, sizeof(old->retire_why) - used,
-                     "; no replacement: all %u rail slots used", TW_FABRIC_MAX_SLOTS);
-            continue;
-        }
+        unsigned free_slots = TW_FABRIC_MAX_SLOTS - fab->nrails;
+        for (unsigned k = 0; k < fab->nrails; k++)
+            free_slots += !fab->rails[k].info;
+        int ret = TW_ENOFABRIC;
         struct tw_fabric_rail fresh;
         char why[256] = "";
-        pthread_mutex_unlock(&fab->lock);
-        /* old->info and old->pref never change after the rail opened. */
-        int ret = tw__fabric_rail_reopen(old, &fresh, why, sizeof(why));
-        pthread_mutex_lock(&fab->lock);
+        if (!free_slots) {
+            snprintf(why, sizeof(why), "all %u rail slots used", TW_FABRIC_MAX_SLOTS);
+        } else {
+            pthread_mutex_unlock(&fab->lock);
+            /* old->info and old->pref do not change while the bit is set. */
+            ret = tw__fabric_rail_reopen(old, &fresh, why, sizeof(why));
+            pthread_mutex_lock(&fab->lock);
+        }
+        __atomic_and_fetch(&fab->reopen, ~(1u << idx), __ATOMIC_RELEASE);
+        fab->reap_pending = 1; /* the old one may close now */
         if (ret) {
             snprintf(old->retire_why + used, sizeof(old->retire_why) - used,
-                     "; replacement failed: %s", why);
+                     "; no replacement: %s", why);
             continue;
         }
-        if (__atomic_load_n(&fab->wd_stop, __ATOMIC_ACQUIRE) ||
-            fab->nrails >= TW_FABRIC_MAX_SLOTS) {
+        /* A slot a closed rail left, else a new one. */
+        unsigned slot = 0;
+        while (slot < fab->nrails && fab->rails[slot].info)
+            slot++;
+        if (__atomic_load_n(&fab->wd_stop, __ATOMIC_ACQUIRE) || slot >= TW_FABRIC_MAX_SLOTS) {
             pthread_mutex_init(&fresh.io, NULL); /* rail_close destroys it */
             tw__fabric_rail_close(&fresh);
             continue;
         }
-        fab->rails[fab->nrails] = fresh;
-        pthread_mutex_init(&fab->rails[fab->nrails].io, NULL);
-        fab->nrails++;
+        fab->rails[slot] = fresh;
+        pthread_mutex_init(&fab->rails[slot].io, NULL);
+        if (slot == fab->nrails)
+            fab->nrails++;
         fab->st.rails_reopened++;
         tw__fabric_rails_describe_locked(fab);
     }
+    tw__fabric_mover_wake(fab);
 }
 
 static void *watchdog_main(void *arg)

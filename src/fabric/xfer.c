@@ -175,6 +175,14 @@ static void op_done(struct tw_fabric_rma *op, int err, const char *msg)
     struct tw_fabric_xfer *x = op->xfer;
     op->busy = 0;
     x->inflight--;
+    if (x->orphan_rail) {
+        /* Answered after all (its stuck_ops count went with the orphan). */
+        if (!x->inflight) {
+            link_del(&x->node);
+            free(x);
+        }
+        return;
+    }
     if (x->finished)
         x->d.peer->rail->stuck_ops--; /* an abandoned op drained after all */
     if (err == 0) {
@@ -392,10 +400,15 @@ static int read_cq(struct tw_fabric *fab, struct tw_fabric_rail *r, int *n)
 int tw__fabric_progress_locked(struct tw_fabric *fab)
 {
     int n = 0;
+    if (!link_empty(&fab->zombies))
+        tw__fabric_zombies_reap_locked(fab, tw__fabric_now_ns());
+    if (fab->reap_pending)
+        tw__fabric_rails_reap_locked(fab);
     /* nrails may grow while the lock is dropped (a replacement rail):
-     * re-read it every round. */
+     * re-read it every round. A closed slot has no info. */
     for (unsigned i = 0; i < fab->nrails; i++)
-        if (!tw__fabric_rail_wedged(&fab->rails[i]) && read_cq(fab, &fab->rails[i], &n))
+        if (fab->rails[i].info && !tw__fabric_rail_wedged(&fab->rails[i]) &&
+            read_cq(fab, &fab->rails[i], &n))
             return -1;
     uint64_t now = tw__fabric_now_ns();
     /* advance() may drop the lock; meanwhile other threads only append to
@@ -659,20 +672,55 @@ void tw__fabric_xfers_mark_unsafe_locked(struct tw_fabric *fab)
     mark_list(&fab->done);
 }
 
-/* Operations parked on a rail that nobody polls any more never drain:
- * they do not keep the mover awake. */
+/* Operations parked on a rail that nobody polls any more, or whose peer
+ * died (orphans), never drain: they do not keep the mover awake. */
 static int zombies_pending(const struct tw_fabric *fab)
 {
     for (const struct tw_fabric_link *l = fab->zombies.next; l != &fab->zombies; l = l->next) {
         const struct tw_fabric_xfer *x = TW_CONTAINER_OF(l, struct tw_fabric_xfer, node);
-        if (!x->d.peer || !tw__fabric_rail_wedged(x->d.peer->rail))
+        if (!x->orphan_rail && (!x->d.peer || !tw__fabric_rail_wedged(x->d.peer->rail)))
             return 1;
     }
     return 0;
 }
 
+void tw__fabric_zombies_reap_locked(struct tw_fabric *fab, uint64_t now)
+{
+    for (struct tw_fabric_link *l = fab->zombies.next; l != &fab->zombies; l = l->next) {
+        struct tw_fabric_xfer *x = TW_CONTAINER_OF(l, struct tw_fabric_xfer, node);
+        struct tw_fabric_peer *p = x->d.peer;
+        if (x->orphan_rail || !x->inflight || !p || !p->rail->is_shm || !p->pid ||
+            tw__fabric_rail_wedged(p->rail) || !tw__fabric_peer_gone(p, now))
+            continue;
+        /* The peer moved the bytes with its own process_vm_writev; with
+         * the process gone nothing can touch the buffer any more. Its
+         * address slot stays (addr.c), so no region is unmapped under a
+         * pending answer. */
+        p->rail->stuck_ops -= x->inflight;
+        x->orphan_rail = p->rail;
+        tw__fabric_mr_put_locked(x->d.local); /* hands the buffer back (on_idle) */
+        x->d.local = NULL;
+        tw__fabric_peer_put_locked(p);
+        x->d.peer = NULL;
+    }
+}
+
+void tw__fabric_orphans_free_locked(struct tw_fabric *fab, const struct tw_fabric_rail *r)
+{
+    struct tw_fabric_link *l = fab->zombies.next;
+    while (l != &fab->zombies) {
+        struct tw_fabric_link *next = l->next;
+        struct tw_fabric_xfer *x = TW_CONTAINER_OF(l, struct tw_fabric_xfer, node);
+        if (x->orphan_rail == r) {
+            link_del(&x->node);
+            free(x);
+        }
+        l = next;
+    }
+}
+
 int tw__fabric_busy_locked(const struct tw_fabric *fab)
 {
-    return !link_empty(&fab->active) || fab->remote_mrs > 0 ||
+    return !link_empty(&fab->active) || fab->remote_mrs > 0 || fab->reap_pending ||
            tw__fabric_now_ns() < fab->linger_until_ns || zombies_pending(fab);
 }

@@ -412,6 +412,7 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"rdma_rails_retired", fst.rails_retired},
         {"rdma_rails_wedged", fst.rails_wedged},
         {"rdma_rails_reopened", fst.rails_reopened},
+        {"rdma_rails_closed", fst.rails_closed},
         /* Registration cache (sum over rails): misses are lookups that
          * registered, including one-shot registrations of memory of unknown
          * lifetime (regcache_uncached, small tensors); push destinations

@@ -158,6 +158,7 @@ struct tw_srv {
      * through it); NULL with fab. Store storage going back to the spare pool
      * is invalidated in it (store.on_recycle). */
     struct tw_fabric_mrcache *mrc;
+    uint32_t rails_dropped; /* retired rails whose cached registrations went */
     struct tw_io fab_io;
     char fab_why[512]; /* why there is no plane, or what it opened */
     /* Registrations released with buffers still busy: the plane calls back

@@ -283,6 +283,14 @@ static void on_fab_io(struct tw_loop *loop, struct tw_io *io, uint32_t events)
     }
     for (int i = 0; i < 256 && tw__fabric_done_pop(srv->fab, &fc) == 1; i++)
         on_completion(srv, &fc);
+    /* A rail retired meanwhile (a dead shm peer, src/fabric/fabric.h):
+     * drop its cached registrations so it can close and free its slot. */
+    uint32_t retired = tw__fabric_retired_rails(srv->fab);
+    uint32_t fresh = retired & ~srv->rails_dropped;
+    srv->rails_dropped = retired;
+    for (unsigned k = 0; fresh; k++, fresh >>= 1)
+        if (fresh & 1u)
+            tw__fabric_mrcache_drop_rail(srv->mrc, k);
 }
 
 /* ---- the ops table ---- */
