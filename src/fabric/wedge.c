@@ -6,13 +6,16 @@
  *
  * The progressing thread numbers each data call window (xfer.c call_begin:
  * call_seq is odd while one is open); a window seen open for wedge_ns is a
- * wedged call. The
- * watchdog reads the stamp without fab->lock, because a thread making a
- * control call may hold fab->lock while it waits for the wedged rail's io
- * mutex: the watchdog first marks the rail wedged (atomically; that waiter
- * then gives up and releases fab->lock), then takes fab->lock for the
- * rest. It sleeps on its own mutex and wakes every wedge_ns / 4 (between
- * 10 and 250 ms): a few wake-ups a second.
+ * wedged call. The watchdog reads the stamp without fab->lock, because a
+ * thread making a control call may hold fab->lock while it waits for the
+ * wedged rail's io mutex: the watchdog first marks the rail wedged
+ * (atomically; that waiter then gives up and releases fab->lock), then
+ * takes fab->lock for the rest. It sleeps on its own mutex and wakes every
+ * wedge_ns / 4 (between 10 and 250 ms): a few wake-ups a second.
+ *
+ * Retired rails: the watchdog opens their replacements (reopen_locked);
+ * the progressing thread closes them once unused (rails_reap_locked),
+ * never while their replacement is still being opened from their fi_info.
  */
 #include <errno.h>
 #include <sched.h>
