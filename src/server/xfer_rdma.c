@@ -57,6 +57,10 @@ struct tw_rdma_st {
     struct tw_rdma_st *lnext, *lprev; /* srv->rdma_live (loop thread only) */
 };
 
+/* A registration cache that could not be freed at shutdown (see
+ * tw__srv_fabric_destroy). */
+static struct tw_fabric_mrcache *kept_mrc;
+
 /* ---- deferred release ---- */
 
 static void st_on_idle(void *arg)
@@ -366,6 +370,26 @@ static int get_on_msg(struct tw_xfer *x, const struct tw_msg *m)
     }
 }
 
+/* Who moves the bytes of an RDMA put. --push always: the client writes
+ * (push) whenever bit 3 was negotiated. auto: the client also writes over
+ * shm, so that the server never posts into a client's shared region: shm
+ * (libfabric 1.17) posts under a lock in the target's region, and a client
+ * killed during a pull put, while its progress held that lock copying a
+ * chunk, left the server's post spinning for good (a wedged rail; about
+ * half of such kills on a 16-core host, docs/testing.md). With push the
+ * copy runs in the server's progress under the server's own lock, and a
+ * client holds it only while enqueueing a command. Throughput is the same
+ * (docs/performance.md). Otherwise the server reads (pull). */
+static int push_put(const struct tw_srv_conn *c)
+{
+    if (!(c->caps & TW_CAP_RDMA_GPUDIRECT))
+        return 0;
+    if (c->srv->cfg.push == TW_SRV_PUSH_ALWAYS)
+        return 1;
+    return c->srv->cfg.push == TW_SRV_PUSH_AUTO && c->fpeer &&
+           strcmp(tw__fabric_peer_provider(c->fpeer), "shm") == 0;
+}
+
 static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
 {
     struct tw_rdma_st *st = x->dp;
@@ -377,7 +401,7 @@ static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
         st->remote.key = m->u.rdma_register.rkey;
         st->remote.remote_addr = m->u.rdma_register.remote_addr;
         st->remote.length = m->u.rdma_register.length;
-        st->push = (c->caps & TW_CAP_RDMA_GPUDIRECT) && srv->cfg.push == TW_SRV_PUSH_ALWAYS;
+        st->push = push_put(c);
         {
             char err[TW_FABRIC_ERRMSG_LEN];
             rc = tw__fabric_mrcache_acquire_peer(
@@ -593,8 +617,15 @@ void tw__srv_fabric_destroy(struct tw_srv *srv)
         }
         srv->store.on_recycle = NULL;
         int drc = tw__fabric_mrcache_destroy(srv->mrc);
-        if (drc < 0)
-            TW_LOGW("registration cache not freed at shutdown: %s", tw_strerror(drc));
+        if (drc < 0) {
+            /* A transfer of a wedged rail still holds registrations (the
+             * plane keeps itself for its stuck thread): keep the cache
+             * with it, reachable, instead of losing it. */
+            TW_LOGW("registration cache kept at shutdown: %s (a wedged rdma rail holds "
+                    "registrations)",
+                    tw_strerror(drc));
+            kept_mrc = srv->mrc;
+        }
         srv->mrc = NULL;
         tw__fabric_close(srv->fab);
         srv->fab = NULL;
