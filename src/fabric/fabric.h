@@ -310,6 +310,11 @@ unsigned tw__fabric_rail_slots(struct tw_fabric *fab);
  * endpoint. TW_EINVAL for a closed or unknown slot. */
 int tw__fabric_rail_retire(struct tw_fabric *fab, unsigned rail, const char *why);
 
+/* One line about the rail in slot `rail` for logs, e.g. "shm: wedged: a
+ * libfabric call on this rail has not returned for 1012 ms (...)" or
+ * "tcp;ofi_rxm: in use"; NUL-terminated in buf. */
+void tw__fabric_rail_status(struct tw_fabric *fab, unsigned rail, char *buf, size_t len);
+
 /* Bit k set: the rail in slot k is retired (or wedged) and still open.
  * An owner caching registrations per rail should drop that rail's idle
  * ones (tw__fabric_mrcache_drop_rail()) so the rail can close. */

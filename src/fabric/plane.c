@@ -202,6 +202,20 @@ unsigned tw__fabric_rail_slots(struct tw_fabric *fab)
     return n;
 }
 
+void tw__fabric_rail_status(struct tw_fabric *fab, unsigned rail, char *buf, size_t len)
+{
+    pthread_mutex_lock(&fab->lock);
+    const struct tw_fabric_rail *r = rail < fab->nrails ? &fab->rails[rail] : NULL;
+    if (!r || !r->info)
+        snprintf(buf, len, "slot %u: closed", rail);
+    else if (r->retired)
+        snprintf(buf, len, "%s: %s: %s", r->addr.provider,
+                 tw__fabric_rail_wedged(r) ? "wedged" : "retired", r->retire_why);
+    else
+        snprintf(buf, len, "%s: in use", r->addr.provider);
+    pthread_mutex_unlock(&fab->lock);
+}
+
 uint32_t tw__fabric_retired_rails(struct tw_fabric *fab)
 {
     uint32_t mask = 0;

@@ -292,9 +292,14 @@ static void on_fab_io(struct tw_loop *loop, struct tw_io *io, uint32_t events)
     uint32_t retired = tw__fabric_retired_rails(srv->fab);
     uint32_t fresh = retired & ~srv->rails_dropped;
     srv->rails_dropped = retired;
-    for (unsigned k = 0; fresh; k++, fresh >>= 1)
-        if (fresh & 1u)
-            tw__fabric_mrcache_drop_rail(srv->mrc, k);
+    for (unsigned k = 0; fresh; k++, fresh >>= 1) {
+        if (!(fresh & 1u))
+            continue;
+        char why[400];
+        tw__fabric_rail_status(srv->fab, k, why, sizeof(why));
+        TW_LOGW("rdma rail %s; a replacement of the same provider takes new connections", why);
+        tw__fabric_mrcache_drop_rail(srv->mrc, k);
+    }
 }
 
 /* ---- the ops table ---- */
