@@ -57,8 +57,10 @@
  *
  * Thread safety: every function may be called from any thread. One mutex
  * per plane protects its state; it is dropped around every libfabric call
- * that moves data (posts, CQ reads, cancels), so a call that never returns
- * cannot block the other threads (domains are opened FI_THREAD_SAFE).
+ * that moves data (posts, CQ reads, cancels), which runs under the rail's
+ * own io mutex instead (domains are opened FI_THREAD_DOMAIN), so a call
+ * that never returns cannot block the other threads; a control call that
+ * needs the rail gives up once the watchdog declared it wedged.
  * Posting happens only on the progressing thread (the mover), never in
  * the caller of tw__fabric_xfer_submit(). tw__fabric_close() must not race
  * with any other call on the same plane.
