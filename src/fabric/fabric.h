@@ -392,8 +392,10 @@ int tw__fabric_event_fd(const struct tw_fabric *fab);
  * popped, 0 if none is pending. The xfer handle is freed by the pop. */
 int tw__fabric_done_pop(struct tw_fabric *fab, struct tw_fabric_completion *c);
 
-/* Polls every rail once and advances transfers (unthreaded planes; harmless
- * on threaded ones). Returns the number of completions processed. */
+/* Polls every rail once and advances transfers, on an unthreaded plane
+ * (one caller at a time progresses; others return 0). On a threaded plane
+ * the mover does this: returns 0. Returns the number of completions
+ * processed. */
 int tw__fabric_progress(struct tw_fabric *fab);
 
 /* Counters for STATS and tests. */
