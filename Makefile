@@ -36,7 +36,8 @@ asan: deps-dev
 tsan: deps-dev
 	@cmake -S . -B build-tsan -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DTW_TSAN=ON >/dev/null
 	@cmake --build build-tsan -j $(JOBS)
-	@cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L tsan $(CTEST_ARGS)
+	@cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+		ctest --output-on-failure -L tsan $(CTEST_ARGS)
 
 FUZZ_SECONDS ?= 600
 fuzz: deps-dev
