@@ -8,7 +8,6 @@
  * and is killed mid-transfer (a dead peer -> an error for that transfer
  * only); a new child is then served.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -130,23 +129,21 @@ static void child_main(int sock)
 }
 
 /* A killed shm peer cannot remove its region from /dev/shm; the test does,
- * so CI hosts do not collect them (names: tw_<pid>_..., rail.c). */
-static void unlink_shm_regions(pid_t pid)
+ * so CI hosts do not collect them. Only the exact name of the endpoint the
+ * child announced ("fi_shm://tw_<pid>_<seq>_<clock>", rail.c): a prefix
+ * such as tw_<pid>_ could hit a region of another test's process that got
+ * the same pid after the child died (ctest -j runs them side by side). */
+static void unlink_shm_region(const struct tw_fabric_addr *a)
 {
-    char prefix[32];
-    int n = snprintf(prefix, sizeof(prefix), "tw_%d_", (int)pid);
-    DIR *d = opendir("/dev/shm");
-    if (!d)
+    static const char scheme[] = "fi_shm://";
+    size_t n = strnlen((const char *)a->addr, a->addr_len);
+    if (strcmp(a->provider, "shm") != 0 || n <= sizeof(scheme) - 1 ||
+        memcmp(a->addr, scheme, sizeof(scheme) - 1) != 0)
         return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, prefix, (size_t)n) == 0) {
-            char path[300];
-            snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
-            unlink(path);
-        }
-    }
-    closedir(d);
+    char path[300];
+    snprintf(path, sizeof(path), "/dev/shm/%.*s", (int)(n - (sizeof(scheme) - 1)),
+             (const char *)a->addr + sizeof(scheme) - 1);
+    unlink(path);
 }
 
 struct child {
@@ -329,7 +326,7 @@ static void stalled_then_dead_peer(void)
     kill(c.pid, SIGKILL);
     int wst;
     TW_ASSERT_EQ(waitpid(c.pid, &wst, 0), c.pid);
-    unlink_shm_regions(c.pid);
+    unlink_shm_region(&c.h.addr);
     c.pid = 0;
     t0 = tw__fabric_now_ns();
     int got = 0;
