@@ -220,6 +220,7 @@ struct tw_fabric {
     unsigned abandoned;    /* mover threads stuck inside libfabric */
     unsigned reopen;       /* bit per slot: open a replacement for it */
     int reap_pending;      /* a retired rail may have become unused: close it */
+    uint64_t zombies_checked_ns; /* last look for orphans (xfer.c) */
     void (*call_hook)(void *arg, unsigned rail); /* tests: runs inside the call window */
     void *call_hook_arg;
     int wake_fd;  /* eventfd: wakes the mover (submit, cancel, close) */

@@ -400,8 +400,15 @@ static int read_cq(struct tw_fabric *fab, struct tw_fabric_rail *r, int *n)
 int tw__fabric_progress_locked(struct tw_fabric *fab)
 {
     int n = 0;
-    if (!link_empty(&fab->zombies))
-        tw__fabric_zombies_reap_locked(fab, tw__fabric_now_ns());
+    /* Parked operations of dead shm peers: looked at every 10 ms, not on
+     * every poll (each look costs a kill() per parked transfer). */
+    if (!link_empty(&fab->zombies)) {
+        uint64_t t = tw__fabric_now_ns();
+        if (t - fab->zombies_checked_ns >= 10000000ull) {
+            fab->zombies_checked_ns = t;
+            tw__fabric_zombies_reap_locked(fab, t);
+        }
+    }
     if (fab->reap_pending)
         tw__fabric_rails_reap_locked(fab);
     /* nrails may grow while the lock is dropped (a replacement rail):

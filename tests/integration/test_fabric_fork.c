@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "fabric/fabric.h"
+#include "tw_fabric_pair.h"
 #include "tw_test.h"
 
 #ifndef TW_TEST_PROVIDER
@@ -68,22 +69,10 @@ static int xread(int fd, void *p, size_t n)
     return 0;
 }
 
-static struct tw_fabric *open_plane(int threaded)
-{
-    struct tw_fabric_config cfg = {.provider = TW_TEST_PROVIDER, .node = "127.0.0.1",
-                                   .threaded = threaded, .drain_ns = 100ull * 1000 * 1000};
-    struct tw_fabric *f = NULL;
-    char err[512];
-    int ret = tw__fabric_open(&cfg, &f, err, sizeof(err));
-    if (ret)
-        TW_SKIP("provider %s unavailable: %s", TW_TEST_PROVIDER, err);
-    return f;
-}
-
 /* The child: serve until the parent closes the socket (or a signal). */
 static void child_main(int sock)
 {
-    struct tw_fabric *f = open_plane(1);
+    struct tw_fabric *f = tw_test_open_plane(1, 0);
     struct tw_fabric_addr peer_addr;
     if (xread(sock, &peer_addr, sizeof(peer_addr)))
         _exit(2);
@@ -386,7 +375,7 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     /* Threaded, as a server's: its watchdog replaces retired rails. */
-    plane = open_plane(1);
+    plane = tw_test_open_plane(1, 0);
     buf = malloc(REGION);
     want = malloc(REGION);
     TW_ASSERT(buf && want);

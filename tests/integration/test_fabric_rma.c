@@ -23,18 +23,6 @@
 static struct tw_fabric *srv, *cli;
 static struct tw_fabric_peer *srv_peer, *cli_peer;
 
-static struct tw_fabric *open_plane(int threaded)
-{
-    struct tw_fabric_config cfg = {.provider = TW_TEST_PROVIDER, .node = "127.0.0.1",
-                                   .threaded = threaded, .drain_ns = 100ull * 1000 * 1000};
-    char err[512];
-    struct tw_fabric *f = NULL;
-    int ret = tw__fabric_open(&cfg, &f, err, sizeof(err));
-    if (ret)
-        TW_SKIP("provider %s unavailable: %s (%s)", TW_TEST_PROVIDER, err, tw_strerror_name(ret));
-    return f;
-}
-
 /* Second client planes are closed only at the end, with every mover
  * paused. With shm, endpoints of one process share the provider's
  * process-wide mapping of each other's regions, and closing one while
@@ -314,7 +302,7 @@ static void bad_descriptors(void)
  * eventfd + done queue, every byte checked. */
 static void many_in_flight(void)
 {
-    struct tw_fabric *c2 = open_plane(1);
+    struct tw_fabric *c2 = tw_test_open_plane(1, 0);
     struct tw_fabric_peer *cp, *sp;
     tw_test_connect_planes(c2, srv, &cp, &sp);
     enum { N = 48, SZ = 300 * 1024 + 11 };
@@ -399,7 +387,7 @@ static void reconnect_if_retired(void)
     struct tw_fabric_peer *old_sp = srv_peer;
     close_client(cli);
     tw__fabric_peer_remove(cli_peer);
-    cli = open_plane(0);
+    cli = tw_test_open_plane(0, 0);
     tw_test_connect_planes(cli, srv, &cli_peer, &srv_peer);
     tw__fabric_peer_remove(old_sp);
 }
@@ -459,7 +447,7 @@ static void release_after_drain(void)
  * drained; the event fd is quiet again afterwards. */
 static void cancel_and_remove(void)
 {
-    struct tw_fabric *c3 = open_plane(1);
+    struct tw_fabric *c3 = tw_test_open_plane(1, 0);
     struct tw_fabric_peer *cp, *sp;
     tw_test_connect_planes(c3, srv, &cp, &sp);
     size_t n = 16u << 20;
@@ -664,7 +652,7 @@ static void old_key_rejected(void)
         /* shm 1.17 leaves the channel between these two endpoints wedged
          * after it rejected a key (every later post returns EAGAIN). A new
          * client endpoint is still served by the same server endpoint. */
-        struct tw_fabric *fresh = open_plane(0);
+        struct tw_fabric *fresh = tw_test_open_plane(0, 0);
         struct tw_fabric_peer *fp, *sp;
         struct tw_fabric_mr *r2, *l2;
         tw_test_connect_planes(fresh, srv, &fp, &sp);
@@ -697,8 +685,8 @@ int main(void)
     TW_RUN(host_id_parsing);
     TW_RUN(wire_status);
     TW_RUN(auto_rails);
-    srv = open_plane(1);
-    cli = open_plane(0);
+    srv = tw_test_open_plane(1, 0);
+    cli = tw_test_open_plane(0, 0);
     TW_RUN(offer_rules);
     tw_test_connect_planes(cli, srv, &cli_peer, &srv_peer);
     TW_RUN(pull_push_sizes);

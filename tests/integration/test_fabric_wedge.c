@@ -28,21 +28,6 @@
 
 #define WEDGE_MS 200u
 
-static struct tw_fabric *open_plane(uint64_t wedge_ms)
-{
-    struct tw_fabric_config cfg = {.provider = TW_TEST_PROVIDER,
-                                   .node = "127.0.0.1",
-                                   .threaded = 1,
-                                   .drain_ns = 100ull * 1000 * 1000,
-                                   .wedge_ns = wedge_ms * 1000000ull};
-    char err[512];
-    struct tw_fabric *f = NULL;
-    int ret = tw__fabric_open(&cfg, &f, err, sizeof(err));
-    if (ret)
-        TW_SKIP("provider %s unavailable: %s (%s)", TW_TEST_PROVIDER, err, tw_strerror_name(ret));
-    return f;
-}
-
 /* The hook: once armed, the first data call on rail 0 blocks until
  * released. */
 static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -85,7 +70,7 @@ static unsigned abandoned(struct tw_fabric *f)
 
 static void wedged_call(void)
 {
-    struct tw_fabric *srv = open_plane(0), *cli = open_plane(WEDGE_MS);
+    struct tw_fabric *srv = tw_test_open_plane(1, 0), *cli = tw_test_open_plane(1, WEDGE_MS);
     struct tw_fabric_peer *cp, *sp;
     tw_test_connect_planes(cli, srv, &cp, &sp);
     size_t n = 4u << 20;
@@ -260,7 +245,7 @@ static struct tw_fabric_stats wait_stats(struct tw_fabric *f, unsigned reopened,
  * a server replaces rails for as long as it runs. */
 static void retired_rail_closes(void)
 {
-    struct tw_fabric *srv = open_plane(0), *cli = open_plane(WEDGE_MS);
+    struct tw_fabric *srv = tw_test_open_plane(1, 0), *cli = tw_test_open_plane(1, WEDGE_MS);
     struct tw_fabric_peer *cp, *sp;
     pull_ok(cli, srv, &cp, &sp);
     TW_ASSERT_EQ(tw__fabric_peer_rail(cp), 0);
@@ -302,7 +287,7 @@ static void retired_rail_closes(void)
  * nothing lost (ASan). */
 static void close_while_wedged(void)
 {
-    struct tw_fabric *srv = open_plane(0), *cli = open_plane(WEDGE_MS);
+    struct tw_fabric *srv = tw_test_open_plane(1, 0), *cli = tw_test_open_plane(1, WEDGE_MS);
     struct tw_fabric_peer *cp, *sp;
     tw_test_connect_planes(cli, srv, &cp, &sp);
     pthread_mutex_lock(&hook_lock);

@@ -31,19 +31,6 @@ static struct tw_fabric_peer *srv_peer, *cli_peer;
 static struct tw_fabric_mrcache *smc, *cmc;
 static char err[512];
 
-static struct tw_fabric *open_plane(int threaded)
-{
-    struct tw_fabric_config cfg = {.provider = TW_TEST_PROVIDER,
-                                   .node = "127.0.0.1",
-                                   .threaded = threaded,
-                                   .drain_ns = 100ull * 1000 * 1000};
-    struct tw_fabric *f = NULL;
-    int ret = tw__fabric_open(&cfg, &f, err, sizeof(err));
-    if (ret)
-        TW_SKIP("provider %s unavailable: %s (%s)", TW_TEST_PROVIDER, err, tw_strerror_name(ret));
-    return f;
-}
-
 static void connect_planes(void)
 {
     tw_test_connect_planes(cli, srv, &cli_peer, &srv_peer);
@@ -470,8 +457,8 @@ static void api_errors(void)
 
 int main(void)
 {
-    srv = open_plane(1);
-    cli = open_plane(0);
+    srv = tw_test_open_plane(1, 0);
+    cli = tw_test_open_plane(0, 0);
     connect_planes();
     TW_ASSERT_OK(tw__fabric_mrcache_create(srv, NULL, &smc));
     TW_ASSERT_OK(tw__fabric_mrcache_create(cli, NULL, &cmc));
