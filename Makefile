@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps deps-dev build demo check asan tsan fuzz fuzz-smoke bench clean format
+.PHONY: all deps deps-dev build demo check asan tsan fuzz fuzz-smoke bench clean format format-check
 
 all: build
 
@@ -51,8 +51,14 @@ fuzz-smoke:
 bench: build
 	@./scripts/bench.sh $(BUILD)
 
+FORMAT_DIRS = src include tools tests bench fuzz python
 format:
-	@clang-format -i $$(git ls-files '*.c' '*.h')
+	@clang-format -i $$(git ls-files $(addsuffix /*.c,$(FORMAT_DIRS)) $(addsuffix /*.h,$(FORMAT_DIRS)))
+
+# CI: every C file must already be what .clang-format makes of it.
+format-check: deps-dev
+	@clang-format --dry-run -Werror $$(git ls-files $(addsuffix /*.c,$(FORMAT_DIRS)) $(addsuffix /*.h,$(FORMAT_DIRS)))
+	@echo "format-check: clean"
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

@@ -9,8 +9,8 @@
  * needs target-side progress on tcp). The baseline is the raw libfabric loop
  * shared with `tensorwire bench` (tools/raw_fabric.c): a bare RDM endpoint
  * posting ONE fi_read/fi_write of the whole size and spinning on fi_cq_read
- * until it completes, the most direct use of the provider. The engine runs tw__fabric_xfer_run() on an unthreaded plane
- * (the client's blocking path) with its chunking and depth. Each repetition
+ * until it completes, the most direct use of the provider. The engine runs tw__fabric_xfer_run() on
+ * an unthreaded plane (the client's blocking path) with its chunking and depth. Each repetition
  * times `iters` back-to-back transfers; the median repetition is reported,
  * with the ratio engine/raw throughput (>1: engine faster).
  * --sweep runs the engine over chunk x depth for the largest size (tuning).
@@ -68,12 +68,11 @@ struct engine {
     struct tw_fabric_mr *mr;
 };
 
-static void engine_open(struct engine *e, const char *prov, size_t chunk, unsigned depth,
-                        void *buf, size_t len, struct tw_fabric *target,
-                        struct tw_fabric_peer **target_peer)
+static void engine_open(struct engine *e, const char *prov, size_t chunk, unsigned depth, void *buf,
+                        size_t len, struct tw_fabric *target, struct tw_fabric_peer **target_peer)
 {
-    struct tw_fabric_config cfg = {.provider = prov, .node = "127.0.0.1", .chunk_size = chunk,
-                                   .depth = depth};
+    struct tw_fabric_config cfg = {
+        .provider = prov, .node = "127.0.0.1", .chunk_size = chunk, .depth = depth};
     char err[512];
     if (tw__fabric_open(&cfg, &e->plane, err, sizeof(err)))
         DIE("engine plane: %s", err);
@@ -102,7 +101,9 @@ static double engine_rep(struct engine *e, int write, size_t size, struct tw_fab
 {
     int iters = iters_for(size);
     struct tw_fabric_xfer_desc d = {.op = write ? TW_FABRIC_PUSH : TW_FABRIC_PULL,
-                                    .peer = e->peer, .local = e->mr, .remote = rk,
+                                    .peer = e->peer,
+                                    .local = e->mr,
+                                    .remote = rk,
                                     .length = size};
     struct tw_fabric_completion c;
     uint64_t t0 = tw__fabric_now_ns();
@@ -117,7 +118,9 @@ static double engine_rep(struct engine *e, int write, size_t size, struct tw_fab
 static double engine_rep_once(struct engine *e, int write, size_t size, struct tw_fabric_rkey rk)
 {
     struct tw_fabric_xfer_desc d = {.op = write ? TW_FABRIC_PUSH : TW_FABRIC_PULL,
-                                    .peer = e->peer, .local = e->mr, .remote = rk,
+                                    .peer = e->peer,
+                                    .local = e->mr,
+                                    .remote = rk,
                                     .length = size,
                                     .deadline_ns = tw__fabric_now_ns() + 60ull * 1000000000ull};
     struct tw_fabric_completion c;
@@ -158,17 +161,31 @@ int main(int argc, char **argv)
     int opt;
     while ((opt = getopt_long(argc, argv, "p:o:r:c:d:s:", longopts, NULL)) != -1) {
         switch (opt) {
-        case 'p': prov = optarg; break;
-        case 'o': write = strcmp(optarg, "write") == 0; break;
-        case 'r': reps = atoi(optarg); break;
-        case 'c': chunk = strtoull(optarg, NULL, 0); break;
-        case 'd': depth = (unsigned)atoi(optarg); break;
+        case 'p':
+            prov = optarg;
+            break;
+        case 'o':
+            write = strcmp(optarg, "write") == 0;
+            break;
+        case 'r':
+            reps = atoi(optarg);
+            break;
+        case 'c':
+            chunk = strtoull(optarg, NULL, 0);
+            break;
+        case 'd':
+            depth = (unsigned)atoi(optarg);
+            break;
         case 's':
             if (nsizes < MAX_SIZES)
                 sizes[nsizes++] = strtoull(optarg, NULL, 0);
             break;
-        case 'S': sweep = 1; break;
-        default: DIE("usage: bench_fabric [-p prov] [-o read|write] [-r reps] [-c chunk] [-d depth] [-s size]... [--sweep]");
+        case 'S':
+            sweep = 1;
+            break;
+        default:
+            DIE("usage: bench_fabric [-p prov] [-o read|write] [-r reps] [-c chunk] [-d depth] [-s "
+                "size]... [--sweep]");
         }
     }
     if (reps < 1 || reps > 101)
@@ -207,7 +224,8 @@ int main(int argc, char **argv)
     double load[1] = {0};
     if (getloadavg(load, 1) == 1)
         printf("host: %ld CPUs online, load average %.2f (figures are only comparable within "
-               "one run)\n", sysconf(_SC_NPROCESSORS_ONLN), load[0]);
+               "one run)\n",
+               sysconf(_SC_NPROCESSORS_ONLN), load[0]);
     printf("provider %s (%s), op %s, reps %d, engine chunk %zu depth %u\n",
            tw__fabric_peer_provider(e.peer), prov, write ? "fi_write" : "fi_read", reps,
            chunk ? chunk : (size_t)TW_FABRIC_DEFAULT_CHUNK, depth ? depth : def_depth);

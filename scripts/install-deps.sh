@@ -6,7 +6,7 @@
 set -eu
 pkgs="build-essential cmake pkg-config libfabric-dev libfabric-bin libssl-dev python3 procps"
 if [ "${1:-}" = "--dev" ]; then
-    pkgs="$pkgs clang libclang-rt-14-dev valgrind"
+    pkgs="$pkgs clang clang-format libclang-rt-14-dev valgrind"
 fi
 missing=""
 for p in $pkgs; do

@@ -144,7 +144,6 @@ enum tw_push_policy { TW_PUSH_AUTO = 0, TW_PUSH_ALWAYS = 1, TW_PUSH_NEVER = 2 };
 
 TW_EXTERN void tw_client_options_init(struct tw_client_options *opts);
 
-
 typedef struct tw_client tw_client;
 
 /*
@@ -156,10 +155,10 @@ typedef struct tw_client tw_client;
  * message, use tw_client_connect_error instead.
  * Errors: TW_EINVAL (bad addr/options, a token or token file content that is
  * empty or longer than 1024 bytes), -errno when the token file cannot be
- * opened or read (e.g. -ENOENT), -ECONNREFUSED and other -errno, TW_ETIMEDOUT, TW_EUNAUTHORIZED (server needs
- * a token and none was given, the server rejected it, the server's proof was
- * wrong, or a token was given but the server does not authenticate), TW_EBUSY
- * (server full), TW_EPROTO and TW_E* verdicts for a misbehaving server.
+ * opened or read (e.g. -ENOENT), -ECONNREFUSED and other -errno, TW_ETIMEDOUT, TW_EUNAUTHORIZED
+ * (server needs a token and none was given, the server rejected it, the server's proof was wrong,
+ * or a token was given but the server does not authenticate), TW_EBUSY (server full), TW_EPROTO and
+ * TW_E* verdicts for a misbehaving server.
  */
 TW_EXTERN int tw_client_connect(const char *addr, const struct tw_client_options *opts,
                                 tw_client **out);

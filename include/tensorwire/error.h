@@ -70,7 +70,7 @@ enum tw_error {
     TW_ECANCELLED = TW_ERR_FROM_WIRE(TW_WIRE_CANCELLED),
 
     /* Decoder verdicts, in the order the decoder checks (docs/protocol.md). */
-    TW_EAGAIN_FRAME = -1100,  /* not an error: frame incomplete, read more */
+    TW_EAGAIN_FRAME = -1100, /* not an error: frame incomplete, read more */
     TW_EBAD_MAGIC = -1101,
     TW_EBAD_VERSION = -1102,
     TW_EUNKNOWN_TAG = -1103,
@@ -79,8 +79,8 @@ enum tw_error {
     TW_EBAD_LENGTH = -1106,      /* payload length inconsistent with fields */
     TW_EBAD_NAME = -1107,        /* empty, too long, NUL or not UTF-8 */
     TW_EBAD_DTYPE = -1108,
-    TW_EBAD_SHAPE = -1109,       /* ndim too large or byte_length mismatch */
-    TW_EOVERFLOW = -1110,        /* shape product overflows 64 bits */
+    TW_EBAD_SHAPE = -1109, /* ndim too large or byte_length mismatch */
+    TW_EOVERFLOW = -1110,  /* shape product overflows 64 bits */
     TW_EBAD_DEVICE_TAG = -1111,
     TW_EBAD_CAPS = -1112,        /* RDMA_GPUDIRECT without RDMA_DATA_PLANE */
     TW_EBAD_FIELD = -1113,       /* a field outside its allowed values */
@@ -89,9 +89,9 @@ enum tw_error {
     TW_EUNKNOWN_REQUEST = -1116, /* request id not in flight */
     TW_EDUP_REQUEST = -1117,     /* request id already in flight */
     TW_ETOO_MANY_INFLIGHT = -1118,
-    TW_ENOT_NEGOTIATED = -1119,  /* feature used without its capability */
-    TW_EBAD_REQUEST_ID = -1120,  /* zero where non-zero required, or v.v. */
-    TW_ENOFABRIC = -1121,        /* no usable RDMA data plane */
+    TW_ENOT_NEGOTIATED = -1119, /* feature used without its capability */
+    TW_EBAD_REQUEST_ID = -1120, /* zero where non-zero required, or v.v. */
+    TW_ENOFABRIC = -1121,       /* no usable RDMA data plane */
 };
 
 /* Static, never-NULL description of any code (positive values too). */

@@ -272,7 +272,8 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
     c->push_policy = o.push;
     c->rdma_min_bytes = o.rdma_min_bytes;
     if (!o.fabric || !*o.fabric || strcmp(o.fabric, "none") == 0) {
-        snprintf(c->fabric_status, sizeof(c->fabric_status), "inline: rdma not requested (--fabric none)");
+        snprintf(c->fabric_status, sizeof(c->fabric_status),
+                 "inline: rdma not requested (--fabric none)");
     } else if (!(c->sm.caps & TW_CAP_RDMA_DATA_PLANE)) {
         snprintf(c->fabric_status, sizeof(c->fabric_status),
                  "inline: the server offers no rdma data plane");

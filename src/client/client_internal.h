@@ -158,10 +158,10 @@ struct tw_client {
      * sides announced bit 2 and the server ACCEPTed our OFFER. */
     struct tw_fabric *fab;
     struct tw_fabric_peer *fpeer;
-    int push_policy;          /* enum tw_push_policy */
-    uint64_t rdma_min_bytes;  /* puts below this go inline (option) */
-    char fabric_status[384];  /* "rdma tcp;ofi_rxm" or why inline only */
-    char last_plane[128];     /* plane of the last finished get/put */
+    int push_policy;         /* enum tw_push_policy */
+    uint64_t rdma_min_bytes; /* puts below this go inline (option) */
+    char fabric_status[384]; /* "rdma tcp;ofi_rxm" or why inline only */
+    char last_plane[128];    /* plane of the last finished get/put */
 };
 
 /* --- conn.c ------------------------------------------------------------ */

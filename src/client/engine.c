@@ -48,7 +48,8 @@ void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int statu
     if (status == 0 && r->dp && (r->op == TW__OP_GET || r->op == TW__OP_PUT)) {
         if (r->dp == &tw__client_dp_rdma)
             snprintf(c->last_plane, sizeof(c->last_plane), "rdma %s (%s)",
-                     r->push ? "push" : "pull", c->fpeer ? tw__fabric_peer_provider(c->fpeer) : "?");
+                     r->push ? "push" : "pull",
+                     c->fpeer ? tw__fabric_peer_provider(c->fpeer) : "?");
         else if (r->dp_note)
             snprintf(c->last_plane, sizeof(c->last_plane), "%s (%s)", r->dp->name, r->dp_note);
         else

@@ -45,7 +45,8 @@ static const struct err_entry table[] = {
     {TW_EDUP_REQUEST, "EDUP_REQUEST", "request id reused or not increasing"},
     {TW_ETOO_MANY_INFLIGHT, "ETOO_MANY_INFLIGHT", "too many requests in flight"},
     {TW_ENOT_NEGOTIATED, "ENOT_NEGOTIATED", "feature used without its negotiated capability"},
-    {TW_EBAD_REQUEST_ID, "EBAD_REQUEST_ID", "request id zero where required or non-zero where forbidden"},
+    {TW_EBAD_REQUEST_ID, "EBAD_REQUEST_ID",
+     "request id zero where required or non-zero where forbidden"},
     {TW_ENOFABRIC, "ENOFABRIC", "no usable RDMA data plane"},
 };
 
@@ -61,15 +62,84 @@ static const struct err_entry *find(int err)
 static const char *errno_name(int e)
 {
     switch (e) {
-#define E(x) case x: return #x;
-    E(EPERM) E(ENOENT) E(EINTR) E(EIO) E(EBADF) E(EAGAIN) E(ENOMEM) E(EACCES)
-    E(EFAULT) E(EBUSY) E(EEXIST) E(EINVAL) E(ENFILE) E(EMFILE) E(ENOSPC) E(EPIPE)
-    E(ERANGE) E(ENOSYS) E(EMSGSIZE) E(EPROTO) E(ENOTSUP) E(EADDRINUSE)
-    E(EADDRNOTAVAIL) E(ENETUNREACH) E(ECONNABORTED) E(ECONNRESET) E(ENOBUFS)
-    E(ENOTCONN) E(ETIMEDOUT) E(ECONNREFUSED) E(EHOSTUNREACH) E(EALREADY)
-    E(EINPROGRESS) E(ECANCELED) E(EOVERFLOW) E(ENODEV) E(ENXIO) E(E2BIG)
-#undef E
-    default: return NULL;
+    case EPERM:
+        return "EPERM";
+    case ENOENT:
+        return "ENOENT";
+    case EINTR:
+        return "EINTR";
+    case EIO:
+        return "EIO";
+    case EBADF:
+        return "EBADF";
+    case EAGAIN:
+        return "EAGAIN";
+    case ENOMEM:
+        return "ENOMEM";
+    case EACCES:
+        return "EACCES";
+    case EFAULT:
+        return "EFAULT";
+    case EBUSY:
+        return "EBUSY";
+    case EEXIST:
+        return "EEXIST";
+    case EINVAL:
+        return "EINVAL";
+    case ENFILE:
+        return "ENFILE";
+    case EMFILE:
+        return "EMFILE";
+    case ENOSPC:
+        return "ENOSPC";
+    case EPIPE:
+        return "EPIPE";
+    case ERANGE:
+        return "ERANGE";
+    case ENOSYS:
+        return "ENOSYS";
+    case EMSGSIZE:
+        return "EMSGSIZE";
+    case EPROTO:
+        return "EPROTO";
+    case ENOTSUP:
+        return "ENOTSUP";
+    case EADDRINUSE:
+        return "EADDRINUSE";
+    case EADDRNOTAVAIL:
+        return "EADDRNOTAVAIL";
+    case ENETUNREACH:
+        return "ENETUNREACH";
+    case ECONNABORTED:
+        return "ECONNABORTED";
+    case ECONNRESET:
+        return "ECONNRESET";
+    case ENOBUFS:
+        return "ENOBUFS";
+    case ENOTCONN:
+        return "ENOTCONN";
+    case ETIMEDOUT:
+        return "ETIMEDOUT";
+    case ECONNREFUSED:
+        return "ECONNREFUSED";
+    case EHOSTUNREACH:
+        return "EHOSTUNREACH";
+    case EALREADY:
+        return "EALREADY";
+    case EINPROGRESS:
+        return "EINPROGRESS";
+    case ECANCELED:
+        return "ECANCELED";
+    case EOVERFLOW:
+        return "EOVERFLOW";
+    case ENODEV:
+        return "ENODEV";
+    case ENXIO:
+        return "ENXIO";
+    case E2BIG:
+        return "E2BIG";
+    default:
+        return NULL;
     }
 }
 

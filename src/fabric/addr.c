@@ -200,10 +200,11 @@ int tw__fabric_peer_insert(struct tw_fabric *fab, const char *provider, uint32_t
                            const void *addr, size_t addr_len, struct tw_fabric_peer **peer)
 {
     pthread_mutex_lock(&fab->lock);
-    struct tw_fabric_rail *r = tw__fabric_rail_by_name(fab, (const uint8_t *)provider, strlen(provider));
+    struct tw_fabric_rail *r =
+        tw__fabric_rail_by_name(fab, (const uint8_t *)provider, strlen(provider));
     int ret = r ? insert_locked(r, addr_format, addr, addr_len, peer)
-                : tw__fabric_fail(fab, TW_ENOFABRIC, "no rail for provider \"%s\" (%s)",
-                                  provider, fab->describe);
+                : tw__fabric_fail(fab, TW_ENOFABRIC, "no rail for provider \"%s\" (%s)", provider,
+                                  fab->describe);
     pthread_mutex_unlock(&fab->lock);
     return ret;
 }

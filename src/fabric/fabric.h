@@ -140,13 +140,13 @@ struct tw_fabric_config {
     /* Local address or interface to bind non-shm rails to (e.g. "127.0.0.1",
      * a NIC's IP); NULL lets the provider choose. */
     const char *node;
-    size_t chunk_size;   /* bytes per RMA operation; 0 = TW_FABRIC_DEFAULT_CHUNK */
-    unsigned depth;      /* operations in flight per transfer; 0 = default */
-    uint64_t drain_ns;   /* 0 = TW_FABRIC_DEFAULT_DRAIN_NS */
-    int threaded;        /* 1: start the data-mover thread and the watchdog */
-    uint64_t wedge_ns;   /* a libfabric call longer than this wedges its rail;
-                            0 = TW_FABRIC_DEFAULT_WEDGE_NS */
-    int hmem;            /* 1: ask for FI_HMEM (device memory registration) */
+    size_t chunk_size; /* bytes per RMA operation; 0 = TW_FABRIC_DEFAULT_CHUNK */
+    unsigned depth;    /* operations in flight per transfer; 0 = default */
+    uint64_t drain_ns; /* 0 = TW_FABRIC_DEFAULT_DRAIN_NS */
+    int threaded;      /* 1: start the data-mover thread and the watchdog */
+    uint64_t wedge_ns; /* a libfabric call longer than this wedges its rail;
+                          0 = TW_FABRIC_DEFAULT_WEDGE_NS */
+    int hmem;          /* 1: ask for FI_HMEM (device memory registration) */
 };
 
 /* Opens a data plane. On failure returns a negative code (TW_ENOFABRIC when
@@ -177,7 +177,7 @@ struct tw_fabric_addr {
     char provider[TW_MAX_PROVIDER_LEN + 1]; /* libfabric prov_name, NUL-terminated */
     uint32_t addr_format;                   /* FI_SOCKADDR_IN, FI_ADDR_STR, ... */
     uint16_t addr_len;
-    uint8_t addr[TW_MAX_FABRIC_ADDR_LEN];   /* fi_getname() bytes */
+    uint8_t addr[TW_MAX_FABRIC_ADDR_LEN]; /* fi_getname() bytes */
 };
 
 /* This host's id: the first 16 bytes of /proc/sys/kernel/random/boot_id
@@ -336,19 +336,19 @@ enum tw_fabric_op {
 struct tw_fabric_xfer_desc {
     enum tw_fabric_op op;
     struct tw_fabric_peer *peer;
-    struct tw_fabric_mr *local; /* registered with LOCAL_READ (pull) / LOCAL_WRITE (push) */
-    uint64_t local_offset;      /* byte offset inside `local` */
+    struct tw_fabric_mr *local;   /* registered with LOCAL_READ (pull) / LOCAL_WRITE (push) */
+    uint64_t local_offset;        /* byte offset inside `local` */
     struct tw_fabric_rkey remote; /* from the peer's RDMA_REGISTER */
-    uint64_t length;            /* bytes to move; <= remote.length and fits `local` */
-    uint64_t deadline_ns;       /* absolute tw__fabric_now_ns(); 0 = none */
-    uint64_t cookie;            /* caller's, returned in the completion */
+    uint64_t length;              /* bytes to move; <= remote.length and fits `local` */
+    uint64_t deadline_ns;         /* absolute tw__fabric_now_ns(); 0 = none */
+    uint64_t cookie;              /* caller's, returned in the completion */
 };
 
 struct tw_fabric_completion {
     uint64_t cookie;
-    int status;      /* 0, TW_ETIMEDOUT, TW_ECANCELLED, -ECONNABORTED, or a
-                        negative errno from the provider's error completion */
-    uint64_t bytes;  /* bytes moved by completed chunks */
+    int status;     /* 0, TW_ETIMEDOUT, TW_ECANCELLED, -ECONNABORTED, or a
+                       negative errno from the provider's error completion */
+    uint64_t bytes; /* bytes moved by completed chunks */
     /* 1 when the transfer ended (deadline, cancel) while the provider still
      * held some of its operations, which fi_cancel() could not take back
      * (tcp;ofi_rxm cannot cancel RMA). They may still complete and write
@@ -404,7 +404,7 @@ struct tw_fabric_stats {
     unsigned xfers_active, mrs_open, peers;
     unsigned stuck_ops; /* ops of abandoned transfers the provider still holds */
     unsigned rails_retired, rails_wedged, rails_reopened;
-    unsigned rails_closed; /* retired rails closed once unused (slot free again) */
+    unsigned rails_closed;      /* retired rails closed once unused (slot free again) */
     unsigned threads_abandoned; /* mover threads left inside a wedged call */
 };
 void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st);

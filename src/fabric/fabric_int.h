@@ -79,10 +79,10 @@ struct tw_fabric_rail {
     struct fid_ep *ep;
     struct fid_cq *cq;
     struct fid_av *av;
-    int wait_fd;          /* CQ wait fd (FI_WAIT_FD) or -1: then poll with back-off */
-    uint64_t mr_mode;     /* what the provider demands (subset of what we support) */
-    uint64_t next_key;    /* next requested key when !FI_MR_PROV_KEY; never reused */
-    size_t max_msg;       /* ep_attr->max_msg_size */
+    int wait_fd;       /* CQ wait fd (FI_WAIT_FD) or -1: then poll with back-off */
+    uint64_t mr_mode;  /* what the provider demands (subset of what we support) */
+    uint64_t next_key; /* next requested key when !FI_MR_PROV_KEY; never reused */
+    size_t max_msg;    /* ep_attr->max_msg_size */
     int is_shm;
     /* Retired: no new peers, no new transfers (a replacement rail of the
      * same provider is opened in another slot); transfers already running
@@ -92,7 +92,7 @@ struct tw_fabric_rail {
     int retired;
     int wedged; /* read without fab->lock by io waiters: __atomic */
     pthread_mutex_t io;
-    unsigned pref; /* preference position (order of the offer) */
+    unsigned pref;       /* preference position (order of the offer) */
     unsigned dead_slots; /* shm: address slots kept for dead peers (addr.c) */
     char retire_why[256];
     /* Operations of finished (abandoned) transfers the provider still
@@ -109,12 +109,12 @@ struct tw_fabric_peer {
     uint32_t addr_format;
     size_t addr_len;
     uint8_t addr[TW_MAX_FABRIC_ADDR_LEN];
-    unsigned refs;                        /* 1 (owner) + transfers */
-    int pid;                              /* shm peer named by tensorwire, else 0 */
+    unsigned refs; /* 1 (owner) + transfers */
+    int pid;       /* shm peer named by tensorwire, else 0 */
     uint64_t alive_checked_ns;
-    int stopped;                          /* shm peer process stopped: hold posts */
+    int stopped; /* shm peer process stopped: hold posts */
     int removed;
-    struct tw_fabric_link node;           /* fab->peers */
+    struct tw_fabric_link node; /* fab->peers */
 };
 
 struct tw_fabric_mr {
@@ -125,7 +125,7 @@ struct tw_fabric_mr {
     uint64_t len;
     struct tw_fabric_rkey rkey;
     unsigned access;
-    unsigned refs; /* 1 (owner, until deregister) + transfers using it locally */
+    unsigned refs;              /* 1 (owner, until deregister) + transfers using it locally */
     void (*on_idle)(void *arg); /* tw__fabric_mr_release() */
     int keep_on_close;          /* a shm peer may still write it: never hand back */
     /* Registration cache (mrcache.c): a cached remote registration does
@@ -154,14 +154,14 @@ struct tw_fabric_xfer {
     uint64_t next_off;   /* next byte to post */
     uint64_t bytes_done; /* bytes of completed chunks */
     unsigned inflight;
-    int status;          /* first error sticks */
-    int stopping;        /* no more posts; drain then finish */
+    int status;   /* first error sticks */
+    int stopping; /* no more posts; drain then finish */
     int cancel_sent;
     uint64_t stop_ns;
     uint64_t refused_since_ns; /* posts refused (EAGAIN) with nothing in flight since */
-    int sync;            /* tw__fabric_xfer_run() waits for it */
-    int finished;        /* completion produced */
-    int popped;          /* completion consumed: free once drained */
+    int sync;                  /* tw__fabric_xfer_run() waits for it */
+    int finished;              /* completion produced */
+    int popped;                /* completion consumed: free once drained */
     /* Orphan: a popped transfer whose shm peer process is gone while the
      * provider still holds its operations. Nobody can answer them any
      * more, so its buffer, registration and peer were let go; the struct
@@ -190,7 +190,7 @@ struct tw_fabric {
     struct tw_fabric_link peers, mrs, active, done, zombies;
     struct tw_fabric_link idle_mrs; /* on_idle calls deferred until the rails closed */
     int closing;
-    unsigned remote_mrs; /* open registrations with remote access */
+    unsigned remote_mrs;      /* open registrations with remote access */
     uint64_t linger_until_ns; /* keep progressing after the last one closed */
     struct tw_fabric_stats st;
 
@@ -214,12 +214,12 @@ struct tw_fabric {
     pthread_cond_t wd_cond;
     int wd_running, wd_stop;
     uint64_t wedge_ns;
-    unsigned gen;          /* mover generation: bumped when a mover is abandoned (__atomic) */
-    uint64_t call_seq;     /* bumped at each call window; odd while one is open */
+    unsigned gen;      /* mover generation: bumped when a mover is abandoned (__atomic) */
+    uint64_t call_seq; /* bumped at each call window; odd while one is open */
     unsigned call_rail, call_gen;
-    unsigned abandoned;    /* mover threads stuck inside libfabric */
-    unsigned reopen;       /* bit per slot: open a replacement for it */
-    int reap_pending;      /* a retired rail may have become unused: close it */
+    unsigned abandoned;          /* mover threads stuck inside libfabric */
+    unsigned reopen;             /* bit per slot: open a replacement for it */
+    int reap_pending;            /* a retired rail may have become unused: close it */
     uint64_t zombies_checked_ns; /* last look for orphans (xfer.c) */
     void (*call_hook)(void *arg, unsigned rail); /* tests: runs inside the call window */
     void *call_hook_arg;
@@ -317,8 +317,8 @@ int tw__fabric_watchdog_start(struct tw_fabric *fab);
 void tw__fabric_watchdog_stop(struct tw_fabric *fab);
 /* Retires rail r (see struct tw_fabric_rail) and asks the watchdog for a
  * replacement. */
-void tw__fabric_rail_retire_locked(struct tw_fabric *fab, struct tw_fabric_rail *r,
-                                   const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void tw__fabric_rail_retire_locked(struct tw_fabric *fab, struct tw_fabric_rail *r, const char *fmt,
+                                   ...) __attribute__((format(printf, 3, 4)));
 
 /* mover.c */
 /* Starts a mover thread for generation fab->gen (also used to replace an

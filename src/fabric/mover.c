@@ -36,9 +36,9 @@
 #include "fabric/fabric_int.h"
 
 #define SPIN_POLLS 2000
-#define NAP_NS 50000L             /* a rail without wait fd */
-#define ACTIVE_SLEEP_NS 1000000L  /* abandoned ops left: drain granularity */
-#define IDLE_SLEEP_NS 20000000L   /* lingering: a safety net, the fd wakes us */
+#define NAP_NS 50000L            /* a rail without wait fd */
+#define ACTIVE_SLEEP_NS 1000000L /* abandoned ops left: drain granularity */
+#define IDLE_SLEEP_NS 20000000L  /* lingering: a safety net, the fd wakes us */
 
 static void drain_fd(int fd)
 {
@@ -71,8 +71,8 @@ void tw__fabric_done_push_locked(struct tw_fabric *fab, struct tw_fabric_xfer *x
  * A rail without a wait fd bounds the sleep to NAP_NS. */
 static int try_wait_locked(struct tw_fabric *fab, struct pollfd *pfd, nfds_t *n, long *sleep_ns)
 {
-    *sleep_ns = link_empty(&fab->active) && link_empty(&fab->zombies) ? IDLE_SLEEP_NS
-                                                                       : ACTIVE_SLEEP_NS;
+    *sleep_ns =
+        link_empty(&fab->active) && link_empty(&fab->zombies) ? IDLE_SLEEP_NS : ACTIVE_SLEEP_NS;
     for (unsigned i = 0; i < fab->nrails && *n < 1 + TW_FABRIC_MAX_RAILS; i++) {
         struct tw_fabric_rail *r = &fab->rails[i];
         if (!r->info || tw__fabric_rail_wedged(r))

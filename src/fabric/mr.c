@@ -84,8 +84,7 @@ int tw__fabric_mr_register_on(struct tw_fabric_rail *r, void *addr, size_t len, 
                                (unsigned)(r - fab->rails));
     if (retired)
         return tw__fabric_fail(fab, -ECONNABORTED, "%s rail %s: %s", r->addr.provider,
-                               tw__fabric_rail_wedged(r) ? "wedged" : "retired",
-                               r->retire_why);
+                               tw__fabric_rail_wedged(r) ? "wedged" : "retired", r->retire_why);
 
     struct tw_fabric_mr *m = calloc(1, sizeof(*m));
     if (!m)

@@ -24,7 +24,8 @@
  * then TCP (always works where IP does). */
 static const char *const auto_order[] = {"verbs", "efa", "shm", "tcp"};
 
-static void append(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void append(char *buf, size_t len, const char *fmt, ...)
 {
     size_t used = strlen(buf);
@@ -325,8 +326,8 @@ void tw__fabric_rails_describe_locked(struct tw_fabric *fab)
         append(fab->describe, sizeof(fab->describe), "; failed: %s", fab->open_failed);
     unsigned retired = 0, wedged = 0;
     for (unsigned k = 0; k < fab->nrails; k++) {
-        retired += fab->rails[k].info && fab->rails[k].retired &&
-                   !tw__fabric_rail_wedged(&fab->rails[k]);
+        retired +=
+            fab->rails[k].info && fab->rails[k].retired && !tw__fabric_rail_wedged(&fab->rails[k]);
         wedged += (unsigned)tw__fabric_rail_wedged(&fab->rails[k]);
     }
     if (retired || wedged)

@@ -186,8 +186,8 @@ static void reopen_locked(struct tw_fabric *fab)
         __atomic_and_fetch(&fab->reopen, ~(1u << idx), __ATOMIC_RELEASE);
         fab->reap_pending = 1; /* the old one may close now */
         if (ret) {
-            snprintf(old->retire_why + used, sizeof(old->retire_why) - used,
-                     "; no replacement: %s", why);
+            snprintf(old->retire_why + used, sizeof(old->retire_why) - used, "; no replacement: %s",
+                     why);
             continue;
         }
         /* A slot a closed rail left, else a new one. */

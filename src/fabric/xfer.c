@@ -259,7 +259,8 @@ static int advance(struct tw_fabric_xfer *x, uint64_t now)
 {
     struct tw_fabric *fab = x->fab;
     if (!x->stopping && x->d.deadline_ns && now >= x->d.deadline_ns) {
-        stop(x, TW_ETIMEDOUT, "deadline passed: %llu of %llu bytes moved, %u operations outstanding",
+        stop(x, TW_ETIMEDOUT,
+             "deadline passed: %llu of %llu bytes moved, %u operations outstanding",
              (unsigned long long)x->bytes_done, (unsigned long long)x->d.length, x->inflight);
         if (x->d.peer->rail->is_shm && x->d.peer->rail->stuck_ops)
             append_msg(x, "; an earlier unanswered shm operation blocks this endpoint");
@@ -279,8 +280,8 @@ static int advance(struct tw_fabric_xfer *x, uint64_t now)
     struct tw_fabric_mr *m = x->d.local;
     if (x->next_off < x->d.length && x->inflight < x->depth) {
         if (tw__fabric_peer_gone(p, now)) {
-            stop(x, -ECONNRESET, "shm peer process %d has exited: %llu of %llu bytes moved",
-                 p->pid, (unsigned long long)x->bytes_done, (unsigned long long)x->d.length);
+            stop(x, -ECONNRESET, "shm peer process %d has exited: %llu of %llu bytes moved", p->pid,
+                 (unsigned long long)x->bytes_done, (unsigned long long)x->d.length);
             return 0;
         }
         if (p->stopped)
@@ -473,8 +474,7 @@ int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_
                                (unsigned long long)d->local->len);
     if (d->length > d->remote.length)
         return tw__fabric_fail(fab, TW_EINVAL, "%llu bytes exceed the remote region of %llu",
-                               (unsigned long long)d->length,
-                               (unsigned long long)d->remote.length);
+                               (unsigned long long)d->length, (unsigned long long)d->remote.length);
 
     unsigned depth = fab->depth ? fab->depth : TW_FABRIC_DEFAULT_DEPTH;
     struct tw_fabric_xfer *x = calloc(1, sizeof(*x) + depth * sizeof(struct tw_fabric_rma));

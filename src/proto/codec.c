@@ -741,7 +741,6 @@ static size_t put_bytes(uint8_t *p, const struct tw_bytes *b)
     return b->len;
 }
 
-
 static void put_payload(uint8_t *p, const struct tw_msg *m)
 {
     size_t off = 0;

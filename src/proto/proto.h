@@ -29,10 +29,10 @@
 #define TW_FRAME_FLAGS_KNOWN TW_FRAME_MORE
 
 /* Limits (docs/protocol.md, "Limits"). */
-#define TW_PREAUTH_MAX_FRAME 4096u           /* before HELLO(_ACK)/AUTH complete */
-#define TW_MIN_MAX_FRAME (64u * 1024u)       /* smallest max_frame a peer may announce */
-#define TW_DEFAULT_MAX_FRAME (16u << 20)     /* what libtensorwire announces */
-#define TW_MAX_MAX_FRAME (1u << 30)          /* largest max_frame a peer may announce */
+#define TW_PREAUTH_MAX_FRAME 4096u       /* before HELLO(_ACK)/AUTH complete */
+#define TW_MIN_MAX_FRAME (64u * 1024u)   /* smallest max_frame a peer may announce */
+#define TW_DEFAULT_MAX_FRAME (16u << 20) /* what libtensorwire announces */
+#define TW_MAX_MAX_FRAME (1u << 30)      /* largest max_frame a peer may announce */
 /* Tensors smaller than this move inline even when both peers have RDMA:
  * below it the extra RDMA_REGISTER / RDMA_READY / RDMA_DONE round trips cost
  * more than the copy through the socket (docs/performance.md, "RDMA size
@@ -144,8 +144,8 @@ struct tw_bytes {
 struct tw_descriptor {
     uint8_t dtype;
     uint8_t ndim;
-    uint8_t flags;       /* TW_DESC_HAS_CRC32C */
-    uint32_t crc32c;     /* meaningful only with TW_DESC_HAS_CRC32C */
+    uint8_t flags;   /* TW_DESC_HAS_CRC32C */
+    uint32_t crc32c; /* meaningful only with TW_DESC_HAS_CRC32C */
     uint64_t byte_length;
     uint64_t shape[TW_MAX_NDIM];
     struct tw_bytes name;       /* UTF-8, 1..TW_MAX_NAME_LEN, no NUL */
@@ -167,7 +167,7 @@ struct tw_msg {
             uint32_t max_inflight;
             struct tw_bytes agent;
         } hello;
-        struct { /* HELLO_ACK */
+        struct {           /* HELLO_ACK */
             uint64_t caps; /* the negotiated set */
             uint32_t max_frame;
             uint32_t max_inflight;
@@ -182,7 +182,7 @@ struct tw_msg {
         struct { /* AUTH_OK */
             uint8_t mac[TW_AUTH_MAC_LEN];
         } auth_ok;
-        struct { /* TENSOR_REQUEST */
+        struct {           /* TENSOR_REQUEST */
             uint8_t flags; /* TW_XFER_WANT_RDMA */
             struct tw_bytes name;
         } tensor_request;
@@ -208,7 +208,7 @@ struct tw_msg {
             uint8_t count;
             struct tw_fabric_entry entries[TW_MAX_FABRIC_ENTRIES];
         } rdma_endpoint;
-        struct { /* RDMA_DONE */
+        struct {             /* RDMA_DONE */
             uint32_t status; /* 0 or a wire error code */
             uint64_t bytes;
         } rdma_done;
@@ -221,7 +221,7 @@ struct tw_msg {
             uint32_t code;
             struct tw_bytes message;
         } error;
-        struct { /* LIST */
+        struct {                    /* LIST */
             struct tw_bytes prefix; /* may be empty */
         } list;
         struct { /* LIST_REPLY: count descriptors, iterate with tw__list_next */
@@ -266,7 +266,7 @@ uint32_t tw__max_payload_len(uint32_t tag);
  * Never reads past buf[len-1].
  */
 int tw__frame_decode_header(const uint8_t *buf, size_t len, uint32_t max_frame,
-                           struct tw_frame_header *hdr);
+                            struct tw_frame_header *hdr);
 
 /*
  * Decodes one whole frame: header checks as above, then TW_EAGAIN_FRAME if the
@@ -274,15 +274,14 @@ int tw__frame_decode_header(const uint8_t *buf, size_t len, uint32_t max_frame,
  * On success returns the frame's total length (header + payload) and fills
  * *msg with views into buf. On failure *msg is unspecified.
  */
-ssize_t tw__msg_decode(const uint8_t *buf, size_t len, uint32_t max_frame,
-                      struct tw_msg *msg);
+ssize_t tw__msg_decode(const uint8_t *buf, size_t len, uint32_t max_frame, struct tw_msg *msg);
 
 /*
  * Decodes the payload of a frame whose header was already decoded. payload
  * must hold exactly hdr->payload_len bytes. Returns 0 or a violation.
  */
-int tw__msg_decode_payload(const struct tw_frame_header *hdr,
-                          const uint8_t *payload, struct tw_msg *msg);
+int tw__msg_decode_payload(const struct tw_frame_header *hdr, const uint8_t *payload,
+                           struct tw_msg *msg);
 
 /*
  * Zero-copy receive of DATA: given the header and the first
@@ -290,8 +289,8 @@ int tw__msg_decode_payload(const struct tw_frame_header *hdr,
  * msg->u.data.bytes to {NULL, payload_len - 8}. The caller then reads the
  * data bytes straight into their destination.
  */
-int tw__msg_decode_data_prefix(const struct tw_frame_header *hdr,
-                              const uint8_t *prefix, struct tw_msg *msg);
+int tw__msg_decode_data_prefix(const struct tw_frame_header *hdr, const uint8_t *prefix,
+                               struct tw_msg *msg);
 
 /*
  * Encoding. The encoders trust nothing: they validate the message by the same
@@ -320,8 +319,7 @@ ssize_t tw__msg_encode(const struct tw_msg *msg, uint8_t *buf, size_t cap);
  * valid). tw__shape_bytes computes the byte length with overflow detection.
  */
 int tw__descriptor_check(const struct tw_descriptor *d);
-int tw__shape_bytes(uint8_t dtype, uint8_t ndim, const uint64_t *shape,
-                   uint64_t *out_bytes);
+int tw__shape_bytes(uint8_t dtype, uint8_t ndim, const uint64_t *shape, uint64_t *out_bytes);
 /* UTF-8 validity (RFC 3629: no overlongs, no surrogates, <= U+10FFFF).
  * Returns 1 when s[0..len) is valid UTF-8 (an empty string is), else 0. */
 int tw__utf8_valid(const uint8_t *s, size_t len);
@@ -334,10 +332,8 @@ int tw__device_tag_check(const uint8_t *s, size_t len);
 
 /* Iterators over LIST_REPLY and STATS_REPLY entries. *cursor starts at 0.
  * Return 1 with the next entry, 0 at the end, or a violation. */
-int tw__list_next(const struct tw_msg *msg, size_t *cursor,
-                 struct tw_descriptor *out);
-int tw__stats_next(const struct tw_msg *msg, size_t *cursor,
-                  struct tw_bytes *key, uint64_t *value);
+int tw__list_next(const struct tw_msg *msg, size_t *cursor, struct tw_descriptor *out);
+int tw__stats_next(const struct tw_msg *msg, size_t *cursor, struct tw_bytes *key, uint64_t *value);
 /* Encoded size of one descriptor; to pack LIST_REPLY/STATS_REPLY bodies. */
 /* Writes a descriptor already validated (tw__descriptor_check) into buf,
  * which must hold tw__descriptor_encoded_len(d) bytes; returns that length.
@@ -348,10 +344,8 @@ size_t tw__descriptor_encoded_len(const struct tw_descriptor *d);
  * -ENOBUFS, or the verdict of the descriptor / key rules (an invalid entry
  * is never written). Callers build list_reply.entries / stats_reply.entries
  * with these; LIST_REPLY entries must be sorted by name, bytewise, unique. */
-ssize_t tw__descriptor_encode(const struct tw_descriptor *d, uint8_t *buf,
-                             size_t cap);
-ssize_t tw__stats_entry_encode(const char *key, uint64_t value, uint8_t *buf,
-                              size_t cap);
+ssize_t tw__descriptor_encode(const struct tw_descriptor *d, uint8_t *buf, size_t cap);
+ssize_t tw__stats_entry_encode(const char *key, uint64_t value, uint8_t *buf, size_t cap);
 
 /* CRC32C (Castagnoli), as carried in descriptors with TW_DESC_HAS_CRC32C.
  * crc starts at 0; tw__crc32c(tw__crc32c(0, a, n), b, m) == crc of a||b. */

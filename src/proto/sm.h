@@ -68,11 +68,11 @@ struct tw_sm_req; /* opaque request slot */
 struct tw_sm {
     enum tw_role role;
     enum tw_conn_phase phase;
-    uint64_t caps;          /* negotiated, valid from READY on */
-    uint32_t max_frame;     /* negotiated payload limit (pre-auth: lower) */
-    uint32_t max_inflight;  /* negotiated */
+    uint64_t caps;         /* negotiated, valid from READY on */
+    uint32_t max_frame;    /* negotiated payload limit (pre-auth: lower) */
+    uint32_t max_inflight; /* negotiated */
     int auth_required;
-    int fabric_state;       /* 0 none, 1 offered, 2 accepted, 3 declined */
+    int fabric_state; /* 0 none, 1 offered, 2 accepted, 3 declined */
     int goodbye_sent, goodbye_received;
     uint64_t highest_request_id; /* ids are strictly increasing per connection */
     uint32_t inflight;

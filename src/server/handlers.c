@@ -531,11 +531,10 @@ void tw__handle_msg(struct tw_srv_conn *c, const struct tw_msg *m)
         struct tw_xfer *x = m->hdr.request_id ? tw__conn_find_xfer(c, m->hdr.request_id) : NULL;
         int rc = x ? x->ops->on_msg(x, m) : TW_ENOT_NEGOTIATED;
         if (rc < 0)
-            tw__conn_fail(c, TW_WIRE_PROTOCOL_ERROR, "%s for request %llu: %s (%s)",
-                          tw__tag_name(m->hdr.tag), (unsigned long long)m->hdr.request_id,
-                          tw_strerror(rc),
-                          x ? "not expected by its data plane now"
-                            : "no RDMA transfer with that id");
+            tw__conn_fail(
+                c, TW_WIRE_PROTOCOL_ERROR, "%s for request %llu: %s (%s)", tw__tag_name(m->hdr.tag),
+                (unsigned long long)m->hdr.request_id, tw_strerror(rc),
+                x ? "not expected by its data plane now" : "no RDMA transfer with that id");
         break;
     }
     }

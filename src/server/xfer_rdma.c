@@ -45,9 +45,9 @@
 
 struct tw_rdma_st {
     struct tw_srv *srv;
-    struct tw_xfer *x;      /* NULL once the request ended (orphan) */
-    struct tw_tensor *hold; /* own reference while orphaned or deferred */
-    struct tw_fabric_mrc *mr; /* cache handle, NULL when none held */
+    struct tw_xfer *x;         /* NULL once the request ended (orphan) */
+    struct tw_tensor *hold;    /* own reference while orphaned or deferred */
+    struct tw_fabric_mrc *mr;  /* cache handle, NULL when none held */
     struct tw_fabric_xfer *fx; /* fabric transfer in flight, else NULL */
     struct tw_fabric_rkey remote;
     int push;

@@ -135,9 +135,9 @@ static void tw_test_client_options(struct tw_client_options *o)
     if (fabric && *fabric) {
         const char *push = getenv("TW_TEST_PUSH");
         o->fabric = fabric;
-        o->push = push && strcmp(push, "always") == 0   ? TW_PUSH_ALWAYS
+        o->push = push && strcmp(push, "always") == 0  ? TW_PUSH_ALWAYS
                   : push && strcmp(push, "never") == 0 ? TW_PUSH_NEVER
-                                                        : TW_PUSH_AUTO;
+                                                       : TW_PUSH_AUTO;
         o->rdma_min_bytes = 0;
     }
 }

@@ -189,16 +189,18 @@ static void local_mr_on(struct tw_fabric_peer *peer)
     if (lmr && tw__fabric_peer_rail(peer) == lmr_rail)
         return;
     tw__fabric_mr_deregister(lmr);
-    TW_ASSERT_OK(tw__fabric_mr_register(peer, buf, REGION,
-                                        TW_FABRIC_LOCAL_READ | TW_FABRIC_LOCAL_WRITE,
-                                        TW_FABRIC_HOST, 0, &lmr));
+    TW_ASSERT_OK(tw__fabric_mr_register(
+        peer, buf, REGION, TW_FABRIC_LOCAL_READ | TW_FABRIC_LOCAL_WRITE, TW_FABRIC_HOST, 0, &lmr));
     lmr_rail = tw__fabric_peer_rail(peer);
 }
 
 static int pull(struct child *c, unsigned ms, struct tw_fabric_completion *out)
 {
-    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL, .peer = c->peer, .local = lmr,
-                                    .remote = c->h.src, .length = REGION,
+    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+                                    .peer = c->peer,
+                                    .local = lmr,
+                                    .remote = c->h.src,
+                                    .length = REGION,
                                     .deadline_ns = tw__fabric_now_ns() + ms * 1000000ull};
     return tw__fabric_xfer_run(plane, &d, out);
 }
@@ -214,8 +216,11 @@ static void pull_and_push(void)
         TW_FAIL("pull: %s: %s", tw_strerror_name(ret), cc.msg);
     TW_ASSERT_MEM_EQ(buf, want, REGION);
     fill(buf, REGION, 2);
-    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PUSH, .peer = c.peer, .local = lmr,
-                                    .remote = c.h.dst, .length = REGION,
+    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PUSH,
+                                    .peer = c.peer,
+                                    .local = lmr,
+                                    .remote = c.h.dst,
+                                    .length = REGION,
                                     .deadline_ns = tw__fabric_now_ns() + 20000000000ull};
     ret = tw__fabric_xfer_run(plane, &d, &cc);
     if (ret)
@@ -304,8 +309,11 @@ static void stalled_then_dead_peer(void)
     }
 
     /* Dead: killed while an asynchronous transfer is in flight. */
-    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL, .peer = c.peer, .local = lmr,
-                                    .remote = c.h.src, .length = REGION,
+    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+                                    .peer = c.peer,
+                                    .local = lmr,
+                                    .remote = c.h.src,
+                                    .length = REGION,
                                     .deadline_ns = tw__fabric_now_ns() + 2000000000ull,
                                     .cookie = 7};
     TW_ASSERT_OK(tw__fabric_xfer_submit(plane, &d, NULL));

@@ -49,7 +49,6 @@ static void close_all(struct tw_fabric *c, struct tw_fabric *s)
     tw__fabric_close(s);
 }
 
-
 static void fill(uint8_t *p, size_t n, unsigned seed)
 {
     uint32_t x = seed * 2654435761u + 1;
@@ -124,8 +123,8 @@ static void auto_rails(void)
         TW_ASSERT_OK(tw__fabric_accept_offer(b, host, offer, n, &p, &ours, reason, sizeof(reason)));
         TW_ASSERT_STR_EQ(ours->provider, "shm");
         tw__fabric_peer_remove(p);
-        TW_ASSERT_OK(tw__fabric_accept_offer(b, other, offer, n, &p, &ours, reason,
-                                             sizeof(reason)));
+        TW_ASSERT_OK(
+            tw__fabric_accept_offer(b, other, offer, n, &p, &ours, reason, sizeof(reason)));
         TW_ASSERT_STR_EQ(ours->provider, addrs[tcp_at].provider);
         tw__fabric_peer_remove(p);
     }
@@ -219,10 +218,14 @@ static void move_bytes(size_t n, size_t off)
                                         TW_FABRIC_HOST, 0, &rsrc));
     TW_ASSERT_OK(tw__fabric_mr_register(cli_peer, dst, n + off, TW_FABRIC_LOCAL_READ,
                                         TW_FABRIC_HOST, 0, &ldst));
-    struct tw_fabric_xfer_desc d = {
-        .op = TW_FABRIC_PULL, .peer = cli_peer, .local = ldst, .local_offset = off,
-        .remote = tw__fabric_mr_rkey(rsrc), .length = n, .deadline_ns = deadline_in_ms(20000),
-        .cookie = 42};
+    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+                                    .peer = cli_peer,
+                                    .local = ldst,
+                                    .local_offset = off,
+                                    .remote = tw__fabric_mr_rkey(rsrc),
+                                    .length = n,
+                                    .deadline_ns = deadline_in_ms(20000),
+                                    .cookie = 42};
     TW_ASSERT_EQ_U64(d.remote.length, n);
     struct tw_fabric_completion c;
     int ret = tw__fabric_xfer_run(cli, &d, &c);
@@ -272,12 +275,15 @@ static void bad_descriptors(void)
 {
     uint8_t buf[64];
     struct tw_fabric_mr *m, *r;
-    TW_ASSERT_OK(tw__fabric_mr_register(cli_peer, buf, 32, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0,
-                                        &m));
+    TW_ASSERT_OK(
+        tw__fabric_mr_register(cli_peer, buf, 32, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &m));
     TW_ASSERT_OK(tw__fabric_mr_register(srv_peer, buf + 32, 32, TW_FABRIC_REMOTE_READ,
                                         TW_FABRIC_HOST, 0, &r));
-    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL, .peer = cli_peer, .local = m,
-                                    .remote = tw__fabric_mr_rkey(r), .length = 33};
+    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+                                    .peer = cli_peer,
+                                    .local = m,
+                                    .remote = tw__fabric_mr_rkey(r),
+                                    .length = 33};
     struct tw_fabric_completion c;
     TW_ASSERT_ERR(tw__fabric_xfer_run(cli, &d, &c), TW_EINVAL); /* past local */
     TW_ASSERT(strstr(c.msg, "exceed") != NULL);
@@ -291,9 +297,9 @@ static void bad_descriptors(void)
     d.remote.length = 8;
     TW_ASSERT_ERR(tw__fabric_xfer_run(cli, &d, &c), TW_EINVAL);
     TW_ASSERT_ERR(tw__fabric_mr_register(cli_peer, buf, 8, 0, TW_FABRIC_HOST, 0, &m), TW_EINVAL);
-    TW_ASSERT_ERR(tw__fabric_mr_register(cli_peer, buf, 8, TW_FABRIC_REMOTE_READ, TW_FABRIC_CUDA, 0,
-                                         &m),
-                  TW_EDEVICE);
+    TW_ASSERT_ERR(
+        tw__fabric_mr_register(cli_peer, buf, 8, TW_FABRIC_REMOTE_READ, TW_FABRIC_CUDA, 0, &m),
+        TW_EDEVICE);
     tw__fabric_mr_deregister(r);
     tw__fabric_mr_deregister(m);
 }
@@ -316,10 +322,14 @@ static void many_in_flight(void)
                                         TW_FABRIC_HOST, 0, &ldst));
     struct tw_fabric_rkey rk = tw__fabric_mr_rkey(rsrc);
     for (unsigned i = 0; i < N; i++) {
-        struct tw_fabric_xfer_desc d = {
-            .op = TW_FABRIC_PULL, .peer = cp, .local = ldst, .local_offset = (uint64_t)i * SZ,
-            .remote = {rk.key, rk.remote_addr + (uint64_t)i * SZ, SZ}, .length = SZ,
-            .deadline_ns = deadline_in_ms(20000), .cookie = 1000 + i};
+        struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+                                        .peer = cp,
+                                        .local = ldst,
+                                        .local_offset = (uint64_t)i * SZ,
+                                        .remote = {rk.key, rk.remote_addr + (uint64_t)i * SZ, SZ},
+                                        .length = SZ,
+                                        .deadline_ns = deadline_in_ms(20000),
+                                        .cookie = 1000 + i};
         TW_ASSERT_OK(tw__fabric_xfer_submit(c2, &d, NULL));
     }
     unsigned seen = 0, mask_hits[N] = {0};
@@ -406,20 +416,23 @@ static void release_after_drain(void)
     size_t n = 8u << 20;
     uint8_t *src = calloc(1, n), *dst = calloc(1, n);
     struct tw_fabric_mr *rsrc, *ldst;
-    TW_ASSERT_OK(tw__fabric_mr_register(srv_peer, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0,
-                                        &rsrc));
+    TW_ASSERT_OK(
+        tw__fabric_mr_register(srv_peer, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &rsrc));
     uint8_t *tmp = malloc(16);
     struct tw_fabric_mr *t;
-    TW_ASSERT_OK(tw__fabric_mr_register(cli_peer, tmp, 16, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0,
-                                        &t));
+    TW_ASSERT_OK(
+        tw__fabric_mr_register(cli_peer, tmp, 16, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &t));
     idle_calls = 0;
     tw__fabric_mr_release(t, on_idle, tmp); /* unused: handed back at once */
     TW_ASSERT_EQ(idle_calls, 1);
 
-    TW_ASSERT_OK(tw__fabric_mr_register(cli_peer, dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0,
-                                        &ldst));
-    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL, .peer = cli_peer, .local = ldst,
-                                    .remote = tw__fabric_mr_rkey(rsrc), .length = n,
+    TW_ASSERT_OK(
+        tw__fabric_mr_register(cli_peer, dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &ldst));
+    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+                                    .peer = cli_peer,
+                                    .local = ldst,
+                                    .remote = tw__fabric_mr_rkey(rsrc),
+                                    .length = n,
                                     .deadline_ns = deadline_in_ms(200)};
     tw__fabric_pause(srv, 1);
     struct tw_fabric_completion c;
@@ -453,13 +466,17 @@ static void cancel_and_remove(void)
     size_t n = 16u << 20;
     uint8_t *src = calloc(1, n), *dst = calloc(1, n);
     struct tw_fabric_mr *rsrc, *ldst;
-    TW_ASSERT_OK(tw__fabric_mr_register(sp, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0,
-                                        &rsrc));
-    TW_ASSERT_OK(tw__fabric_mr_register(cp, dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0,
-                                        &ldst));
-    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL, .peer = cp, .local = ldst,
-                                    .remote = tw__fabric_mr_rkey(rsrc), .length = n,
-                                    .deadline_ns = deadline_in_ms(30000), .cookie = 5};
+    TW_ASSERT_OK(
+        tw__fabric_mr_register(sp, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &rsrc));
+    TW_ASSERT_OK(
+        tw__fabric_mr_register(cp, dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &ldst));
+    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+                                    .peer = cp,
+                                    .local = ldst,
+                                    .remote = tw__fabric_mr_rkey(rsrc),
+                                    .length = n,
+                                    .deadline_ns = deadline_in_ms(30000),
+                                    .cookie = 5};
     tw__fabric_pause(srv, 1); /* keep it in flight */
     struct tw_fabric_xfer *x;
     TW_ASSERT_OK(tw__fabric_xfer_submit(c3, &d, &x));
@@ -500,12 +517,15 @@ static void deadline_when_peer_stalls(void)
     TW_ASSERT(src && dst);
     fill(src, n, 5);
     struct tw_fabric_mr *rsrc, *ldst;
-    TW_ASSERT_OK(tw__fabric_mr_register(srv_peer, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0,
-                                        &rsrc));
-    TW_ASSERT_OK(tw__fabric_mr_register(cli_peer, dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0,
-                                        &ldst));
-    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL, .peer = cli_peer, .local = ldst,
-                                    .remote = tw__fabric_mr_rkey(rsrc), .length = n,
+    TW_ASSERT_OK(
+        tw__fabric_mr_register(srv_peer, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &rsrc));
+    TW_ASSERT_OK(
+        tw__fabric_mr_register(cli_peer, dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &ldst));
+    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+                                    .peer = cli_peer,
+                                    .local = ldst,
+                                    .remote = tw__fabric_mr_rkey(rsrc),
+                                    .length = n,
                                     .deadline_ns = deadline_in_ms(300)};
     tw__fabric_pause(srv, 1);
     uint64_t t0 = tw__fabric_now_ns();
@@ -538,8 +558,8 @@ static void deadline_when_peer_stalls(void)
         wait_drained(cli); /* the stalled reads were answered late: now dst may go */
         tw__fabric_mr_deregister(ldst);
         reconnect_if_retired();
-        TW_ASSERT_OK(tw__fabric_mr_register(cli_peer, dst, n, TW_FABRIC_LOCAL_READ,
-                                            TW_FABRIC_HOST, 0, &ldst));
+        TW_ASSERT_OK(tw__fabric_mr_register(cli_peer, dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST,
+                                            0, &ldst));
         d.peer = cli_peer;
         d.local = ldst;
     } else {
@@ -583,11 +603,13 @@ static void old_key_rejected(void)
     TW_ASSERT_OK(tw__fabric_mr_register(srv_peer, src, n,
                                         TW_FABRIC_REMOTE_READ | TW_FABRIC_REMOTE_WRITE,
                                         TW_FABRIC_HOST, 0, &rsrc));
-    TW_ASSERT_OK(tw__fabric_mr_register(cli_peer, dst, n,
-                                        TW_FABRIC_LOCAL_READ | TW_FABRIC_LOCAL_WRITE,
-                                        TW_FABRIC_HOST, 0, &ldst));
-    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL, .peer = cli_peer, .local = ldst,
-                                    .remote = tw__fabric_mr_rkey(rsrc), .length = n,
+    TW_ASSERT_OK(tw__fabric_mr_register(
+        cli_peer, dst, n, TW_FABRIC_LOCAL_READ | TW_FABRIC_LOCAL_WRITE, TW_FABRIC_HOST, 0, &ldst));
+    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+                                    .peer = cli_peer,
+                                    .local = ldst,
+                                    .remote = tw__fabric_mr_rkey(rsrc),
+                                    .length = n,
                                     .deadline_ns = deadline_in_ms(10000)};
     struct tw_fabric_completion c;
     TW_ASSERT_OK(tw__fabric_xfer_run(cli, &d, &c));
@@ -609,8 +631,8 @@ static void old_key_rejected(void)
             TW_ASSERT(ret != TW_ETIMEDOUT); /* an error completion, before the deadline */
         else
             TW_ASSERT_ERR(ret, TW_ETIMEDOUT);
-        TW_ASSERT_EQ(dst[0], before);          /* a read brought nothing */
-        TW_ASSERT_MEM_EQ(src, orig, n);        /* a write changed nothing */
+        TW_ASSERT_EQ(dst[0], before);   /* a read brought nothing */
+        TW_ASSERT_MEM_EQ(src, orig, n); /* a write changed nothing */
         if (!is_tcp) {
             /* The unanswered operation retired the client's shm rail (it
              * would block every later one): the next case runs on a new
@@ -630,8 +652,8 @@ static void old_key_rejected(void)
         /* A fresh registration works again on the same peer. rxm tears
          * the dropped connection down asynchronously: operations posted in
          * that window may fail with ENOTCONN, then it reconnects. */
-        TW_ASSERT_OK(tw__fabric_mr_register(srv_peer, src, n, TW_FABRIC_REMOTE_READ,
-                                            TW_FABRIC_HOST, 0, &rsrc));
+        TW_ASSERT_OK(tw__fabric_mr_register(srv_peer, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST,
+                                            0, &rsrc));
         d.op = TW_FABRIC_PULL;
         d.remote = tw__fabric_mr_rkey(rsrc);
         memset(dst, 0, n);
@@ -656,12 +678,15 @@ static void old_key_rejected(void)
         struct tw_fabric_peer *fp, *sp;
         struct tw_fabric_mr *r2, *l2;
         tw_test_connect_planes(fresh, srv, &fp, &sp);
-        TW_ASSERT_OK(tw__fabric_mr_register(sp, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0,
-                                            &r2));
-        TW_ASSERT_OK(tw__fabric_mr_register(fp, dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0,
-                                            &l2));
-        struct tw_fabric_xfer_desc d2 = {.op = TW_FABRIC_PULL, .peer = fp, .local = l2,
-                                         .remote = tw__fabric_mr_rkey(r2), .length = n,
+        TW_ASSERT_OK(
+            tw__fabric_mr_register(sp, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &r2));
+        TW_ASSERT_OK(
+            tw__fabric_mr_register(fp, dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &l2));
+        struct tw_fabric_xfer_desc d2 = {.op = TW_FABRIC_PULL,
+                                         .peer = fp,
+                                         .local = l2,
+                                         .remote = tw__fabric_mr_rkey(r2),
+                                         .length = n,
                                          .deadline_ns = deadline_in_ms(10000)};
         memset(dst, 0, n);
         int ret = tw__fabric_xfer_run(fresh, &d2, &c);

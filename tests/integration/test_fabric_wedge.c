@@ -213,10 +213,14 @@ static void pull_ok(struct tw_fabric *cli, struct tw_fabric *srv, struct tw_fabr
     for (size_t i = 0; i < n; i++)
         src[i] = (uint8_t)(i * 13 + 1);
     struct tw_fabric_mr *rs, *ld;
-    TW_ASSERT_OK(tw__fabric_mr_register(*sp, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &rs));
+    TW_ASSERT_OK(
+        tw__fabric_mr_register(*sp, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &rs));
     TW_ASSERT_OK(tw__fabric_mr_register(*cp, dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &ld));
-    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL, .peer = *cp, .local = ld,
-                                    .remote = tw__fabric_mr_rkey(rs), .length = n,
+    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+                                    .peer = *cp,
+                                    .local = ld,
+                                    .remote = tw__fabric_mr_rkey(rs),
+                                    .length = n,
                                     .deadline_ns = tw__fabric_now_ns() + 20000000000ull};
     struct tw_fabric_completion c;
     int ret = tw__fabric_xfer_run(cli, &d, &c);
@@ -302,8 +306,11 @@ static void close_while_wedged(void)
     TW_ASSERT_OK(tw__fabric_mr_register(sp, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &rs));
     struct tw_fabric_mr *m;
     TW_ASSERT_OK(tw__fabric_mr_register(cp, src, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &m));
-    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL, .peer = cp, .local = m,
-                                    .remote = tw__fabric_mr_rkey(rs), .length = n,
+    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+                                    .peer = cp,
+                                    .local = m,
+                                    .remote = tw__fabric_mr_rkey(rs),
+                                    .length = n,
                                     .deadline_ns = tw__fabric_now_ns() + 30000000000ull};
     TW_ASSERT_OK(tw__fabric_xfer_submit(cli, &d, NULL));
     pthread_mutex_lock(&hook_lock);

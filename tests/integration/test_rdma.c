@@ -294,8 +294,8 @@ static void test_threshold(void)
     TW_ASSERT(data != NULL);
     /* --push never: reads on both providers, so the server-side counters
      * below (registrations, transfers it moved) apply to puts too. */
-    const char *args[] = {"--fabric", TW_TEST_PROVIDER, "--rdma-min-bytes", "64Ki",
-                          "--push",   "never",          NULL};
+    const char *args[] = {
+        "--fabric", TW_TEST_PROVIDER, "--rdma-min-bytes", "64Ki", "--push", "never", NULL};
     itest_server_start(&s, args);
 
     /* Both sides at 64 KiB: the client keeps small puts inline itself, the
@@ -348,8 +348,8 @@ static void test_threshold(void)
 
     /* Threshold 0 on both sides: 4 KiB moves over RDMA both ways. A client
      * threshold above the size keeps only its puts inline. */
-    const char *args0[] = {"--fabric", TW_TEST_PROVIDER, "--rdma-min-bytes", "0",
-                           "--push",   "never",          NULL};
+    const char *args0[] = {"--fabric", TW_TEST_PROVIDER, "--rdma-min-bytes", "0", "--push", "never",
+                           NULL};
     itest_server_start(&s, args0);
     c = connect_client_min(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO, 0);
     TW_ASSERT_EQ_U64(stat_of(c, "rdma_min_bytes"), 0);
@@ -541,8 +541,7 @@ static void client_killed(const char *push, int rounds)
             extra = stat_of(probe, "reserved_bytes") - stat_of(probe, "stored_bytes");
         }
         fprintf(stderr, "  round %d: %llu bytes held, rails closed %llu\n", round,
-                (unsigned long long)extra,
-                (unsigned long long)stat_of(probe, "rdma_rails_closed"));
+                (unsigned long long)extra, (unsigned long long)stat_of(probe, "rdma_rails_closed"));
         if (!wedged) {
             TW_ASSERT_EQ(extra, 0);
             TW_ASSERT_EQ(stat_of(probe, "rdma_rails_closed"), stat_of(probe, "rdma_rails_retired"));
@@ -594,8 +593,8 @@ static void test_old_key_rejected(void)
     put_bytes(c, "k", v1, LEN);
 
     /* The raw peer: handshake with bit 2, OFFER, ACCEPT. */
-    struct tw_fabric_config cfg = {.provider = TW_TEST_PROVIDER, .node = "127.0.0.1",
-                                   .threaded = 1};
+    struct tw_fabric_config cfg = {
+        .provider = TW_TEST_PROVIDER, .node = "127.0.0.1", .threaded = 1};
     struct tw_fabric *fab;
     char err[1024];
     TW_ASSERT_EQ(tw__fabric_open(&cfg, &fab, err, sizeof(err)), 0);
@@ -619,9 +618,8 @@ static void test_old_key_rejected(void)
     struct tw_fabric_peer *peer;
     TW_ASSERT_EQ(tw__fabric_peer_insert_entry(fab, &m.u.rdma_endpoint.entries[0], &peer), 0);
     struct tw_fabric_mr *mr;
-    TW_ASSERT_EQ(tw__fabric_mr_register(peer, got, LEN, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0,
-                                        &mr),
-                 0);
+    TW_ASSERT_EQ(
+        tw__fabric_mr_register(peer, got, LEN, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &mr), 0);
 
     /* GET k with RDMA: TENSOR_INFO(rdma), RDMA_REGISTER(key of version 1). */
     uint64_t id = itc_id(&rc);
@@ -704,8 +702,8 @@ static void test_stalled_peer(void)
     }
     const char *args[] = {"--fabric", TW_TEST_PROVIDER, "--transfer-timeout", "1", NULL};
     itest_server_start(&s, args);
-    struct tw_fabric_config cfg = {.provider = TW_TEST_PROVIDER, .node = "127.0.0.1",
-                                   .threaded = 1};
+    struct tw_fabric_config cfg = {
+        .provider = TW_TEST_PROVIDER, .node = "127.0.0.1", .threaded = 1};
     struct tw_fabric *fab;
     char err[1024];
     TW_ASSERT_EQ(tw__fabric_open(&cfg, &fab, err, sizeof(err)), 0);
@@ -798,8 +796,8 @@ static void test_shutdown_mid_transfer(void)
     }
     const char *args[] = {"--fabric", TW_TEST_PROVIDER, "--shutdown-grace", "1", NULL};
     itest_server_start(&s, args);
-    struct tw_fabric_config cfg = {.provider = TW_TEST_PROVIDER, .node = "127.0.0.1",
-                                   .threaded = 1};
+    struct tw_fabric_config cfg = {
+        .provider = TW_TEST_PROVIDER, .node = "127.0.0.1", .threaded = 1};
     struct tw_fabric *fab;
     char err[1024];
     TW_ASSERT_EQ(tw__fabric_open(&cfg, &fab, err, sizeof(err)), 0);

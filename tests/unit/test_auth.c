@@ -28,7 +28,6 @@ static void fill_nonces(void)
     }
 }
 
-
 static char tmp_path[] = "/tmp/tw-auth-XXXXXX";
 
 static void write_file(const void *s, size_t n)

@@ -16,7 +16,6 @@
 
 static uint8_t file_buf[8192];
 
-
 static void check_vector(const char *name, const struct tw_msg *m)
 {
     fprintf(stderr, "  vector %s\n", name);
