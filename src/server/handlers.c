@@ -174,16 +174,17 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
 static void log_path(const struct tw_srv_conn *c, uint64_t id, const char *op, uint64_t byte_length,
                      uint32_t flags, const struct tw_path *p)
 {
-    char how[160];
     if (!(flags & TW_XFER_WANT_RDMA))
         return;
-    TW_LOGD(
-        "conn %llu %s: %s request %llu of %llu B: %s, %s (--rdma-min-bytes %llu)",
-        (unsigned long long)c->id, c->peer, op, (unsigned long long)id,
-        (unsigned long long)byte_length,
-        tw__path_format(p, c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL, how, sizeof(how)),
-        tw__path_reason_str((enum tw_path_reason)p->reason),
-        (unsigned long long)c->srv->cfg.rdma_min_bytes);
+    TW_LOGD("conn %llu %s: %s request %llu of %llu B: %s data plane%s, %s (--rdma-min-bytes %llu)",
+            (unsigned long long)c->id, c->peer, op, (unsigned long long)id,
+            (unsigned long long)byte_length,
+            p->plane == TW_PATH_PLANE_RDMA     ? "rdma"
+            : p->plane == TW_PATH_PLANE_INLINE ? "inline"
+                                               : "no",
+            p->mode == TW_PATH_PUSH ? " (push)" : "",
+            tw__path_reason_str((enum tw_path_reason)p->reason),
+            (unsigned long long)c->srv->cfg.rdma_min_bytes);
 }
 
 /* No plane can move the bytes (the RDMA rail of an RDMA-only connection was
