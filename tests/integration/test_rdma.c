@@ -611,6 +611,43 @@ static struct tw_fabric *raw_peer_connect(struct itc *rc, const struct itest_ser
     return fab;
 }
 
+static void raw_peer_close(struct itc *rc, struct tw_fabric *fab, struct tw_fabric_peer *peer,
+                           struct tw_fabric_mr *mr)
+{
+    tw__fabric_mr_deregister(mr);
+    tw__fabric_peer_remove(peer);
+    tw__fabric_close(fab);
+    itc_close(rc);
+}
+
+/* A raw peer's get with WANT_RDMA up to the pull: TENSOR_INFO(rdma),
+ * RDMA_REGISTER (its key in *key), RDMA_READY sent. Returns the id. */
+static uint64_t raw_get_ready(struct itc *rc, const char *name, struct tw_fabric_rkey *key)
+{
+    struct tw_msg m;
+    uint64_t id = itc_id(rc);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_TENSOR_REQUEST;
+    m.hdr.request_id = id;
+    m.u.tensor_request.flags = TW_XFER_WANT_RDMA;
+    m.u.tensor_request.name.ptr = (const uint8_t *)name;
+    m.u.tensor_request.name.len = (uint32_t)strlen(name);
+    itc_send(rc, &m);
+    TW_ASSERT_EQ(itc_recv(rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_TENSOR_INFO);
+    TW_ASSERT_EQ(m.u.tensor_info.data_plane, TW_DP_RDMA);
+    TW_ASSERT_EQ(itc_recv(rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_RDMA_REGISTER);
+    key->key = m.u.rdma_register.rkey;
+    key->remote_addr = m.u.rdma_register.remote_addr;
+    key->length = m.u.rdma_register.length;
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_RDMA_READY;
+    m.hdr.request_id = id;
+    itc_send(rc, &m);
+    return id;
+}
+
 /* Issue 9, fix #1: a peer that negotiated RDMA without inline (bit 2, not
  * bit 0) gets the RDMA plane for a tensor below --rdma-min-bytes, where an
  * inline answer would break its negotiation (docs/protocol.md §7). */
@@ -635,27 +672,9 @@ static void test_rdma_only_below_threshold(void)
 
     /* GET: TENSOR_INFO(rdma) and RDMA_REGISTER, then a pull. */
     struct tw_msg m;
-    uint64_t id = itc_id(&rc);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_REQUEST;
-    m.hdr.request_id = id;
-    m.u.tensor_request.flags = TW_XFER_WANT_RDMA;
-    m.u.tensor_request.name.ptr = (const uint8_t *)"small";
-    m.u.tensor_request.name.len = 5;
-    itc_send(&rc, &m);
-    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
-    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_TENSOR_INFO);
-    TW_ASSERT_EQ(m.u.tensor_info.data_plane, TW_DP_RDMA);
-    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
-    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_RDMA_REGISTER);
-    struct tw_fabric_rkey key = {.key = m.u.rdma_register.rkey,
-                                 .remote_addr = m.u.rdma_register.remote_addr,
-                                 .length = m.u.rdma_register.length};
+    struct tw_fabric_rkey key;
+    uint64_t id = raw_get_ready(&rc, "small", &key);
     TW_ASSERT_EQ(key.length, LEN);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_RDMA_READY;
-    m.hdr.request_id = id;
-    itc_send(&rc, &m);
     TW_ASSERT_EQ(raw_read(fab, peer, mr, &key, LEN, 10000), 0);
     TW_ASSERT(memcmp(got, data, LEN) == 0);
     memset(&m, 0, sizeof(m));
@@ -687,10 +706,7 @@ static void test_rdma_only_below_threshold(void)
     itc_send(&rc, &m);
     TW_ASSERT_EQ(itc_ping(&rc), 0);
 
-    tw__fabric_mr_deregister(mr);
-    tw__fabric_peer_remove(peer);
-    tw__fabric_close(fab);
-    itc_close(&rc);
+    raw_peer_close(&rc, fab, peer, mr);
     free(data);
     free(got);
     tw_close(c);
@@ -720,27 +736,9 @@ static void test_old_key_rejected(void)
         tw__fabric_mr_register(peer, got, LEN, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &mr), 0);
 
     /* GET k with RDMA: TENSOR_INFO(rdma), RDMA_REGISTER(key of version 1). */
-    uint64_t id = itc_id(&rc);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_REQUEST;
-    m.hdr.request_id = id;
-    m.u.tensor_request.flags = TW_XFER_WANT_RDMA;
-    m.u.tensor_request.name.ptr = (const uint8_t *)"k";
-    m.u.tensor_request.name.len = 1;
-    itc_send(&rc, &m);
-    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
-    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_TENSOR_INFO);
-    TW_ASSERT_EQ(m.u.tensor_info.data_plane, TW_DP_RDMA);
-    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
-    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_RDMA_REGISTER);
-    struct tw_fabric_rkey key = {.key = m.u.rdma_register.rkey,
-                                 .remote_addr = m.u.rdma_register.remote_addr,
-                                 .length = m.u.rdma_register.length};
+    struct tw_fabric_rkey key;
+    uint64_t id = raw_get_ready(&rc, "k", &key);
     TW_ASSERT_EQ(key.length, LEN);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_RDMA_READY;
-    m.hdr.request_id = id;
-    itc_send(&rc, &m);
 
     /* Overwrite and delete while our key is live: version 1 stays. */
     put_bytes(c, "k", v2, LEN);
@@ -773,10 +771,7 @@ static void test_old_key_rejected(void)
             fprintf(stderr, "byte %zu changed by a read with a revoked key\n", i);
             TW_ASSERT(0);
         }
-    tw__fabric_mr_deregister(mr);
-    tw__fabric_peer_remove(peer);
-    tw__fabric_close(fab);
-    itc_close(&rc);
+    raw_peer_close(&rc, fab, peer, mr);
     free(v1);
     free(v2);
     free(got);
