@@ -386,8 +386,9 @@ static int rdma_put_start(struct tw_client *c, struct tw__creq *r)
 static int put_on_ready(struct tw_client *c, struct tw__creq *r)
 {
     if (!req_state(r)->got_remote)
-        return 0;                /* pull: the server reads, then sends RDMA_DONE */
-    r->path.mode = TW_PATH_PUSH; /* the server, the destination, chose it */
+        return 0; /* pull: the server reads, then sends RDMA_DONE */
+    /* Push: the server, the destination, chose it. */
+    r->path.mode = TW_PATH_PUSH;
     struct tw_fabric_completion fc;
     run_xfer(c, r, TW_FABRIC_PUSH, r->len, &fc);
     int rc = 0;

@@ -306,8 +306,9 @@ static int get_on_msg(struct tw_xfer *x, const struct tw_msg *m)
         return 0;
     case TW_TAG_RDMA_READY:
         if (!st->got_dst)
-            return 0;                /* pull: the client reads, then sends RDMA_DONE */
-        x->path.mode = TW_PATH_PUSH; /* the client, the destination, chose it */
+            return 0; /* pull: the client reads, then sends RDMA_DONE */
+        /* Push: the client, the destination, chose it. */
+        x->path.mode = TW_PATH_PUSH;
         {
             int rc = submit(x, TW_FABRIC_PUSH);
             if (rc < 0)
