@@ -235,7 +235,7 @@ static int release_busy(struct tw_client *c, struct tw__creq *r)
      * dropped) before we return. Closing frees every registration of the
      * plane: forget the other requests' handles first. */
     for (size_t i = 0; c->run && i < c->run_n; i++)
-        if (c->run[i].dp == &tw__client_dp_rdma && c->run[i].dp_state)
+        if (c->run[i].dp == r->dp && c->run[i].dp_state)
             req_state(&c->run[i])->mr = NULL;
     tw__client_rdma_close(c);
     tw__client_seterr(c, "rdma operations on '%s' did not drain; the data plane was closed",
