@@ -111,5 +111,5 @@ int main(void)
     TW_RUN(test_strict);
     TW_RUN(test_unknown_but_valid);
     TW_RUN(test_format_errors);
-    return 0;
+    TW_DONE();
 }

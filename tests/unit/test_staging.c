@@ -372,5 +372,5 @@ int main(void)
     TW_RUN(test_injected_failures);
     TW_RUN(test_shared_pool);
     TW_RUN(test_misuse_and_setup_errors);
-    return 0;
+    TW_DONE();
 }
