@@ -245,8 +245,8 @@ static int slot_borrow(struct tw_staging_pipe *p, struct pipe_slot *s)
 /* Queues the copy of chunk k through slot s and records its event. */
 static int queue_copy(struct tw_staging_pipe *p, struct pipe_slot *s, uint64_t k)
 {
-    uint64_t off;
-    size_t clen;
+    uint64_t off = 0;
+    size_t clen = 0;
     char why[200] = "";
     tw__staging_chunk_span(p->len, p->chunk, k, &off, &clen);
     int rc;
@@ -379,8 +379,8 @@ out_free_pipe:
 static void fill_chunk(const struct tw_staging_pipe *p, const struct pipe_slot *s,
                        struct tw_staging_chunk *c)
 {
-    uint64_t off;
-    size_t clen;
+    uint64_t off = 0;
+    size_t clen = 0;
     tw__staging_chunk_span(p->len, p->chunk, s->chunk, &off, &clen);
     *c = (struct tw_staging_chunk){
         .index = s->chunk,
@@ -432,8 +432,8 @@ int tw__staging_release(struct tw_staging_pipe *p, const struct tw_staging_chunk
     if (c->index != p->next_release)
         return TW_EINVAL;
     uint8_t *bytes = slot_ptr(p, s);
-    uint64_t off;
-    size_t clen;
+    uint64_t off = 0;
+    size_t clen = 0;
     tw__staging_chunk_span(p->len, p->chunk, c->index, &off, &clen);
     if (p->flags & TW_STAGING_CRC)
         p->crc = tw__crc32c(p->crc, bytes, clen);
