@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "gpu/cuda.h"
 #include "itest.h"
 #include "tw_test.h"
 
@@ -101,6 +102,30 @@ static void test_absent_gpu_in_devices(void)
     TW_ASSERT(strstr(buf, "cuda:200 is not present") != NULL);
 }
 
+/* With a GPU (the H200 host): the default serves it, STATS shows its
+ * capacity, and a put to it gets the honest refusal of this build (the
+ * planes cannot move GPU bytes yet). */
+static void test_default_gpu(void)
+{
+    if (tw__cuda_device_count() == 0) {
+        fprintf(stderr, "  no GPU here: nothing to check\n");
+        return;
+    }
+    struct itest_server g;
+    struct itc c;
+    itest_server_start(&g, NULL);
+    itc_connect(&c, &g);
+    TW_ASSERT_OK(itc_handshake(&c, NULL));
+    uint64_t cap = itc_stat_value(&c, "device.cuda0.capacity_bytes");
+    fprintf(stderr, "  device.cuda0.capacity_bytes = %llu\n", (unsigned long long)cap);
+    TW_ASSERT(cap > 0 && cap != UINT64_MAX);
+    TW_ASSERT_EQ_U64(itc_stat_value(&c, "device.cuda0.stored_bytes"), 0);
+    const char *want[] = {"cuda:0 is served", "devices: cpu, cuda:0", NULL};
+    expect_refused(&c, "cuda:0", want);
+    itc_close(&c);
+    TW_ASSERT_EQ(itest_server_stop(&g, SIGTERM, 10000), 0);
+}
+
 int main(void)
 {
     const char *args[] = {"--devices", "cpu", "--capacity", "cpu=1Mi", NULL};
@@ -108,5 +133,6 @@ int main(void)
     TW_RUN(test_refusals);
     TW_ASSERT_EQ(itest_server_stop(&srv, SIGTERM, 10000), 0);
     TW_RUN(test_absent_gpu_in_devices);
+    TW_RUN(test_default_gpu);
     TW_DONE();
 }
