@@ -142,10 +142,10 @@ int tw__parse_size(const char *s, uint64_t *out)
     return 0;
 }
 
-#define PFAIL(...)                                                                                 \
+#define FAIL(...)                                                                                  \
     do {                                                                                           \
-        if (err && errlen)                                                                         \
-            snprintf(err, errlen, __VA_ARGS__);                                                    \
+        if (errbuf && errlen)                                                                      \
+            snprintf(errbuf, errlen, __VA_ARGS__);                                                 \
         return -EINVAL;                                                                            \
     } while (0)
 
@@ -163,28 +163,28 @@ static int next_item(const char **s, const char **item, size_t *len)
 }
 
 int tw__srv_parse_devices(const char *s, struct tw_device *out, unsigned max, unsigned *n,
-                          char *err, size_t errlen)
+                          char *errbuf, size_t errlen)
 {
     struct tw_device found[TW_SRV_MAX_DEVICES];
     unsigned k = 0;
     const char *item;
     size_t len;
     if (!*s)
-        PFAIL("empty device list");
+        FAIL("empty device list");
     while (next_item(&s, &item, &len)) {
         struct tw_device d;
         int rc = tw__device_parse(item, len, &d);
         if (rc == TW_EDEVICE)
-            PFAIL("'%.*s' is not a device this server can use (cpu or cuda:N)", (int)len, item);
+            FAIL("'%.*s' is not a device this server can use (cpu or cuda:N)", (int)len, item);
         if (rc < 0)
-            PFAIL("'%.*s' is not a device tag (cpu or cuda:N, N in 0..255 without leading "
-                  "zeros)",
-                  (int)len, item);
+            FAIL("'%.*s' is not a device tag (cpu or cuda:N, N in 0..255 without leading "
+                 "zeros)",
+                 (int)len, item);
         for (unsigned i = 0; i < k; i++)
             if (tw__device_equal(&found[i], &d))
-                PFAIL("'%.*s' is listed twice", (int)len, item);
+                FAIL("'%.*s' is listed twice", (int)len, item);
         if (k >= max || k >= TW_SRV_MAX_DEVICES)
-            PFAIL("more than %u devices", max);
+            FAIL("more than %u devices", max);
         found[k++] = d;
     }
     memcpy(out, found, k * sizeof(found[0]));
@@ -192,12 +192,12 @@ int tw__srv_parse_devices(const char *s, struct tw_device *out, unsigned max, un
     return 0;
 }
 
-int tw__srv_parse_capacity(const char *s, struct tw_srv_config *c, char *err, size_t errlen)
+int tw__srv_parse_capacity(const char *s, struct tw_srv_config *c, char *errbuf, size_t errlen)
 {
     uint64_t v;
     if (!strchr(s, '=')) {
         if (tw__parse_size(s, &v) != 0)
-            PFAIL("'%s' is not a size", s);
+            FAIL("'%s' is not a size", s);
         c->capacity = v;
         return 0;
     }
@@ -209,27 +209,27 @@ int tw__srv_parse_capacity(const char *s, struct tw_srv_config *c, char *err, si
     while (next_item(&s, &item, &len)) {
         const char *eq = memchr(item, '=', len);
         if (!eq)
-            PFAIL("'%.*s' is not TAG=SIZE", (int)len, item);
+            FAIL("'%.*s' is not TAG=SIZE", (int)len, item);
         struct tw_device d;
         if (tw__device_parse(item, (size_t)(eq - item), &d) != 0)
-            PFAIL("'%.*s' is not a device tag (cpu or cuda:N)", (int)(eq - item), item);
+            FAIL("'%.*s' is not a device tag (cpu or cuda:N)", (int)(eq - item), item);
         char size[32];
         size_t slen = len - (size_t)(eq + 1 - item);
         if (slen >= sizeof(size))
-            PFAIL("'%.*s': size too long", (int)len, item);
+            FAIL("'%.*s': size too long", (int)len, item);
         memcpy(size, eq + 1, slen);
         size[slen] = '\0';
         if (tw__parse_size(size, &v) != 0)
-            PFAIL("'%.*s': '%s' is not a size", (int)len, item, size);
+            FAIL("'%.*s': '%s' is not a size", (int)len, item, size);
         if (d.type == TW_DEVICE_CPU) {
             if (cpu_seen++)
-                PFAIL("cpu is given twice");
+                FAIL("cpu is given twice");
             cpu = v;
             continue;
         }
         for (unsigned i = 0; i < k; i++)
             if (tw__device_equal(&caps[i].dev, &d))
-                PFAIL("'%.*s' is given twice", (int)(eq - item), item);
+                FAIL("'%.*s' is given twice", (int)(eq - item), item);
         caps[k++] = (struct tw_srv_device_capacity){.dev = d, .bytes = v};
     }
     c->capacity = cpu;
@@ -284,13 +284,6 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
     *out = (uint32_t)v;
     return 0;
 }
-
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        if (errbuf && errlen)                                                                      \
-            snprintf(errbuf, errlen, __VA_ARGS__);                                                 \
-        return -EINVAL;                                                                            \
-    } while (0)
 
 int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *value, char *errbuf,
                        size_t errlen)

@@ -12,6 +12,7 @@
 #include "server/devices.h"
 #include "server/store.h"
 #include "tw_test.h"
+#include "tw_test_gpu.h"
 
 static void test_parse_devices(void)
 {
@@ -184,26 +185,10 @@ static void fake_dev_free(int ordinal, void *p)
 static const struct tw_store_devmem_ops fake_devmem = {.alloc = fake_dev_alloc,
                                                        .free = fake_dev_free};
 
-static void describe(struct tw_descriptor *d, const char *name, const char *tag, uint64_t bytes,
-                     uint64_t *shape)
-{
-    memset(d, 0, sizeof(*d));
-    d->dtype = TW_DTYPE_U8;
-    d->ndim = 1;
-    shape[0] = bytes;
-    memcpy(d->shape, shape, sizeof(uint64_t));
-    d->byte_length = bytes;
-    d->name.ptr = (const uint8_t *)name;
-    d->name.len = (uint32_t)strlen(name);
-    d->device_tag.ptr = (const uint8_t *)tag;
-    d->device_tag.len = (uint32_t)strlen(tag);
-}
-
 static void test_store_per_device(void)
 {
     struct tw_store s;
     struct tw_descriptor d;
-    uint64_t shape[1];
     struct tw_tensor *t, *t2;
     TW_ASSERT_OK(tw__store_init(&s, 1 << 20));
     s.devmem = &fake_devmem;
@@ -213,7 +198,7 @@ static void test_store_per_device(void)
     TW_ASSERT_EQ_U64(tw__store_device_free_bytes(&s, &g1), 1000);
     TW_ASSERT_EQ_U64(tw__store_device_free_bytes(&s, &g0), 0);
 
-    describe(&d, "a", "cuda:1", 600, shape);
+    tw_test_desc_u8(&d, "a", "cuda:1", 600);
     TW_ASSERT_OK(tw__store_alloc(&s, &d, &t));
     TW_ASSERT_EQ(dev_allocs, 1);
     TW_ASSERT_EQ(t->gpu, 0);
@@ -221,17 +206,17 @@ static void test_store_per_device(void)
     TW_ASSERT_EQ_U64(tw__store_device_free_bytes(&s, &g1), 400);
     TW_ASSERT_EQ_U64(tw__store_device_free_bytes(&s, &cpu), 1 << 20); /* CPU untouched */
     /* A second 600 bytes does not fit on cuda:1. */
-    describe(&d, "b", "cuda:1", 600, shape);
+    tw_test_desc_u8(&d, "b", "cuda:1", 600);
     TW_ASSERT_ERR(tw__store_alloc(&s, &d, &t2), TW_ECAPACITY);
     TW_ASSERT_EQ(dev_allocs, 1);
     /* A GPU that was not declared, and an unknown kind. */
-    describe(&d, "c", "cuda:0", 1, shape);
+    tw_test_desc_u8(&d, "c", "cuda:0", 1);
     TW_ASSERT_ERR(tw__store_alloc(&s, &d, &t2), TW_EDEVICE);
-    describe(&d, "c", "rocm:0", 1, shape);
+    tw_test_desc_u8(&d, "c", "rocm:0", 1);
     TW_ASSERT_ERR(tw__store_alloc(&s, &d, &t2), TW_EDEVICE);
     /* Device allocation failure: nothing reserved. */
     fail_dev_alloc = 1;
-    describe(&d, "c", "cuda:1", 10, shape);
+    tw_test_desc_u8(&d, "c", "cuda:1", 10);
     TW_ASSERT_ERR(tw__store_alloc(&s, &d, &t2), -ENOMEM);
     fail_dev_alloc = 0;
     TW_ASSERT_EQ_U64(tw__store_gpu(&s, 1)->reserved, 600);
@@ -240,7 +225,7 @@ static void test_store_per_device(void)
     TW_ASSERT_EQ_U64(tw__store_gpu(&s, 1)->stored_bytes, 600);
     TW_ASSERT_EQ_U64(s.stored_bytes, 0);
     /* Overwrite "a" with a host version: bytes move between devices. */
-    describe(&d, "a", "cpu", 100, shape);
+    tw_test_desc_u8(&d, "a", "cpu", 100);
     TW_ASSERT_OK(tw__store_alloc(&s, &d, &t2));
     tw__store_commit(&s, t2);
     TW_ASSERT_EQ_U64(tw__store_gpu(&s, 1)->stored_bytes, 0);
@@ -254,7 +239,7 @@ static void test_store_per_device(void)
     TW_ASSERT_EQ_U64(tw__store_gpu(&s, 1)->reserved, 0);
     tw__tensor_unref(t2);
     /* Back to the GPU, then delete. */
-    describe(&d, "a", "cuda:1", 1000, shape);
+    tw_test_desc_u8(&d, "a", "cuda:1", 1000);
     TW_ASSERT_OK(tw__store_alloc(&s, &d, &t));
     tw__store_commit(&s, t);
     tw__tensor_unref(t);
@@ -266,7 +251,7 @@ static void test_store_per_device(void)
     TW_ASSERT_EQ_U64(tw__store_gpu(&s, 1)->reserved, 0);
     TW_ASSERT_EQ(dev_frees, 2);
     /* A zero-byte GPU tensor allocates nothing. */
-    describe(&d, "z", "cuda:1", 0, shape);
+    tw_test_desc_u8(&d, "z", "cuda:1", 0);
     TW_ASSERT_OK(tw__store_alloc(&s, &d, &t));
     TW_ASSERT(t->data == NULL);
     tw__store_commit(&s, t);

@@ -13,19 +13,7 @@
 #include "mem/memkind.h"
 #include "server/store.h"
 #include "tw_test.h"
-
-static void describe(struct tw_descriptor *d, const char *name, const char *tag, uint64_t bytes)
-{
-    memset(d, 0, sizeof(*d));
-    d->dtype = TW_DTYPE_U8;
-    d->ndim = 1;
-    d->shape[0] = bytes;
-    d->byte_length = bytes;
-    d->name.ptr = (const uint8_t *)name;
-    d->name.len = (uint32_t)strlen(name);
-    d->device_tag.ptr = (const uint8_t *)tag;
-    d->device_tag.len = (uint32_t)strlen(tag);
-}
+#include "tw_test_gpu.h"
 
 static void test_gpu(const struct tw_cuda_api *cu, int ordinal)
 {
@@ -38,7 +26,7 @@ static void test_gpu(const struct tw_cuda_api *cu, int ordinal)
     snprintf(tag, sizeof(tag), "cuda:%d", ordinal);
     TW_ASSERT_OK(tw__store_init(&s, 1 << 20));
     TW_ASSERT_OK(tw__store_add_gpu(&s, ordinal, 1ull << 30));
-    describe(&d, "w", tag, n);
+    tw_test_desc_u8(&d, "w", tag, n);
     TW_ASSERT_OK(tw__store_alloc(&s, &d, &t));
     TW_ASSERT(t->data != NULL);
     TW_ASSERT_OK(tw__memkind_cuda.query((uintptr_t)t->data, n, &attr, err, sizeof(err)));
@@ -69,27 +57,15 @@ static void test_gpu(const struct tw_cuda_api *cu, int ordinal)
     fprintf(stderr, "cuda:%d: %llu-byte tensor stored, read back, freed\n", ordinal,
             (unsigned long long)n);
     /* More than the GPU's capacity. */
-    describe(&d, "big", tag, (1ull << 30) + 1);
+    tw_test_desc_u8(&d, "big", tag, (1ull << 30) + 1);
     TW_ASSERT_ERR(tw__store_alloc(&s, &d, &t), TW_ECAPACITY);
     tw__store_destroy(&s);
     free(a);
     free(b);
-    (void)cu;
 }
 
 int main(void)
 {
-    const struct tw_cuda_api *cu;
-    char err[256];
-    if (tw__cuda_get(&cu, err, sizeof(err)) != 0)
-        TW_SKIP("%s", err);
-    int n = tw__cuda_device_count();
-    if (n == 0)
-        TW_SKIP("no CUDA device visible");
-    for (int i = 0; i < n; i++) {
-        fprintf(stderr, "case test_gpu(cuda:%d)\n", i);
-        test_gpu(cu, i);
-        tw_test_cases_run++;
-    }
+    tw_test_each_gpu("test_gpu", test_gpu);
     TW_DONE();
 }

@@ -13,6 +13,7 @@
 #include "mem/staging.h"
 #include "proto/proto.h"
 #include "tw_test.h"
+#include "tw_test_gpu.h"
 
 #define CHUNK ((size_t)8192)
 
@@ -63,15 +64,6 @@ static void test_chunk_math(void)
             next += len;
         }
         TW_ASSERT_EQ_U64(next, sizes[i]);
-    }
-}
-
-static void fill_pattern(uint8_t *p, size_t n, uint32_t seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x = x * 1103515245u + 12345u;
-        p[i] = (uint8_t)(x >> 16);
     }
 }
 
@@ -167,7 +159,7 @@ static void test_round_trips(void)
             for (unsigned depth = 2; depth <= 5; depth += 3) {
                 for (int blocking = 0; blocking < 2; blocking++) {
                     unsigned hold = blocking ? depth - 1 : 0;
-                    fill_pattern(src, n, (uint32_t)(n + depth + pending));
+                    tw_test_pattern(src, n, (uint32_t)(n + depth + pending));
                     memcpy(dev, src, n);
                     memset(host, 0, max);
                     long before = fake.copies;
@@ -206,7 +198,7 @@ static void test_injected_failures(void)
     const size_t n = 6 * CHUNK + 100; /* 7 chunks */
     uint8_t *src = malloc(n), *dev = malloc(n), *host = malloc(n);
     TW_ASSERT(src && dev && host);
-    fill_pattern(src, n, 7);
+    tw_test_pattern(src, n, 7);
     fake_reset();
     struct tw_staging_pool *pool;
     char err[256];
@@ -253,8 +245,8 @@ static void test_shared_pool(void)
     const size_t n = 9 * CHUNK + 1;
     uint8_t *a = malloc(n), *b = malloc(n), *ha = calloc(1, n), *hb = calloc(1, n);
     TW_ASSERT(a && b && ha && hb);
-    fill_pattern(a, n, 1);
-    fill_pattern(b, n, 2);
+    tw_test_pattern(a, n, 1);
+    tw_test_pattern(b, n, 2);
     fake_reset();
     struct tw_staging_pool *pool;
     char err[256];

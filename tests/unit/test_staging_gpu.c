@@ -15,22 +15,9 @@
 #include "mem/staging.h"
 #include "proto/proto.h"
 #include "tw_test.h"
+#include "tw_test_gpu.h"
 
 static const struct tw_cuda_api *cu;
-
-static void fill_pattern(uint8_t *p, size_t n, uint64_t seed)
-{
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
-    for (; i < n; i++)
-        p[i] = (uint8_t)(x >> (8 * (i % 8)));
-}
 
 /* Copy k (counted per pipe through this wrapper) gets device address 0. */
 static long inject_at = -1, copies_seen;
@@ -94,8 +81,9 @@ static int run_pipe(struct tw_staging_pool *pool, const struct tw_memkind_ops *k
     return rc < 0 ? rc : 0;
 }
 
-static void test_device(int ordinal)
+static void test_device(const struct tw_cuda_api *cu_api, int ordinal)
 {
+    cu = cu_api;
     char err[256];
     TW_ASSERT_OK(tw__cuda_use_device(ordinal, err, sizeof(err)));
     uint64_t free_b = 0, total_b = 0;
@@ -122,7 +110,7 @@ static void test_device(int ordinal)
         size_t n = sizes[i];
         uint32_t crc;
         char why[256];
-        fill_pattern(src, n, n);
+        tw_test_pattern(src, n, (uint32_t)n);
         uint32_t want = tw__crc32c(0, src, n);
         /* host -> device through the pipe, then device -> host through it. */
         TW_ASSERT_OK(run_pipe(pool, &tw__memkind_cuda, TW_STAGING_TO_DEVICE, d1, src, n, &crc, why,
@@ -148,7 +136,7 @@ static void test_device(int ordinal)
     failing_kind = tw__memkind_cuda;
     failing_kind.async = &failing_async;
     size_t n = 12 * chunk;
-    fill_pattern(src, n, 99);
+    tw_test_pattern(src, n, 99);
     TW_ASSERT_EQ(cu->cuMemcpyHtoD(d2, src, n), CUDA_SUCCESS);
     for (int dir = TW_STAGING_TO_HOST; dir <= TW_STAGING_TO_DEVICE; dir++) {
         uint32_t crc;
@@ -178,16 +166,6 @@ static void test_device(int ordinal)
 
 int main(void)
 {
-    char err[256];
-    if (tw__cuda_get(&cu, err, sizeof(err)) != 0)
-        TW_SKIP("%s", err);
-    int n = tw__cuda_device_count();
-    if (n == 0)
-        TW_SKIP("no CUDA device visible");
-    for (int d = 0; d < n; d++) {
-        fprintf(stderr, "case test_device(cuda:%d)\n", d);
-        test_device(d);
-        tw_test_cases_run++;
-    }
+    tw_test_each_gpu("test_device", test_device);
     TW_DONE();
 }
