@@ -33,9 +33,10 @@ typedef struct CUevent_st *CUevent;
 #define CUDA_ERROR_INVALID_DEVICE 101
 #define CUDA_ERROR_NOT_READY 600 /* cuEventQuery: work still pending */
 
-#define CU_STREAM_NON_BLOCKING 0x1   /* no implicit sync with the NULL stream */
-#define CU_EVENT_DISABLE_TIMING 0x2  /* cheaper record/query */
-#define CU_MEMHOSTALLOC_PORTABLE 0x1 /* pinned for every context, not only the current */
+#define CU_STREAM_NON_BLOCKING 0x1      /* no implicit sync with the NULL stream */
+#define CU_EVENT_DISABLE_TIMING 0x2     /* cheaper record/query */
+#define CU_MEMHOSTALLOC_PORTABLE 0x1    /* pinned for every context, not only the current */
+#define CU_MEMHOSTREGISTER_PORTABLE 0x1 /* the same for cuMemHostRegister */
 
 typedef enum {
     CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
@@ -111,6 +112,9 @@ typedef enum {
       (void *dst, CUdeviceptr src, size_t n, CUstream stream))                                     \
     X(cuMemHostAlloc, "cuMemHostAlloc", CUresult, (void **ptr, size_t size, unsigned int flags))   \
     X(cuMemFreeHost, "cuMemFreeHost", CUresult, (void *ptr))                                       \
+    X(cuMemHostRegister, "cuMemHostRegister_v2", CUresult,                                         \
+      (void *ptr, size_t size, unsigned int flags))                                                \
+    X(cuMemHostUnregister, "cuMemHostUnregister", CUresult, (void *ptr))                           \
     X(cuMemGetInfo, "cuMemGetInfo_v2", CUresult, (size_t * free_bytes, size_t * total_bytes))      \
     X(cuDeviceGetAttribute, "cuDeviceGetAttribute", CUresult,                                      \
       (int *value, CUdevice_attribute attr, CUdevice dev))                                         \

@@ -49,11 +49,12 @@ struct tw_mem_attr {
  * in err (may be NULL); none keeps pointers to its arguments.
  */
 struct tw_memkind_async_ops {
-    /* Page-locked host memory the devices of this kind can DMA to and from
-     * (allocated in `device`'s context, usable from every device's).
-     * Freed with pinned_free. */
-    int (*pinned_alloc)(int device, size_t len, void **out, char *err, size_t errlen);
-    void (*pinned_free)(int device, void *p);
+    /* Page-lock [p, p+len) (page aligned host memory the caller owns) so
+     * the devices of this kind can DMA to and from it, through `device`'s
+     * context, usable from every device's. Undone with unpin before the
+     * memory is freed. */
+    int (*pin)(int device, void *p, size_t len, char *err, size_t errlen);
+    void (*unpin)(int device, void *p);
     int (*stream_create)(int device, void **stream, char *err, size_t errlen);
     void (*stream_destroy)(int device, void *stream);
     /* Blocks until everything queued on stream finished: 0 or its error. */

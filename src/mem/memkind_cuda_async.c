@@ -1,5 +1,5 @@
 /*
- * CUDA asynchronous copies, streams, events and pinned host memory for the
+ * CUDA asynchronous copies, streams, events and host memory pinning for the
  * staging pipeline (memkind.h: struct tw_memkind_async_ops).
  *
  * Streams are created non-blocking (no implicit ordering with the legacy
@@ -33,22 +33,22 @@ static int fail(CUresult r, const char *what, int device, char *err, size_t errl
     return tw__cuda_to_err(r);
 }
 
-static int cuda_pinned_alloc(int device, size_t len, void **out, char *err, size_t errlen)
+static int cuda_pin(int device, void *p, size_t len, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
     int rc = enter(device, &cu, err, errlen);
     if (rc)
         return rc;
     /* PORTABLE: one pool serves transfers of every device. */
-    CUresult r = cu->cuMemHostAlloc(out, len, CU_MEMHOSTALLOC_PORTABLE);
-    return r == CUDA_SUCCESS ? 0 : fail(r, "cuMemHostAlloc", device, err, errlen);
+    CUresult r = cu->cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE);
+    return r == CUDA_SUCCESS ? 0 : fail(r, "cuMemHostRegister", device, err, errlen);
 }
 
-static void cuda_pinned_free(int device, void *p)
+static void cuda_unpin(int device, void *p)
 {
     const struct tw_cuda_api *cu;
     if (p && enter(device, &cu, NULL, 0) == 0)
-        cu->cuMemFreeHost(p);
+        cu->cuMemHostUnregister(p);
 }
 
 static int cuda_stream_create(int device, void **stream, char *err, size_t errlen)
@@ -160,8 +160,8 @@ static int cuda_event_wait(int device, void *event, char *err, size_t errlen)
 }
 
 const struct tw_memkind_async_ops tw__memkind_cuda_async = {
-    .pinned_alloc = cuda_pinned_alloc,
-    .pinned_free = cuda_pinned_free,
+    .pin = cuda_pin,
+    .unpin = cuda_unpin,
     .stream_create = cuda_stream_create,
     .stream_destroy = cuda_stream_destroy,
     .stream_wait = cuda_stream_wait,

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "mem/hostmem.h"
 #include "proto/proto.h"
 #include "tensorwire/error.h"
 
@@ -77,14 +78,23 @@ int tw__staging_pool_create(const struct tw_memkind_async_ops *ops, int device, 
     p->device = device;
     p->chunk = chunk;
     p->nslots = nslots;
+    /* Tracked host memory (hostmem.h), pinned by the kind: registration
+     * caches know its lifetime, so a data plane registers the pool once and
+     * keeps it; freeing it at destroy invalidates those registrations. */
     void *mem = NULL;
-    int rc = ops->pinned_alloc(device, chunk * nslots, &mem, err, errlen);
-    if (rc < 0)
+    int rc = tw__hostmem_alloc(chunk * nslots, &mem);
+    if (rc < 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "staging pool: cannot map %zu bytes", chunk * nslots);
         goto out_free_pool;
+    }
+    rc = ops->pin(device, mem, chunk * nslots, err, errlen);
+    if (rc < 0)
+        goto out_free_memory;
     p->base = mem;
     if (pthread_mutex_init(&p->lock, NULL) != 0) {
         rc = -ENOMEM;
-        goto out_free_pinned;
+        goto out_unpin;
     }
     if (pthread_cond_init(&p->freed, NULL) != 0) {
         rc = -ENOMEM;
@@ -99,8 +109,10 @@ int tw__staging_pool_create(const struct tw_memkind_async_ops *ops, int device, 
 
 out_destroy_lock:
     pthread_mutex_destroy(&p->lock);
-out_free_pinned:
-    ops->pinned_free(device, mem);
+out_unpin:
+    ops->unpin(device, mem);
+out_free_memory:
+    tw__hostmem_free(mem);
 out_free_pool:
     free(p);
     return rc;
@@ -110,7 +122,8 @@ void tw__staging_pool_destroy(struct tw_staging_pool *p)
 {
     if (!p)
         return;
-    p->ops->pinned_free(p->device, p->base);
+    p->ops->unpin(p->device, p->base);
+    tw__hostmem_free(p->base);
     pthread_cond_destroy(&p->freed);
     pthread_mutex_destroy(&p->lock);
     free(p);

@@ -2,9 +2,12 @@
  * Staging: moving device memory (GPU) through pinned host buffers, chunk by
  * chunk, so that the device copies overlap the network.
  *
- * A pool is a bounded set of equal slots carved out of ONE pinned host
- * allocation made at creation (so a data plane registers it once:
- * tw__staging_pool_memory() gives the region, each chunk its offset in it).
+ * A pool is a bounded set of equal slots carved out of ONE host allocation
+ * made at creation: library-tracked memory (hostmem.h) page-locked by the
+ * memory kind. Being tracked, a registration cache keeps its registration,
+ * so a data plane registers the pool once (tw__staging_pool_memory() gives
+ * the region, each chunk its offset in it); destroying the pool invalidates
+ * that registration.
  * It is shared by every transfer; slots are taken and given back under the
  * pool's mutex, so pipes on different threads may share a pool.
  *
@@ -75,15 +78,17 @@ int tw__staging_chunk_span(uint64_t len, size_t chunk, uint64_t k, uint64_t *off
 struct tw_staging_pool;
 
 /*
- * Allocates nslots * chunk bytes of pinned memory through ops (in the
- * context of `device`; the memory serves every device). chunk must be a
+ * Maps nslots * chunk bytes of tracked host memory and pins them through
+ * ops (in the context of `device`; the memory serves every device). chunk must be a
  * non-zero multiple of 4 KiB, nslots >= 1. Returns 0 with *out, or a
  * negative code with reason in err (nothing allocated then).
  */
 int tw__staging_pool_create(const struct tw_memkind_async_ops *ops, int device, size_t chunk,
                             unsigned nslots, struct tw_staging_pool **out, char *err,
                             size_t errlen);
-/* Frees the pinned memory. Every pipe of the pool must have ended. */
+/* Unpins and frees the memory (invalidating every cached registration of
+ * it). Every pipe of the pool must have ended, and every registration of
+ * the pool memory taken by a transfer released. */
 void tw__staging_pool_destroy(struct tw_staging_pool *p);
 /* The pool's one pinned region, for registering it once (valid until
  * destroy). */

@@ -15,7 +15,7 @@
  * recorded after it on its stream reports the failure (like a device fault).
  *
  * Counters say what was created and destroyed, so tests check that nothing
- * leaks (pinned buffers, streams, events) after a failure.
+ * leaks (pinnings, streams, events) after a failure.
  *
  * Single-threaded use only (tests).
  */
@@ -52,11 +52,11 @@ struct fake_event {
 };
 
 static struct {
-    long pinned_allocs, pinned_frees, streams, stream_frees, events, event_frees;
+    long pins, unpins, streams, stream_frees, events, event_frees;
     long copies;
     long fail_submit_at, fail_complete_at;
     int pending_polls;
-    int fail_pinned_alloc;
+    int fail_pin;
 } fake;
 
 static inline void fake_reset(void)
@@ -66,26 +66,22 @@ static inline void fake_reset(void)
     fake.fail_complete_at = -1;
 }
 
-static inline int fake_pinned_alloc(int device, size_t len, void **out, char *err, size_t errlen)
+static inline int fake_pin(int device, void *p, size_t len, char *err, size_t errlen)
 {
-    if (fake.fail_pinned_alloc) {
+    if (fake.fail_pin) {
         if (err && errlen)
-            snprintf(err, errlen, "fake: pinned allocation refused");
+            snprintf(err, errlen, "fake: pinning refused");
         return -ENOMEM;
     }
-    *out = aligned_alloc(4096, len);
-    if (!*out)
-        return -ENOMEM;
-    memset(*out, 0xEE, len);
-    fake.pinned_allocs++;
+    memset(p, 0xEE, len); /* stale bytes a too-early read would see */
+    fake.pins++;
     return 0;
 }
 
-static inline void fake_pinned_free(int device, void *p)
+static inline void fake_unpin(int device, void *p)
 {
     if (p)
-        fake.pinned_frees++;
-    free(p);
+        fake.unpins++;
 }
 
 static inline int fake_stream_create(int device, void **stream, char *err, size_t errlen)
@@ -211,8 +207,8 @@ static inline int fake_event_wait(int device, void *event, char *err, size_t err
 }
 
 static const struct tw_memkind_async_ops fake_async = {
-    .pinned_alloc = fake_pinned_alloc,
-    .pinned_free = fake_pinned_free,
+    .pin = fake_pin,
+    .unpin = fake_unpin,
     .stream_create = fake_stream_create,
     .stream_destroy = fake_stream_destroy,
     .stream_wait = fake_stream_wait,

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "../mem/fake_memkind.h"
+#include "mem/hostmem.h"
+#include "mem/regcache.h"
 #include "mem/staging.h"
 #include "proto/proto.h"
 #include "tw_test.h"
@@ -183,8 +185,8 @@ static void test_round_trips(void)
         }
     }
     tw__staging_pool_destroy(pool);
-    TW_ASSERT_EQ(fake.pinned_allocs, 1);
-    TW_ASSERT_EQ(fake.pinned_frees, 1);
+    TW_ASSERT_EQ(fake.pins, 1);
+    TW_ASSERT_EQ(fake.unpins, 1);
     free(src);
     free(dev);
     free(host);
@@ -231,7 +233,7 @@ static void test_injected_failures(void)
         }
     }
     tw__staging_pool_destroy(pool);
-    TW_ASSERT_EQ(fake.pinned_allocs, fake.pinned_frees);
+    TW_ASSERT_EQ(fake.pins, fake.unpins);
     free(src);
     free(dev);
     free(host);
@@ -302,11 +304,11 @@ static void test_misuse_and_setup_errors(void)
                   TW_EINVAL);
     TW_ASSERT_ERR(tw__staging_pool_create(&fake_async, 0, CHUNK, 0, &pool, err, sizeof(err)),
                   TW_EINVAL);
-    fake.fail_pinned_alloc = 1;
+    fake.fail_pin = 1;
     TW_ASSERT_ERR(tw__staging_pool_create(&fake_async, 0, CHUNK, 4, &pool, err, sizeof(err)),
                   -ENOMEM);
-    TW_ASSERT_EQ(fake.pinned_allocs, 0);
-    fake.fail_pinned_alloc = 0;
+    TW_ASSERT_EQ(fake.pins, 0);
+    fake.fail_pin = 0;
     TW_ASSERT_OK(tw__staging_pool_create(&fake_async, 0, CHUNK, 4, &pool, err, sizeof(err)));
     void *base;
     size_t blen;
@@ -354,7 +356,91 @@ static void test_misuse_and_setup_errors(void)
     TW_ASSERT_EQ(fake.streams, streams);
     check_no_leaks(pool);
     tw__staging_pool_destroy(pool);
-    TW_ASSERT_EQ(fake.pinned_allocs, fake.pinned_frees);
+    TW_ASSERT_EQ(fake.pins, fake.unpins);
+}
+
+/* A registrar that only counts. */
+static long regs, deregs;
+
+static int count_reg(void *ctx, const struct tw_reg_request *req, void **handle, char *err,
+                     size_t errlen)
+{
+    regs++;
+    *handle = (void *)req->addr;
+    return 0;
+}
+
+static void count_dereg(void *ctx, void *handle)
+{
+    deregs++;
+}
+
+static const struct tw_registrar_ops counting_registrar = {
+    .name = "counting", .reg = count_reg, .dereg = count_dereg};
+
+/* The pool is one tracked region: a registration cache registers it once,
+ * every chunk of every transfer hits, and destroying the pool invalidates
+ * the registration. */
+static void test_pool_registered_once(void)
+{
+    fake_reset();
+    struct tw_staging_pool *pool;
+    struct tw_regcache *rc;
+    struct tw_regcache_config cfg = {0};
+    char err[256];
+    TW_ASSERT_OK(tw__staging_pool_create(&fake_async, 0, CHUNK, 4, &pool, err, sizeof(err)));
+    void *base;
+    size_t len;
+    tw__staging_pool_memory(pool, &base, &len);
+    uintptr_t tb;
+    size_t tl;
+    uint64_t gen;
+    TW_ASSERT(tw__hostmem_find((uintptr_t)base, len, &tb, &tl, &gen) == 1);
+    TW_ASSERT_EQ_U64(tb, (uintptr_t)base);
+    TW_ASSERT_EQ_U64(tl, len);
+    TW_ASSERT_OK(tw__regcache_create(&cfg, &counting_registrar, NULL, &rc));
+    struct tw_regcache_region *whole, *r;
+    TW_ASSERT_OK(tw__regcache_lookup(rc, base, len, TW_ACCESS_REMOTE_READ, TW_MEMKIND_HOST, &whole,
+                                     err, sizeof(err)));
+    TW_ASSERT(tw__regcache_region_cached(whole));
+    tw__regcache_release(rc, whole);
+    /* Chunks of a transfer: each is a hit on the pool's one registration. */
+    uint8_t dev[3 * CHUNK];
+    struct tw_mem_attr attr;
+    fake_query((uintptr_t)dev, sizeof(dev), &attr, NULL, 0);
+    struct tw_staging_pipe *p;
+    TW_ASSERT_OK(tw__staging_begin(pool, TW_STAGING_TO_HOST, &fake_kind, &attr, (uintptr_t)dev,
+                                   sizeof(dev), 2, 0, &p, err, sizeof(err)));
+    int got = 0;
+    for (long spins = 0; got < 3; spins++) {
+        TW_ASSERT(spins < 100000);
+        struct tw_staging_chunk c;
+        int a = tw__staging_acquire(p, &c);
+        TW_ASSERT(a >= 0);
+        if (a == 0) {
+            TW_ASSERT_OK(tw__staging_wait(p, 100));
+            continue;
+        }
+        TW_ASSERT(c.ptr == (uint8_t *)base + c.pool_offset);
+        TW_ASSERT_OK(tw__regcache_lookup(rc, c.ptr, c.len, TW_ACCESS_REMOTE_READ, TW_MEMKIND_HOST,
+                                         &r, err, sizeof(err)));
+        tw__regcache_release(rc, r);
+        TW_ASSERT_OK(tw__staging_release(p, &c));
+        got++;
+    }
+    TW_ASSERT_EQ(tw__staging_complete(p), 1);
+    tw__staging_end(p);
+    struct tw_regcache_stats st;
+    tw__regcache_stats(rc, &st);
+    TW_ASSERT_EQ_U64(st.registrations, 1);
+    TW_ASSERT_EQ_U64(st.hits, 3);
+    TW_ASSERT_EQ(regs, 1);
+    /* Destroying the pool takes the registration with it. */
+    tw__staging_pool_destroy(pool);
+    TW_ASSERT_EQ(deregs, 1);
+    TW_ASSERT(tw__hostmem_find((uintptr_t)base, len, &tb, &tl, &gen) == 0);
+    TW_ASSERT_OK(tw__regcache_destroy(rc));
+    TW_ASSERT_EQ(fake.pins, fake.unpins);
 }
 
 int main(void)
@@ -364,5 +450,6 @@ int main(void)
     TW_RUN(test_injected_failures);
     TW_RUN(test_shared_pool);
     TW_RUN(test_misuse_and_setup_errors);
+    TW_RUN(test_pool_registered_once);
     TW_DONE();
 }
