@@ -36,23 +36,39 @@ int tw__srv_devices_resolve(const struct tw_srv_config *c, int gpu_count, const 
             out->d[out->n++].dev = *d;
         }
     }
-    for (unsigned i = 0; i < out->n; i++) {
-        struct tw_srv_device *d = &out->d[i];
-        if (d->dev.type == TW_DEVICE_CPU)
-            d->capacity = c->capacity;
-        else
-            d->capacity =
-                gpu_free[d->dev.ordinal] / TW_SRV_GPU_CAPACITY_DEN * TW_SRV_GPU_CAPACITY_NUM;
-    }
     for (unsigned i = 0; i < c->ncapacities; i++) {
-        int k = find(out, &c->capacities[i].dev);
-        if (k < 0) {
+        if (find(out, &c->capacities[i].dev) < 0) {
             tw__device_format(&c->capacities[i].dev, tag, sizeof(tag));
             if (err && errlen)
                 snprintf(err, errlen, "--capacity: %s is not a device this server uses", tag);
             return TW_EINVAL;
         }
-        out->d[k].capacity = c->capacities[i].bytes;
+    }
+    for (unsigned i = 0; i < out->n; i++) {
+        struct tw_srv_device *d = &out->d[i];
+        int explicit = 0;
+        for (unsigned k = 0; k < c->ncapacities; k++)
+            if (tw__device_equal(&c->capacities[k].dev, &d->dev)) {
+                d->capacity = c->capacities[k].bytes;
+                explicit = 1;
+            }
+        if (d->dev.type == TW_DEVICE_CPU) {
+            d->capacity = c->capacity;
+        } else if (!explicit) {
+            d->capacity =
+                gpu_free[d->dev.ordinal] / TW_SRV_GPU_CAPACITY_DEN * TW_SRV_GPU_CAPACITY_NUM;
+            /* 0 would read as "unlimited": a GPU with nothing free (or whose
+             * free memory could not be read) needs an explicit capacity. */
+            if (d->capacity == 0) {
+                tw__device_format(&d->dev, tag, sizeof(tag));
+                if (err && errlen)
+                    snprintf(err, errlen,
+                             "%s: no free memory known; give --capacity %s=SIZE or leave it out "
+                             "of --devices",
+                             tag, tag);
+                return TW_EINVAL;
+            }
+        }
     }
     return 0;
 }

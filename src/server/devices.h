@@ -33,8 +33,9 @@ struct tw_srv_devices {
 /*
  * Resolves c->devices and c->capacities against this host: gpu_count
  * visible GPUs, gpu_free[i] bytes free on cuda:i. Fails (TW_EINVAL, reason
- * in err) when --devices names a GPU that is not present or --capacity
- * names a device that is not served.
+ * in err) when --devices names a GPU that is not present, --capacity names
+ * a device that is not served, or a served GPU without an explicit
+ * capacity has no free memory (gpu_free 0: unknown or full).
  */
 int tw__srv_devices_resolve(const struct tw_srv_config *c, int gpu_count, const uint64_t *gpu_free,
                             struct tw_srv_devices *out, char *err, size_t errlen);

@@ -113,18 +113,26 @@ static int setup_devices(struct tw_srv *srv, char *errbuf, size_t errlen)
         uint64_t total = 0;
         gpu_free[i] = 0;
         if (served(c, i) && tw__cuda_mem_info(i, &gpu_free[i], &total, why, sizeof(why)) < 0)
-            TW_LOGW("cuda:%d: cannot read its free memory (%s): default capacity 0", i, why);
+            TW_LOGW("cuda:%d: cannot read its free memory: %s", i, why);
     }
     int rc = tw__srv_devices_resolve(c, srv->gpu_count, gpu_free, &srv->devices, errbuf, errlen);
     if (rc < 0)
         return rc;
     for (unsigned i = 0; i < srv->devices.n; i++) {
         const struct tw_srv_device *d = &srv->devices.d[i];
-        if (d->dev.type == TW_DEVICE_CUDA &&
-            tw__store_add_gpu(&srv->store, d->dev.ordinal, d->capacity) < 0) {
+        char tag[TW_DEVICE_TAG_BUFLEN];
+        tw__device_format(&d->dev, tag, sizeof(tag));
+        if (d->dev.type != TW_DEVICE_CUDA)
+            continue;
+        if (tw__store_add_gpu(&srv->store, d->dev.ordinal, d->capacity) < 0) {
             snprintf(errbuf, errlen, "--devices: too many GPUs (at most %d)", TW_STORE_MAX_GPUS);
             return TW_EINVAL;
         }
+        char cap[32] = "unlimited";
+        if (d->capacity)
+            snprintf(cap, sizeof(cap), "%.2f GiB", (double)d->capacity / (double)(1ull << 30));
+        TW_LOGI("device %s: capacity %s (%.2f GiB free at startup)", tag, cap,
+                (double)gpu_free[d->dev.ordinal] / (double)(1ull << 30));
     }
     return 0;
 }

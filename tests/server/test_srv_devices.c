@@ -128,6 +128,18 @@ static void test_resolve(void)
     TW_ASSERT_ERR(tw__srv_devices_resolve(&c, 2, free2, &t, err, sizeof(err)), TW_EINVAL);
     TW_ASSERT(strstr(err, "cuda:0") != NULL);
     fprintf(stderr, "  %s\n", err);
+    /* A GPU whose free memory is unknown (0) needs an explicit capacity
+     * (0 would read as unlimited). */
+    const uint64_t nofree[2] = {0, 4000};
+    c.ndevices = 0;
+    TW_ASSERT_OK(tw__srv_parse_capacity("cuda:1=2G", &c, err, sizeof(err)));
+    TW_ASSERT_ERR(tw__srv_devices_resolve(&c, 2, nofree, &t, err, sizeof(err)), TW_EINVAL);
+    TW_ASSERT(strstr(err, "cuda:0: no free memory known") != NULL);
+    fprintf(stderr, "  %s\n", err);
+    TW_ASSERT_OK(tw__srv_parse_capacity("cuda:0=5,cuda:1=2G", &c, err, sizeof(err)));
+    TW_ASSERT_OK(tw__srv_devices_resolve(&c, 2, nofree, &t, err, sizeof(err)));
+    TW_ASSERT_EQ_U64(t.d[1].capacity, 5);
+    TW_ASSERT_EQ_U64(t.d[2].capacity, 2000000000ull);
 }
 
 /* The admission decision as a table: host with 2 GPUs, serving cpu and
