@@ -99,11 +99,15 @@ int tw__gdr_decide(const struct tw_gdr_config *cfg, const struct tw_gdr_gpu_fact
     /* Without a GPU nothing else can be known: every predicate fails with
      * the one cause a person can act on. */
     if (!gpu) {
-        for (int p = TW_GDR_P_PROVIDER_HMEM; p < TW_GDR_P_COUNT; p++)
+        for (int p = TW_GDR_P_PROVIDER_RDMA; p < TW_GDR_P_COUNT; p++)
             set(v, (enum tw_gdr_pred)p, TW_GDR_FAIL, TW_GDR_R_NO_GPU);
         goto verdict;
     }
 
+    if (prov && prov->kind == TW_GDR_PROV_SOCKET)
+        set(v, TW_GDR_P_PROVIDER_RDMA, TW_GDR_FAIL, TW_GDR_R_PROVIDER_SOCKET);
+    else
+        set(v, TW_GDR_P_PROVIDER_RDMA, TW_GDR_PASS, TW_GDR_R_OK);
     if (!prov || prov->hmem_cuda == TW_GDR_UNKNOWN)
         set(v, TW_GDR_P_PROVIDER_HMEM, TW_GDR_FAIL, TW_GDR_R_PROVIDER_UNPROBED);
     else
@@ -120,7 +124,7 @@ int tw__gdr_decide(const struct tw_gdr_config *cfg, const struct tw_gdr_gpu_fact
     /* A host-local provider (shm) hands GPU memory to its peer by CUDA IPC:
      * no NIC ever DMAs into the GPU, so IOMMU, DMA mask and PCIe distance
      * do not apply. Say so instead of pretending to check them. */
-    if (prov && prov->host_local) {
+    if (prov && prov->kind == TW_GDR_PROV_HOST_LOCAL) {
         set(v, TW_GDR_P_IOMMU, TW_GDR_NA, TW_GDR_R_HOST_LOCAL);
         set(v, TW_GDR_P_DMA_MASK, TW_GDR_NA, TW_GDR_R_HOST_LOCAL);
         set(v, TW_GDR_P_PCIE, TW_GDR_NA, TW_GDR_R_HOST_LOCAL);
@@ -132,7 +136,7 @@ int tw__gdr_decide(const struct tw_gdr_config *cfg, const struct tw_gdr_gpu_fact
      * export and the provider all support it; otherwise the provider is
      * given the pointer. Either way it does not decide admission. */
     v->use_dmabuf = gpu->dmabuf_supported == 1 && gpu->dmabuf_export == 1 && prov &&
-                    prov->dmabuf_mr == 1 && !prov->host_local;
+                    prov->dmabuf_mr == 1 && prov->kind == TW_GDR_PROV_NIC;
     set(v, TW_GDR_P_DMABUF, TW_GDR_NA,
         v->use_dmabuf ? TW_GDR_R_DMABUF_USED : TW_GDR_R_DMABUF_NOT_USED);
 
@@ -153,16 +157,21 @@ verdict:
 }
 
 static const char *const pred_names[TW_GDR_P_COUNT] = {
-    [TW_GDR_P_ENABLED] = "enabled",   [TW_GDR_P_PROVIDER_HMEM] = "provider_hmem",
-    [TW_GDR_P_GPU_ATTR] = "gpu_gdr",  [TW_GDR_P_MIG] = "mig_disabled",
-    [TW_GDR_P_BAR1] = "bar1",         [TW_GDR_P_IOMMU] = "iommu",
-    [TW_GDR_P_DMA_MASK] = "dma_mask", [TW_GDR_P_PCIE] = "pcie_distance",
+    [TW_GDR_P_ENABLED] = "enabled",
+    [TW_GDR_P_PROVIDER_RDMA] = "provider_rdma",
+    [TW_GDR_P_PROVIDER_HMEM] = "provider_hmem",
+    [TW_GDR_P_GPU_ATTR] = "gpu_gdr",
+    [TW_GDR_P_MIG] = "mig_disabled",
+    [TW_GDR_P_BAR1] = "bar1",
+    [TW_GDR_P_IOMMU] = "iommu",
+    [TW_GDR_P_DMA_MASK] = "dma_mask",
+    [TW_GDR_P_PCIE] = "pcie_distance",
     [TW_GDR_P_DMABUF] = "dmabuf",
 };
 
 const char *tw__gdr_pred_name(enum tw_gdr_pred p)
 {
-    return (p >= 0 && p < TW_GDR_P_COUNT) ? pred_names[p] : "?";
+    return (p >= 0 && p < TW_GDR_P_COUNT && pred_names[p]) ? pred_names[p] : "?";
 }
 
 struct reason_text {
@@ -174,6 +183,9 @@ static const struct reason_text reasons[TW_GDR_R_COUNT] = {
     [TW_GDR_R_DISABLED] = {"disabled by --gpudirect off", "use --gpudirect auto"},
     [TW_GDR_R_NO_GPU] = {"no CUDA driver or no such GPU",
                          "install the NVIDIA driver (libcuda.so.1) and check nvidia-smi"},
+    [TW_GDR_R_PROVIDER_SOCKET] =
+        {"the provider moves data through kernel sockets: no NIC writes GPU memory",
+         "use an RDMA provider (verbs, efa) on an RDMA NIC, or shm inside one host"},
     [TW_GDR_R_PROVIDER_NO_HMEM] =
         {"the libfabric provider refused to register CUDA memory",
          "use a libfabric built with CUDA support (configure --with-cuda) and a provider "
@@ -218,12 +230,38 @@ static const struct reason_text reasons[TW_GDR_R_COUNT] = {
 
 const char *tw__gdr_reason_str(enum tw_gdr_reason r)
 {
-    return (r >= 0 && r < TW_GDR_R_COUNT) ? reasons[r].what : "?";
+    return (r >= 0 && r < TW_GDR_R_COUNT && reasons[r].what) ? reasons[r].what : "?";
 }
 
 const char *tw__gdr_reason_fix(enum tw_gdr_reason r)
 {
-    return (r >= 0 && r < TW_GDR_R_COUNT) ? reasons[r].fix : "";
+    return (r >= 0 && r < TW_GDR_R_COUNT && reasons[r].fix) ? reasons[r].fix : "";
+}
+
+const char *tw__gdr_prov_kind_name(enum tw_gdr_prov_kind k)
+{
+    switch (k) {
+    case TW_GDR_PROV_NIC:
+        return "nic";
+    case TW_GDR_PROV_HOST_LOCAL:
+        return "host-local";
+    case TW_GDR_PROV_SOCKET:
+        return "socket";
+    }
+    return "?";
+}
+
+enum tw_gdr_prov_kind tw__gdr_prov_kind_of(const char *provider)
+{
+    size_t n = strcspn(provider, ";");
+    if ((n == 3 && strncmp(provider, "shm", 3) == 0) ||
+        (n == 3 && strncmp(provider, "sm2", 3) == 0))
+        return TW_GDR_PROV_HOST_LOCAL;
+    if ((n == 3 && strncmp(provider, "tcp", 3) == 0) ||
+        (n == 3 && strncmp(provider, "udp", 3) == 0) ||
+        (n == 7 && strncmp(provider, "sockets", 7) == 0))
+        return TW_GDR_PROV_SOCKET;
+    return TW_GDR_PROV_NIC;
 }
 
 static const char *const mode_names[] = {

@@ -47,9 +47,17 @@ struct tw_gdr_gpu_facts {
     struct tw_pci_dev pci;
 };
 
+/* How a provider moves bytes, which decides which predicates apply. */
+enum tw_gdr_prov_kind {
+    TW_GDR_PROV_NIC = 0,        /* a NIC DMAs into memory (verbs, efa, ...) */
+    TW_GDR_PROV_HOST_LOCAL = 1, /* inside this host (shm: CUDA IPC), no NIC */
+    TW_GDR_PROV_SOCKET = 2,     /* through kernel sockets (tcp, udp): a CUDA
+                                   buffer would be copied by the provider */
+};
+
 struct tw_gdr_provider_facts {
-    char name[32];    /* libfabric provider: "shm", "tcp", "verbs", "efa" */
-    int host_local;   /* moves data inside this host (shm: CUDA IPC), no NIC */
+    char name[32]; /* libfabric provider: "shm", "tcp", "verbs", "efa" */
+    enum tw_gdr_prov_kind kind;
     int hmem_cuda;    /* a real registration of a small CUDA buffer with
                          FI_HMEM_CUDA succeeded: 1/0/-1 */
     int dmabuf_mr;    /* FI_MR_DMABUF registration of a CUDA dma-buf
@@ -70,6 +78,7 @@ struct tw_gdr_config {
 /* The predicates, in the order they are checked and printed. */
 enum tw_gdr_pred {
     TW_GDR_P_ENABLED = 0,   /* the operator has not disabled it */
+    TW_GDR_P_PROVIDER_RDMA, /* the provider moves data by DMA or CUDA IPC */
     TW_GDR_P_PROVIDER_HMEM, /* the provider registers CUDA memory */
     TW_GDR_P_GPU_ATTR,      /* the GPU reports GPU_DIRECT_RDMA_SUPPORTED */
     TW_GDR_P_MIG,           /* MIG disabled */
@@ -92,6 +101,7 @@ enum tw_gdr_reason {
     TW_GDR_R_OK = 0,
     TW_GDR_R_DISABLED,          /* --gpudirect off */
     TW_GDR_R_NO_GPU,            /* no CUDA driver or no such device */
+    TW_GDR_R_PROVIDER_SOCKET,   /* the provider copies through sockets */
     TW_GDR_R_PROVIDER_NO_HMEM,  /* provider refused to register CUDA memory */
     TW_GDR_R_PROVIDER_UNPROBED, /* registration not tried (no fabric open) */
     TW_GDR_R_GPU_NO_GDR,        /* attribute 0 */
@@ -132,6 +142,11 @@ void tw__gdr_config_defaults(struct tw_gdr_config *cfg);
  * The decision. nic may be NULL (host-local provider, or no NIC found).
  * Always fills *out; returns out->admitted.
  */
+/* "nic", "host-local", "socket". */
+const char *tw__gdr_prov_kind_name(enum tw_gdr_prov_kind k);
+/* The kind of a libfabric provider name ("tcp;ofi_rxm" counts as tcp). Pure. */
+enum tw_gdr_prov_kind tw__gdr_prov_kind_of(const char *provider);
+
 int tw__gdr_decide(const struct tw_gdr_config *cfg, const struct tw_gdr_gpu_facts *gpu,
                    const struct tw_gdr_provider_facts *prov, const struct tw_gdr_nic_facts *nic,
                    struct tw_gdr_verdict *out);

@@ -53,12 +53,12 @@ static struct tw_gdr_gpu_facts good_gpu(const struct tw_sysfs *fs)
     return g;
 }
 
-static struct tw_gdr_provider_facts provider(const char *name, int host_local, int hmem)
+static struct tw_gdr_provider_facts provider(const char *name, int hmem)
 {
     struct tw_gdr_provider_facts p;
     memset(&p, 0, sizeof(p));
     snprintf(p.name, sizeof(p.name), "%s", name);
-    p.host_local = host_local;
+    p.kind = tw__gdr_prov_kind_of(name);
     p.hmem_cuda = hmem;
     p.dmabuf_mr = TW_GDR_UNKNOWN;
     return p;
@@ -239,7 +239,7 @@ static void test_fixture_distances(void)
                 {"phb", TW_PCIE_PHB},
                 {"node", TW_PCIE_NODE},
                 {"sys", TW_PCIE_SYS}};
-    struct tw_gdr_provider_facts verbs = provider("verbs", 0, 1);
+    struct tw_gdr_provider_facts verbs = provider("verbs", 1);
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         struct tw_sysfs fs = open_fixture(rows[i].machine);
         struct tw_gdr_gpu_facts g = good_gpu(&fs);
@@ -267,7 +267,7 @@ static void test_each_predicate_alone(void)
     struct tw_sysfs fs = open_fixture("dgx-pxb");
     struct tw_gdr_nic_facts nic = fixture_nic(&fs);
     struct tw_gdr_config cfg = cfg_limit(TW_GDR_MODE_AUTO, TW_PCIE_PXB);
-    struct tw_gdr_provider_facts verbs = provider("verbs", 0, 1);
+    struct tw_gdr_provider_facts verbs = provider("verbs", 1);
     struct tw_gdr_verdict v;
 
     struct tw_gdr_gpu_facts g = good_gpu(&fs);
@@ -279,11 +279,11 @@ static void test_each_predicate_alone(void)
     tw__gdr_decide(&off, &g, &verbs, &nic, &v);
     expect_only(&v, TW_GDR_P_ENABLED, TW_GDR_R_DISABLED);
 
-    struct tw_gdr_provider_facts nohmem = provider("verbs", 0, 0);
+    struct tw_gdr_provider_facts nohmem = provider("verbs", 0);
     snprintf(nohmem.detail, sizeof(nohmem.detail), "fi_mr_regattr: Function not implemented");
     tw__gdr_decide(&cfg, &g, &nohmem, &nic, &v);
     expect_only(&v, TW_GDR_P_PROVIDER_HMEM, TW_GDR_R_PROVIDER_NO_HMEM);
-    struct tw_gdr_provider_facts unprobed = provider("verbs", 0, TW_GDR_UNKNOWN);
+    struct tw_gdr_provider_facts unprobed = provider("verbs", TW_GDR_UNKNOWN);
     tw__gdr_decide(&cfg, &g, &unprobed, &nic, &v);
     expect_only(&v, TW_GDR_P_PROVIDER_HMEM, TW_GDR_R_PROVIDER_UNPROBED);
 
@@ -356,7 +356,7 @@ static void test_require_and_no_gpu(void)
     struct tw_sysfs fs = open_fixture("sys");
     struct tw_gdr_gpu_facts g = good_gpu(&fs);
     struct tw_gdr_nic_facts nic = fixture_nic(&fs);
-    struct tw_gdr_provider_facts verbs = provider("verbs", 0, 1);
+    struct tw_gdr_provider_facts verbs = provider("verbs", 1);
     struct tw_gdr_config req = cfg_limit(TW_GDR_MODE_REQUIRE, TW_PCIE_PXB);
     struct tw_gdr_verdict v;
     /* require does not bend the rules: the caller refuses to start and
@@ -369,7 +369,7 @@ static void test_require_and_no_gpu(void)
     tw__gdr_decide(&req, NULL, &verbs, &nic, &v);
     TW_ASSERT_EQ(v.admitted, 0);
     TW_ASSERT_EQ(v.reason, TW_GDR_R_NO_GPU);
-    TW_ASSERT_EQ(v.first_fail, TW_GDR_P_PROVIDER_HMEM);
+    TW_ASSERT_EQ(v.first_fail, TW_GDR_P_PROVIDER_RDMA);
 }
 
 static void test_shm_vs_nic(void)
@@ -378,7 +378,7 @@ static void test_shm_vs_nic(void)
      * a machine whose IOMMU translates and with no NIC at all. */
     struct tw_sysfs tr = open_fixture("translated-iommu");
     struct tw_gdr_gpu_facts g = good_gpu(&tr);
-    struct tw_gdr_provider_facts shm = provider("shm", 1, 1);
+    struct tw_gdr_provider_facts shm = provider("shm", 1);
     shm.dmabuf_mr = 1;
     struct tw_gdr_config cfg = cfg_limit(TW_GDR_MODE_AUTO, TW_PCIE_PIX);
     struct tw_gdr_verdict v;
@@ -389,11 +389,21 @@ static void test_shm_vs_nic(void)
     TW_ASSERT_EQ(v.checks[TW_GDR_P_PCIE].status, TW_GDR_NA);
     TW_ASSERT_EQ(v.use_dmabuf, 0); /* CUDA IPC, not dma-buf */
     /* shm without CUDA in its libfabric: not admitted, for that reason. */
-    struct tw_gdr_provider_facts shm_nohmem = provider("shm", 1, 0);
+    struct tw_gdr_provider_facts shm_nohmem = provider("shm", 0);
     tw__gdr_decide(&cfg, &g, &shm_nohmem, NULL, &v);
     expect_only(&v, TW_GDR_P_PROVIDER_HMEM, TW_GDR_R_PROVIDER_NO_HMEM);
+    /* tcp copies through sockets: never GPUDirect, whatever it registers. */
+    struct tw_gdr_provider_facts tcp = provider("tcp;ofi_rxm", 1);
+    TW_ASSERT_EQ(tcp.kind, TW_GDR_PROV_SOCKET);
+    tw__gdr_decide(&cfg, &g, &tcp, NULL, &v);
+    TW_ASSERT_EQ(v.admitted, 0);
+    TW_ASSERT_EQ(v.first_fail, TW_GDR_P_PROVIDER_RDMA);
+    TW_ASSERT_EQ(v.reason, TW_GDR_R_PROVIDER_SOCKET);
+    TW_ASSERT_EQ(tw__gdr_prov_kind_of("verbs;ofi_rxm"), TW_GDR_PROV_NIC);
+    TW_ASSERT_EQ(tw__gdr_prov_kind_of("efa"), TW_GDR_PROV_NIC);
+    TW_ASSERT_EQ(tw__gdr_prov_kind_of("shm"), TW_GDR_PROV_HOST_LOCAL);
     /* A NIC-backed provider with no NIC found. */
-    struct tw_gdr_provider_facts verbs = provider("verbs", 0, 1);
+    struct tw_gdr_provider_facts verbs = provider("verbs", 1);
     tw__gdr_decide(&cfg, &g, &verbs, NULL, &v);
     TW_ASSERT_EQ(v.admitted, 0);
     TW_ASSERT_EQ(v.first_fail, TW_GDR_P_IOMMU);
@@ -407,7 +417,7 @@ static void test_dmabuf_choice(void)
     struct tw_gdr_gpu_facts g = good_gpu(&fs);
     struct tw_gdr_nic_facts nic = fixture_nic(&fs);
     struct tw_gdr_config cfg = cfg_limit(TW_GDR_MODE_AUTO, TW_PCIE_PXB);
-    struct tw_gdr_provider_facts verbs = provider("verbs", 0, 1);
+    struct tw_gdr_provider_facts verbs = provider("verbs", 1);
     struct tw_gdr_verdict v;
     /* libfabric without FI_MR_DMABUF (1.17): pointer registration. */
     TW_ASSERT_EQ(tw__gdr_decide(&cfg, &g, &verbs, &nic, &v), 1);
