@@ -41,7 +41,12 @@ static void gather_gpu(const struct tw_cuda_api *cu, const struct tw_sysfs *fs, 
         g->dmabuf_supported = v != 0;
     if (cu->cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS,
                                  dev) == CUDA_SUCCESS)
-        g->flush_needed = (v & CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST) != 0;
+        g->flush_supported = (v & CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST) != 0;
+    /* Unknown ordering counts as "needs a flush": fail safe. */
+    g->flush_needed = 1;
+    if (cu->cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING, dev) ==
+        CUDA_SUCCESS)
+        g->flush_needed = v == CU_GPU_DIRECT_RDMA_WRITES_ORDERING_NONE;
 
     char bus[32];
     if (cu->cuDeviceGetPCIBusId(bus, (int)sizeof(bus), dev) == CUDA_SUCCESS &&

@@ -124,10 +124,13 @@ int tw__gdr_decide(const struct tw_gdr_config *cfg, const struct tw_gdr_gpu_fact
     /* A host-local provider (shm) hands GPU memory to its peer by CUDA IPC:
      * no NIC ever DMAs into the GPU, so IOMMU, DMA mask and PCIe distance
      * do not apply. Say so instead of pretending to check them. */
-    if (prov && prov->kind == TW_GDR_PROV_HOST_LOCAL) {
-        set(v, TW_GDR_P_IOMMU, TW_GDR_NA, TW_GDR_R_HOST_LOCAL);
-        set(v, TW_GDR_P_DMA_MASK, TW_GDR_NA, TW_GDR_R_HOST_LOCAL);
-        set(v, TW_GDR_P_PCIE, TW_GDR_NA, TW_GDR_R_HOST_LOCAL);
+    if (prov && prov->kind != TW_GDR_PROV_NIC) {
+        /* Socket providers already failed provider_rdma; no NIC DMA either. */
+        enum tw_gdr_reason na =
+            prov->kind == TW_GDR_PROV_HOST_LOCAL ? TW_GDR_R_HOST_LOCAL : TW_GDR_R_PROVIDER_SOCKET;
+        set(v, TW_GDR_P_IOMMU, TW_GDR_NA, na);
+        set(v, TW_GDR_P_DMA_MASK, TW_GDR_NA, na);
+        set(v, TW_GDR_P_PCIE, TW_GDR_NA, na);
     } else {
         check_nic(cfg, gpu, nic, v);
     }

@@ -41,9 +41,10 @@ struct tw_gdr_gpu_facts {
     uint64_t bar1_total;  /* NVML, bytes; 0 with bar1_known = 0 when unknown */
     uint64_t bar1_free;
     int bar1_known;
-    int flush_needed; /* GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS says the host
-                         must flush before GPU work reads NIC writes */
-    int pci_known;    /* pci below was read from sysfs */
+    int flush_needed;    /* GPU_DIRECT_RDMA_WRITES_ORDERING is NONE: NIC writes
+                            must be flushed before GPU work reads them */
+    int flush_supported; /* cuFlushGPUDirectRDMAWrites works from the host */
+    int pci_known;       /* pci below was read from sysfs */
     struct tw_pci_dev pci;
 };
 

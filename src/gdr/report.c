@@ -160,7 +160,9 @@ static void text_report(struct sbuf *b, const struct tw_gdr_machine *m,
             : g->mig_enabled == 0 ? "off"
                                   : "unknown",
             tri_text(g->gdr_supported), tri_text(g->dmabuf_supported), tri_text(g->dmabuf_export),
-            g->flush_needed ? "needed" : "not needed");
+            g->flush_needed ? (g->flush_supported ? "needed (cuFlushGPUDirectRDMAWrites)"
+                                                  : "needed, not supported")
+                            : "not needed");
         if (m->gpu_notes[i][0])
             put(b, "          note: %s\n", m->gpu_notes[i]);
     }
@@ -243,11 +245,12 @@ static void json_report(struct sbuf *b, const struct tw_gdr_machine *m,
         jstr(b, g->bdf);
         put(b,
             ",\"numa_node\":%d,\"iommu\":\"%s\",\"gpudirect_rdma_supported\":%s,"
-            "\"dmabuf_supported\":%s,\"dmabuf_export\":%s,\"mig_enabled\":%s,\"flush_needed\":%s,",
+            "\"dmabuf_supported\":%s,\"dmabuf_export\":%s,\"mig_enabled\":%s,\"flush_needed\":%s,"
+            "\"flush_supported\":%s,",
             g->pci_known ? g->pci.numa_node : -1,
             g->pci_known ? iommu_name(g->pci.iommu) : "unknown", tri_json(g->gdr_supported),
             tri_json(g->dmabuf_supported), tri_json(g->dmabuf_export), tri_json(g->mig_enabled),
-            g->flush_needed ? "true" : "false");
+            g->flush_needed ? "true" : "false", g->flush_supported ? "true" : "false");
         if (g->bar1_known)
             put(b, "\"bar1_total\":%llu,\"bar1_free\":%llu,", (unsigned long long)g->bar1_total,
                 (unsigned long long)g->bar1_free);

@@ -54,11 +54,16 @@ typedef enum {
     CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
     CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED = 116,
     CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS = 117,
+    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING = 118,
     CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124,
 } CUdevice_attribute_gdr;
 /* GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS bit: cuFlushGPUDirectRDMAWrites is
- * available (and needed before GPU work reads what a NIC wrote). */
+ * available to the host. */
 #define CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST 0x1
+/* GPU_DIRECT_RDMA_WRITES_ORDERING: NONE means NIC writes may be seen out of
+ * order by GPU work until they are flushed; OWNER and ALL_DEVICES mean they
+ * need no flush for consumers on this device (or any device). */
+#define CU_GPU_DIRECT_RDMA_WRITES_ORDERING_NONE 0
 
 /*
  * X(field, "exported symbol", return type, (parameters)).

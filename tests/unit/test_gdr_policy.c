@@ -399,6 +399,8 @@ static void test_shm_vs_nic(void)
     TW_ASSERT_EQ(v.admitted, 0);
     TW_ASSERT_EQ(v.first_fail, TW_GDR_P_PROVIDER_RDMA);
     TW_ASSERT_EQ(v.reason, TW_GDR_R_PROVIDER_SOCKET);
+    TW_ASSERT_EQ(v.checks[TW_GDR_P_PCIE].status, TW_GDR_NA);
+    TW_ASSERT_EQ(v.checks[TW_GDR_P_PCIE].reason, TW_GDR_R_PROVIDER_SOCKET);
     TW_ASSERT_EQ(tw__gdr_prov_kind_of("verbs;ofi_rxm"), TW_GDR_PROV_NIC);
     TW_ASSERT_EQ(tw__gdr_prov_kind_of("efa"), TW_GDR_PROV_NIC);
     TW_ASSERT_EQ(tw__gdr_prov_kind_of("shm"), TW_GDR_PROV_HOST_LOCAL);
