@@ -38,17 +38,6 @@ typedef struct CUevent_st *CUevent;
 #define CU_MEMHOSTALLOC_PORTABLE 0x1    /* pinned for every context, not only the current */
 #define CU_MEMHOSTREGISTER_PORTABLE 0x1 /* the same for cuMemHostRegister */
 
-typedef enum {
-    CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
-    CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID = 34,
-    CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT = 40,
-    CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41,
-    CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50,
-    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED = 116,
-    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS = 117,
-    CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124,
-} CUdevice_attribute;
-
 /* cuFlushGPUDirectRDMAWrites(target, scope) arguments. */
 #define CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX 0
 #define CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER 100
@@ -135,8 +124,6 @@ typedef enum {
       (void *ptr, size_t size, unsigned int flags))                                                \
     X(cuMemHostUnregister, "cuMemHostUnregister", CUresult, (void *ptr))                           \
     X(cuMemGetInfo, "cuMemGetInfo_v2", CUresult, (size_t * free_bytes, size_t * total_bytes))      \
-    X(cuDeviceGetAttribute, "cuDeviceGetAttribute", CUresult,                                      \
-      (int *value, CUdevice_attribute attr, CUdevice dev))                                         \
     X(cuStreamCreate, "cuStreamCreate", CUresult, (CUstream * stream, unsigned int flags))         \
     X(cuStreamDestroy, "cuStreamDestroy_v2", CUresult, (CUstream stream))                          \
     X(cuStreamSynchronize, "cuStreamSynchronize", CUresult, (CUstream stream))                     \
