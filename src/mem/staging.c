@@ -310,6 +310,7 @@ int tw__staging_poll(struct tw_staging_pipe *p)
 {
     if (p->failed)
         return p->failed;
+    p->wants_slot = 0; /* set again below if a borrow still finds none */
     int rc = reap(p);
     if (rc < 0)
         return rc;
