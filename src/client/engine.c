@@ -74,8 +74,12 @@ static struct tw__creq *lookup(struct tw_client *c, uint64_t id)
     return r->started ? r : NULL;
 }
 
+/* The plane that implements p; NULL when none does (no plane left, or host
+ * staging of GPU memory, which is issue 11's plane). */
 static const struct tw__client_dp_ops *dp_for_path(const struct tw_path *p)
 {
+    if (p->staging != TW_PATH_STAGING_NONE)
+        return NULL;
     switch (p->plane) {
     case TW_PATH_PLANE_INLINE:
         return &tw__client_dp_inline;

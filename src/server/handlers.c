@@ -136,7 +136,7 @@ static enum tw_path_push path_push(int srv_push)
  * rest of the connection, said once.
  */
 static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uint32_t flags,
-                                  uint64_t byte_length)
+                                  const struct tw_tensor *t)
 {
     struct tw_srv *srv = c->srv;
     struct tw_path_in in = {
@@ -148,10 +148,10 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
         .rail_usable = 1,
         .want_rdma = (flags & TW_XFER_WANT_RDMA) != 0,
         .size_known = 1,
-        .size = byte_length,
+        .size = t->byte_length,
         .rdma_min_bytes = srv->cfg.rdma_min_bytes,
-        .mem_local = TW_PATH_MEM_HOST, /* the store holds host memory */
-        .mem_peer = TW_PATH_MEM_HOST,  /* not on the wire; does not change ours */
+        .mem_local = t->gpu >= 0 ? TW_PATH_MEM_CUDA : TW_PATH_MEM_HOST,
+        .mem_peer = TW_PATH_MEM_HOST, /* not on the wire; does not change ours */
         .push = path_push(srv->cfg.push),
         .gdr = TW_PATH_GDR_NOT_EVALUATED, /* issue 12 */
     };
@@ -187,13 +187,21 @@ static void log_path(const struct tw_srv_conn *c, uint64_t id, const char *op, u
             (unsigned long long)c->srv->cfg.rdma_min_bytes);
 }
 
-/* No plane can move the bytes (the RDMA rail of an RDMA-only connection was
- * retired): the request fails, the connection stays (docs/protocol.md §7). */
+/* No data plane of this server implements the path: none is left (the RDMA
+ * rail of an RDMA-only connection was retired, docs/protocol.md §7), or it
+ * needs host staging of GPU memory, which no plane does yet (issue 11). The
+ * request fails, the connection stays. */
 static void refuse_no_plane(struct tw_srv_conn *c, uint64_t id, const char *op,
                             const struct tw_path *p)
 {
-    tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "%s: no data plane left on this connection (%s)",
-                        op, tw__path_reason_str((enum tw_path_reason)p->reason));
+    if (p->plane == TW_PATH_PLANE_NONE)
+        tw__conn_send_error(c, id, TW_WIRE_INTERNAL,
+                            "%s: no data plane left on this connection (%s)", op,
+                            tw__path_reason_str((enum tw_path_reason)p->reason));
+    else
+        tw__conn_send_error(c, id, TW_WIRE_DEVICE_UNAVAILABLE,
+                            "%s: this server's data planes cannot move GPU tensors yet (%s)", op,
+                            tw__path_reason_str((enum tw_path_reason)p->reason));
 }
 
 static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
@@ -208,9 +216,9 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
                             show_name(nm, name, sizeof(name)));
         return;
     }
-    struct tw_path path = choose_path(c, TW_PATH_GET, m->u.tensor_request.flags, t->byte_length);
+    struct tw_path path = choose_path(c, TW_PATH_GET, m->u.tensor_request.flags, t);
     log_path(c, id, "get", t->byte_length, m->u.tensor_request.flags, &path);
-    if (path.plane == TW_PATH_PLANE_NONE) {
+    if (!tw__dp_for_path(&path)) {
         tw__tensor_unref(t);
         refuse_no_plane(c, id, "get", &path);
         return;
@@ -312,9 +320,9 @@ static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
                             (unsigned long long)d->byte_length);
         return;
     }
-    struct tw_path path = choose_path(c, TW_PATH_PUT, m->u.tensor_put.flags, d->byte_length);
+    struct tw_path path = choose_path(c, TW_PATH_PUT, m->u.tensor_put.flags, t);
     log_path(c, id, "put", d->byte_length, m->u.tensor_put.flags, &path);
-    if (path.plane == TW_PATH_PLANE_NONE) {
+    if (!tw__dp_for_path(&path)) {
         tw__tensor_unref(t); /* the unpublished version goes */
         refuse_no_plane(c, id, "put", &path);
         return;

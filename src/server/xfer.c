@@ -50,6 +50,10 @@ struct tw_xfer *tw__xfer_new(struct tw_srv_conn *c, uint64_t id, enum tw_xfer_di
 
 const struct tw_dp_ops *tw__dp_for_path(const struct tw_path *p)
 {
+    /* Host staging of GPU memory is issue 11's plane: its ops table goes
+     * here, and until then such a path has none. */
+    if (p->staging != TW_PATH_STAGING_NONE)
+        return NULL;
     switch (p->plane) {
     case TW_PATH_PLANE_INLINE:
         return &tw__dp_inline_ops;

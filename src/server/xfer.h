@@ -65,7 +65,8 @@ extern const struct tw_dp_ops tw__dp_inline_ops;
 /* RDMA_REGISTER / RDMA_READY / RDMA_DONE through src/fabric (xfer_rdma.c). */
 extern const struct tw_dp_ops tw__dp_rdma_ops;
 
-/* The ops table that implements p's plane; NULL for TW_PATH_PLANE_NONE. */
+/* The ops table that implements p; NULL for TW_PATH_PLANE_NONE and for a
+ * path that needs host staging (no plane does it yet). */
 const struct tw_dp_ops *tw__dp_for_path(const struct tw_path *p);
 
 struct tw_xfer {
@@ -88,7 +89,7 @@ struct tw_xfer {
 };
 
 /* Creates a transfer for request id on conn moving its bytes on path's plane
- * (path->plane must not be TW_PATH_PLANE_NONE), taking a new reference to t,
+ * (tw__dp_for_path(path) must not be NULL), taking a new reference to t,
  * inserts it in the connection's table and arms its deadline. Returns NULL
  * on allocation failure. */
 struct tw_xfer *tw__xfer_new(struct tw_srv_conn *c, uint64_t id, enum tw_xfer_dir dir,
