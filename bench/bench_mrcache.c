@@ -106,7 +106,7 @@ static void pull(struct tw_fabric_mr *local, uint64_t loff, struct tw_fabric_rke
                                     .local_offset = loff,
                                     .remote = key,
                                     .length = size,
-                                    .deadline_ns = tw__fabric_now_ns() + 60ull * 1000000000};
+                                    .deadline_ns = tw__now_ns() + 60ull * 1000000000};
     struct tw_fabric_completion c;
     int rc = tw__fabric_xfer_run(cli, &d, &c);
     if (rc)

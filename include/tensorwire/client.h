@@ -92,8 +92,20 @@ TW_EXTERN int tw_tensor_desc_bytes(const struct tw_tensor_desc *desc, uint64_t *
 
 /* Connection options. Initialise with tw_client_options_init() and change
  * only the fields you need; every pointer is read during tw_client_connect
- * only (nothing is kept). */
+ * only (nothing is kept).
+ *
+ * Growing without breaking binaries: the struct starts with its own size,
+ * which tw_client_options_init() sets to sizeof(struct tw_client_options) as
+ * seen by the header the caller was compiled with. New fields are only ever
+ * added at the end. The library reads only the first `size` bytes: a
+ * program built against an older, smaller struct gets the defaults for every
+ * field it does not know; a struct from a newer header may be larger, and is
+ * accepted when every byte beyond what this library knows is zero (the
+ * newer options left at their defaults), else refused with TW_EINVAL (an
+ * option this library cannot honour). A size below the first version's
+ * struct (e.g. a struct never initialised) is TW_EINVAL. */
 struct tw_client_options {
+    size_t size;             /* set by tw_client_options_init(); do not change */
     const char *token;       /* shared secret (1..1024 bytes), or NULL */
     const char *token_file;  /* read when token is NULL; the token is the
                                 content without trailing space, tab, CR, LF
@@ -142,7 +154,15 @@ struct tw_client_options {
  * announce bit 3. */
 enum tw_push_policy { TW_PUSH_AUTO = 0, TW_PUSH_ALWAYS = 1, TW_PUSH_NEVER = 2 };
 
-TW_EXTERN void tw_client_options_init(struct tw_client_options *opts);
+/* Writes the defaults into the first size bytes of opts (nothing beyond)
+ * and sets opts->size = size. Use tw_client_options_init(). */
+TW_EXTERN void tw_client_options_init_size(struct tw_client_options *opts, size_t size);
+
+/* Fills opts with the defaults, with opts->size from this header. */
+static inline void tw_client_options_init(struct tw_client_options *opts)
+{
+    tw_client_options_init_size(opts, sizeof(*opts));
+}
 
 typedef struct tw_client tw_client;
 

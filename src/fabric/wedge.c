@@ -234,7 +234,7 @@ static void *watchdog_main(void *arg)
         uint64_t seq = __atomic_load_n(&fab->call_seq, __ATOMIC_ACQUIRE);
         unsigned rail = __atomic_load_n(&fab->call_rail, __ATOMIC_RELAXED);
         unsigned gen = __atomic_load_n(&fab->call_gen, __ATOMIC_RELAXED);
-        uint64_t now = tw__fabric_now_ns();
+        uint64_t now = tw__now_ns();
         if (!(seq & 1) || seq != seen_seq) {
             seen_seq = seq;
             seen_ns = now;

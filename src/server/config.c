@@ -78,63 +78,6 @@ void tw__srv_config_usage(const char *argv0)
            argv0, TW_SRV_DEFAULT_LISTEN, (unsigned long long)(TW_DEFAULT_RDMA_MIN_BYTES / 1024));
 }
 
-int tw__parse_size(const char *s, uint64_t *out)
-{
-    uint64_t v = 0;
-    const char *p = s;
-    if (!isdigit((unsigned char)*p))
-        return -EINVAL;
-    for (; isdigit((unsigned char)*p); p++) {
-        if (v > (UINT64_MAX - 9) / 10)
-            return -EINVAL;
-        v = v * 10 + (uint64_t)(*p - '0');
-    }
-    uint64_t mult = 1;
-    if (*p) {
-        uint64_t base = 1000;
-        int exp;
-        switch (*p) {
-        case 'k':
-        case 'K':
-            exp = 1;
-            break;
-        case 'm':
-        case 'M':
-            exp = 2;
-            break;
-        case 'g':
-        case 'G':
-            exp = 3;
-            break;
-        case 't':
-        case 'T':
-            exp = 4;
-            break;
-        case 'b':
-        case 'B':
-            exp = 0;
-            break;
-        default:
-            return -EINVAL;
-        }
-        p++;
-        if (exp > 0 && *p == 'i') {
-            base = 1024;
-            p++;
-        }
-        if (exp > 0 && (*p == 'b' || *p == 'B'))
-            p++;
-        if (*p)
-            return -EINVAL;
-        for (int i = 0; i < exp; i++)
-            mult *= base;
-    }
-    if (v != 0 && mult > UINT64_MAX / v)
-        return -EINVAL;
-    *out = v * mult;
-    return 0;
-}
-
 int tw__parse_seconds(const char *s, uint64_t *out_ms)
 {
     uint64_t whole = 0, frac_ms = 0;
@@ -208,11 +151,11 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
             FAIL("token-file: path too long");
         snprintf(c->token_file, sizeof(c->token_file), "%s", value);
     } else if (strcmp(k, "capacity") == 0) {
-        if (tw__parse_size(value, &c->capacity) != 0)
+        if (tw_parse_size(value, &c->capacity) != 0)
             FAIL("capacity: '%s' is not a size (examples: 1073741824, 64Mi, 2G)", value);
     } else if (strcmp(k, "max-frame") == 0) {
         uint64_t v;
-        if (tw__parse_size(value, &v) != 0 || v < TW_MIN_MAX_FRAME || v > TW_MAX_MAX_FRAME)
+        if (tw_parse_size(value, &v) != 0 || v < TW_MIN_MAX_FRAME || v > TW_MAX_MAX_FRAME)
             FAIL("max-frame: '%s' must be a size between 64Ki and 1Gi", value);
         c->max_frame = (uint32_t)v;
     } else if (strcmp(k, "log-level") == 0) {
@@ -253,7 +196,7 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
         else
             FAIL("push: '%s' is not one of auto, always, never", value);
     } else if (strcmp(k, "rdma-min-bytes") == 0) {
-        if (tw__parse_size(value, &c->rdma_min_bytes) != 0)
+        if (tw_parse_size(value, &c->rdma_min_bytes) != 0)
             FAIL("rdma-min-bytes: '%s' is not a size (examples: 0, 65536, 256Ki, 1Mi)", value);
     } else {
         FAIL("unknown option '%s'", key);

@@ -3,8 +3,8 @@
  * config file with the same keys as the long options (without "--").
  * Command-line options override the file wherever they appear.
  *
- * Sizes accept K/M/G/T (powers of 1000) and Ki/Mi/Gi/Ti (powers of 1024),
- * an optional trailing "B". Durations are seconds, with an optional
+ * Sizes follow tw_parse_size (include/tensorwire/size.h), the rules the CLI
+ * uses too. Durations are seconds, with an optional
  * fraction ("0.5"); 0 disables a timeout.
  */
 #ifndef TW_SERVER_CONFIG_H
@@ -12,6 +12,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "tensorwire/size.h"
 
 #define TW_SRV_DEFAULT_LISTEN "127.0.0.1:7450"
 
@@ -64,8 +66,6 @@ int tw__srv_config_load_file(struct tw_srv_config *c, const char *path, char *er
 /* Prints --help text to stdout. */
 void tw__srv_config_usage(const char *argv0);
 
-/* "64Mi" -> 67108864. Returns 0 or -EINVAL (also on overflow). */
-int tw__parse_size(const char *s, uint64_t *out);
 /* "2.5" -> 2500 (milliseconds). Returns 0 or -EINVAL. */
 int tw__parse_seconds(const char *s, uint64_t *out_ms);
 

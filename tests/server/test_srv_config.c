@@ -8,34 +8,6 @@
 #include "server/log.h"
 #include "tw_test.h"
 
-static void test_sizes(void)
-{
-    uint64_t v;
-    TW_ASSERT_OK(tw__parse_size("0", &v));
-    TW_ASSERT_EQ_U64(v, 0);
-    TW_ASSERT_OK(tw__parse_size("1234", &v));
-    TW_ASSERT_EQ_U64(v, 1234);
-    TW_ASSERT_OK(tw__parse_size("64K", &v));
-    TW_ASSERT_EQ_U64(v, 64000);
-    TW_ASSERT_OK(tw__parse_size("64Ki", &v));
-    TW_ASSERT_EQ_U64(v, 65536);
-    TW_ASSERT_OK(tw__parse_size("3G", &v));
-    TW_ASSERT_EQ_U64(v, 3000000000ull);
-    TW_ASSERT_OK(tw__parse_size("2Gi", &v));
-    TW_ASSERT_EQ_U64(v, 2ull << 30);
-    TW_ASSERT_OK(tw__parse_size("5MiB", &v));
-    TW_ASSERT_EQ_U64(v, 5ull << 20);
-    TW_ASSERT_OK(tw__parse_size("1Ti", &v));
-    TW_ASSERT_EQ_U64(v, 1ull << 40);
-    TW_ASSERT_ERR(tw__parse_size("", &v), -EINVAL);
-    TW_ASSERT_ERR(tw__parse_size("G", &v), -EINVAL);
-    TW_ASSERT_ERR(tw__parse_size("1X", &v), -EINVAL);
-    TW_ASSERT_ERR(tw__parse_size("1Gix", &v), -EINVAL);
-    TW_ASSERT_ERR(tw__parse_size("-1", &v), -EINVAL);
-    TW_ASSERT_ERR(tw__parse_size("99999999999999999999", &v), -EINVAL);
-    TW_ASSERT_ERR(tw__parse_size("20000000Ti", &v), -EINVAL); /* overflow */
-}
-
 static void test_seconds(void)
 {
     uint64_t ms;
@@ -131,7 +103,6 @@ static void test_rdma_min_bytes(void)
 
 int main(void)
 {
-    TW_RUN(test_sizes);
     TW_RUN(test_seconds);
     TW_RUN(test_args_and_file);
     TW_RUN(test_rdma_min_bytes);
