@@ -5,6 +5,8 @@
  */
 #include "tools/raw_fabric.h"
 
+#include "tensorwire/error.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <rdma/fabric.h>
@@ -144,7 +146,7 @@ int tw_raw_fabric_set_target(struct tw_raw_fabric *r, const struct tw_raw_fabric
         r->have_peer = 0;
     }
     if (fi_av_insert(r->init.av, t->addr, 1, &r->peer, 0, NULL) != 1)
-        return fail(r->err, sizeof(r->err), -EINVAL, "fi_av_insert of the target failed");
+        return fail(r->err, sizeof(r->err), TW_EINVAL, "fi_av_insert of the target failed");
     r->have_peer = 1;
     r->remote_addr = t->remote_addr;
     r->key = t->key;
@@ -272,7 +274,7 @@ int tw_raw_fabric_loop(struct tw_raw_fabric *r, int write, uint64_t size, uint64
     pthread_t th;
     int rc = 0;
     if (!r->have_peer)
-        return fail(r->err, sizeof(r->err), -EINVAL, "no target");
+        return fail(r->err, sizeof(r->err), TW_EINVAL, "no target");
     if (size == 0 || size > r->len || size > r->init.info->ep_attr->max_msg_size)
         return fail(r->err, sizeof(r->err), -EMSGSIZE,
                     "%llu bytes: larger than the buffer or the provider's largest message",

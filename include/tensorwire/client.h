@@ -9,15 +9,18 @@
  *   -errno                 a system call failed (-ECONNREFUSED, -ENOMEM ...)
  *   TW_ENOTFOUND ...       the server answered ERROR with that code; the
  *                          server's message is in tw_client_last_error_message
- *   TW_E* verdicts         the server sent something malformed or out of order
- *                          (the connection is then closed, see below)
+ *   -1100..-1199           a local verdict (TW_ERR_IS_VERDICT): the server
+ *                          sent something malformed or out of order (the
+ *                          connection is then closed, see below)
+ *   TW_EINVAL              also for argument errors caught locally
  *
  * Request-level errors (NOT_FOUND, INVALID_ARGUMENT, CAPACITY_EXCEEDED,
  * CHECKSUM_MISMATCH, BUSY, DEVICE_UNAVAILABLE, -ENOBUFS for a too-small
  * buffer) leave the connection usable. Connection-level errors (any protocol
  * violation, UNAUTHORIZED, SHUTTING_DOWN with GOODBYE, a timeout, a socket
  * error) close it: every later call on the handle fails with -ENOTCONN, and
- * the handle must still be released with tw_close().
+ * the handle must still be released with tw_close(). After a failed call,
+ * tw_client_is_connected() says which of the two happened.
  *
  * Thread-safety: a tw_client is NOT thread-safe. Use one handle per thread
  * (connections are cheap; the server serves each independently), or serialise
@@ -87,7 +90,8 @@ struct tw_tensor_desc {
 };
 
 /* Byte length of desc (product of shape times element size) into *out.
- * Returns 0, TW_EINVAL (unknown dtype or ndim > 16) or -EOVERFLOW. */
+ * Returns 0 or TW_EINVAL (unknown dtype, ndim > 16, or a byte length that
+ * does not fit in 64 bits). */
 TW_EXTERN int tw_tensor_desc_bytes(const struct tw_tensor_desc *desc, uint64_t *out);
 
 /* Connection options. Initialise with tw_client_options_init() and change
@@ -208,6 +212,13 @@ TW_EXTERN const char *tw_client_data_plane(const tw_client *c);
  * server has no RDMA plane, the server declined and why, the local plane
  * did not open and why). Valid as long as c. */
 TW_EXTERN const char *tw_client_fabric_status(const tw_client *c);
+
+/* 1 while c's connection is usable, 0 once a connection-level error closed
+ * it (every later call then fails with -ENOTCONN; reconnect with a new
+ * handle) or for NULL. Exact, unlike guessing from an error code: the same
+ * code can be request-level or connection-level depending on how the
+ * server sent it. Never fails, does no I/O. */
+TW_EXTERN int tw_client_is_connected(const tw_client *c);
 
 /* Negotiated limits, valid after connect. */
 TW_EXTERN uint32_t tw_client_max_frame(const tw_client *c);

@@ -67,10 +67,9 @@ int tw_tensor_desc_bytes(const struct tw_tensor_desc *desc, uint64_t *out)
 {
     if (!desc || !out || desc->ndim > TW_TENSOR_MAX_NDIM || tw_dtype_size(desc->dtype) == 0)
         return TW_EINVAL;
-    int rc = tw__shape_bytes(desc->dtype, desc->ndim, desc->shape, out);
-    if (rc == TW_EOVERFLOW)
-        return -EOVERFLOW;
-    return rc ? TW_EINVAL : 0;
+    /* An overflowing product is an argument error too (TW_EINVAL), not an
+     * errno: no system call failed. */
+    return tw__shape_bytes(desc->dtype, desc->ndim, desc->shape, out) ? TW_EINVAL : 0;
 }
 
 /* --- connection --------------------------------------------------------- */
@@ -311,6 +310,11 @@ const char *tw_client_data_plane(const tw_client *c)
 const char *tw_client_fabric_status(const tw_client *c)
 {
     return c ? c->fabric_status : "";
+}
+
+int tw_client_is_connected(const tw_client *c)
+{
+    return c && !c->broken && c->fd >= 0;
 }
 
 const char *tw_client_last_error_message(const tw_client *c)

@@ -57,9 +57,9 @@ int tw__token_load_file(struct tw_token *tok, const char *path, char *errbuf, si
                 end = pos + 1;
                 if (end > TW_AUTH_MAX_TOKEN_LEN) {
                     tw__errbuf_set(errbuf, errlen,
-                           "token file '%s' holds a token longer than %u bytes (trailing "
-                           "whitespace aside)",
-                           path, TW_AUTH_MAX_TOKEN_LEN);
+                                   "token file '%s' holds a token longer than %u bytes (trailing "
+                                   "whitespace aside)",
+                                   path, TW_AUTH_MAX_TOKEN_LEN);
                     rc = TW_EINVAL;
                     goto out_wipe;
                 }
@@ -71,8 +71,8 @@ int tw__token_load_file(struct tw_token *tok, const char *path, char *errbuf, si
         }
     }
     if (end == 0) {
-        tw__errbuf_set(errbuf, errlen, "token file '%s' is %s (the token must be 1..%u bytes)", path,
-               pos == 0 ? "empty" : "only whitespace", TW_AUTH_MAX_TOKEN_LEN);
+        tw__errbuf_set(errbuf, errlen, "token file '%s' is %s (the token must be 1..%u bytes)",
+                       path, pos == 0 ? "empty" : "only whitespace", TW_AUTH_MAX_TOKEN_LEN);
         rc = TW_EINVAL;
         goto out_wipe;
     }
@@ -94,8 +94,8 @@ int tw__token_set(struct tw_token *tok, const void *bytes, size_t len, char *err
 {
     tw__token_clear(tok);
     if (!bytes || len == 0 || len > TW_AUTH_MAX_TOKEN_LEN) {
-        tw__errbuf_set(errbuf, errlen, "the token must be 1..%u bytes (got %zu)", TW_AUTH_MAX_TOKEN_LEN,
-               bytes ? len : (size_t)0);
+        tw__errbuf_set(errbuf, errlen, "the token must be 1..%u bytes (got %zu)",
+                       TW_AUTH_MAX_TOKEN_LEN, bytes ? len : (size_t)0);
         return TW_EINVAL;
     }
     memcpy(tok->bytes, bytes, len);

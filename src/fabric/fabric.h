@@ -99,7 +99,7 @@
 
 #include "common/clock.h" /* tw__now_ns(): the clock of deadline_ns */
 #include "proto/proto.h"
-#include "tensorwire/error.h"
+#include "common/verdict.h"
 
 #define TW_FABRIC_MAX_RAILS 8u /* usable rails at once; also the most RDMA_ENDPOINT entries */
 /* Rail slots of a plane: the usable rails plus retired ones, which keep

@@ -83,17 +83,17 @@ int tw__parse_seconds(const char *s, uint64_t *out_ms)
     uint64_t whole = 0, frac_ms = 0;
     const char *p = s;
     if (!isdigit((unsigned char)*p))
-        return -EINVAL;
+        return TW_EINVAL;
     for (; isdigit((unsigned char)*p); p++) {
         if (whole > 100000000ull)
-            return -EINVAL;
+            return TW_EINVAL;
         whole = whole * 10 + (uint64_t)(*p - '0');
     }
     if (*p == '.') {
         p++;
         uint64_t scale = 100;
         if (!isdigit((unsigned char)*p))
-            return -EINVAL;
+            return TW_EINVAL;
         for (; isdigit((unsigned char)*p); p++) {
             frac_ms += (uint64_t)(*p - '0') * scale;
             scale /= 10;
@@ -102,7 +102,7 @@ int tw__parse_seconds(const char *s, uint64_t *out_ms)
     if (*p == 's')
         p++;
     if (*p)
-        return -EINVAL;
+        return TW_EINVAL;
     *out_ms = whole * 1000 + frac_ms;
     return 0;
 }
@@ -111,16 +111,16 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 {
     uint64_t v = 0;
     if (!isdigit((unsigned char)*s))
-        return -EINVAL;
+        return TW_EINVAL;
     for (; *s; s++) {
         if (!isdigit((unsigned char)*s))
-            return -EINVAL;
+            return TW_EINVAL;
         v = v * 10 + (uint64_t)(*s - '0');
         if (v > hi)
-            return -EINVAL;
+            return TW_EINVAL;
     }
     if (v < lo)
-        return -EINVAL;
+        return TW_EINVAL;
     *out = (uint32_t)v;
     return 0;
 }
@@ -129,7 +129,7 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
     do {                                                                                           \
         if (errbuf && errlen)                                                                      \
             snprintf(errbuf, errlen, __VA_ARGS__);                                                 \
-        return -EINVAL;                                                                            \
+        return TW_EINVAL;                                                                          \
     } while (0)
 
 int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *value, char *errbuf,
@@ -238,7 +238,7 @@ int tw__srv_config_load_file(struct tw_srv_config *c, const char *path, char *er
         if (!eq) {
             if (errbuf && errlen)
                 snprintf(errbuf, errlen, "%s:%u: expected 'key = value'", path, lineno);
-            rc = -EINVAL;
+            rc = TW_EINVAL;
             goto out_close_file;
         }
         *eq = '\0';
@@ -246,7 +246,7 @@ int tw__srv_config_load_file(struct tw_srv_config *c, const char *path, char *er
         if (strcmp(key, "config") == 0) {
             if (errbuf && errlen)
                 snprintf(errbuf, errlen, "%s:%u: 'config' cannot be nested", path, lineno);
-            rc = -EINVAL;
+            rc = TW_EINVAL;
             goto out_close_file;
         }
         rc = tw__srv_config_set(c, key, value, err, sizeof(err));
@@ -263,7 +263,7 @@ out_close_file:
 }
 
 /* Splits "--key=value" / "--key value". Returns the number of argv slots
- * consumed (1 or 2), or -EINVAL. */
+ * consumed (1 or 2), or TW_EINVAL. */
 static int split_opt(int argc, char **argv, int i, char *key, size_t keylen, const char **value)
 {
     const char *a = argv[i] + 2;
@@ -271,17 +271,17 @@ static int split_opt(int argc, char **argv, int i, char *key, size_t keylen, con
     if (eq) {
         size_t n = (size_t)(eq - a);
         if (n >= keylen)
-            return -EINVAL;
+            return TW_EINVAL;
         memcpy(key, a, n);
         key[n] = '\0';
         *value = eq + 1;
         return 1;
     }
     if (strlen(a) >= keylen)
-        return -EINVAL;
+        return TW_EINVAL;
     strcpy(key, a);
     if (i + 1 >= argc)
-        return -EINVAL;
+        return TW_EINVAL;
     *value = argv[i + 1];
     return 2;
 }
@@ -310,7 +310,7 @@ int tw__srv_config_from_args(struct tw_srv_config *c, int argc, char **argv, cha
         if (strcmp(key, "config") == 0) {
             rc = tw__srv_config_load_file(c, value, errbuf, errlen);
             if (rc < 0)
-                return -EINVAL;
+                return TW_EINVAL;
         }
         i += used;
     }

@@ -52,7 +52,7 @@ uint64_t tw__srv_default_capacity(void);
 
 /*
  * Applies argv. Returns 0, 1 when --help was given (usage is printed on
- * stdout, the caller exits 0), or -EINVAL with errbuf saying which option
+ * stdout, the caller exits 0), or TW_EINVAL with errbuf saying which option
  * and why (the caller prints it with the usage hint and exits 2).
  */
 int tw__srv_config_from_args(struct tw_srv_config *c, int argc, char **argv, char *errbuf,
@@ -66,7 +66,7 @@ int tw__srv_config_load_file(struct tw_srv_config *c, const char *path, char *er
 /* Prints --help text to stdout. */
 void tw__srv_config_usage(const char *argv0);
 
-/* "2.5" -> 2500 (milliseconds). Returns 0 or -EINVAL. */
+/* "2.5" -> 2500 (milliseconds). Returns 0 or TW_EINVAL. */
 int tw__parse_seconds(const char *s, uint64_t *out_ms);
 
 #endif

@@ -17,9 +17,9 @@ static void test_seconds(void)
     TW_ASSERT_EQ_U64(ms, 250);
     TW_ASSERT_OK(tw__parse_seconds("1.5s", &ms));
     TW_ASSERT_EQ_U64(ms, 1500);
-    TW_ASSERT_ERR(tw__parse_seconds("1.", &ms), -EINVAL);
-    TW_ASSERT_ERR(tw__parse_seconds("abc", &ms), -EINVAL);
-    TW_ASSERT_ERR(tw__parse_seconds("-3", &ms), -EINVAL);
+    TW_ASSERT_ERR(tw__parse_seconds("1.", &ms), TW_EINVAL);
+    TW_ASSERT_ERR(tw__parse_seconds("abc", &ms), TW_EINVAL);
+    TW_ASSERT_ERR(tw__parse_seconds("-3", &ms), TW_EINVAL);
 }
 
 static void test_args_and_file(void)
@@ -52,20 +52,20 @@ static void test_args_and_file(void)
     TW_ASSERT_STR_EQ(c.token_file, "/x");
 
     char *bad1[] = {"tensorwired", "--capacity", "lots", NULL};
-    TW_ASSERT_ERR(tw__srv_config_from_args(&c, 3, bad1, err, sizeof(err)), -EINVAL);
+    TW_ASSERT_ERR(tw__srv_config_from_args(&c, 3, bad1, err, sizeof(err)), TW_EINVAL);
     fprintf(stderr, "  %s\n", err);
     char *bad2[] = {"tensorwired", "--frobnicate", "1", NULL};
-    TW_ASSERT_ERR(tw__srv_config_from_args(&c, 3, bad2, err, sizeof(err)), -EINVAL);
+    TW_ASSERT_ERR(tw__srv_config_from_args(&c, 3, bad2, err, sizeof(err)), TW_EINVAL);
     fprintf(stderr, "  %s\n", err);
     char *bad3[] = {"tensorwired", "--listen", NULL};
-    TW_ASSERT_ERR(tw__srv_config_from_args(&c, 2, bad3, err, sizeof(err)), -EINVAL);
+    TW_ASSERT_ERR(tw__srv_config_from_args(&c, 2, bad3, err, sizeof(err)), TW_EINVAL);
     char *bad4[] = {"tensorwired", "--max-inflight", "70000", NULL};
-    TW_ASSERT_ERR(tw__srv_config_from_args(&c, 3, bad4, err, sizeof(err)), -EINVAL);
+    TW_ASSERT_ERR(tw__srv_config_from_args(&c, 3, bad4, err, sizeof(err)), TW_EINVAL);
 
     f = fopen(path, "w");
     fprintf(f, "listen 127.0.0.1:1\n");
     fclose(f);
-    TW_ASSERT_ERR(tw__srv_config_load_file(&c, path, err, sizeof(err)), -EINVAL);
+    TW_ASSERT_ERR(tw__srv_config_load_file(&c, path, err, sizeof(err)), TW_EINVAL);
     fprintf(stderr, "  %s\n", err);
     unlink(path);
     TW_ASSERT_ERR(tw__srv_config_load_file(&c, path, err, sizeof(err)), -ENOENT);
@@ -92,13 +92,13 @@ static void test_rdma_min_bytes(void)
     const char *bad[] = {"", "-1", "1Q", "lots", "1Mix"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         err[0] = '\0';
-        TW_ASSERT_ERR(tw__srv_config_set(&c, "rdma-min-bytes", bad[i], err, sizeof(err)), -EINVAL);
+        TW_ASSERT_ERR(tw__srv_config_set(&c, "rdma-min-bytes", bad[i], err, sizeof(err)), TW_EINVAL);
         TW_ASSERT(strstr(err, "rdma-min-bytes") != NULL);
         TW_ASSERT_EQ_U64(c.rdma_min_bytes, 12345); /* unchanged */
     }
     fprintf(stderr, "  %s\n", err);
     char *a3[] = {"tensorwired", "--rdma-min-bytes", NULL};
-    TW_ASSERT_ERR(tw__srv_config_from_args(&c, 2, a3, err, sizeof(err)), -EINVAL);
+    TW_ASSERT_ERR(tw__srv_config_from_args(&c, 2, a3, err, sizeof(err)), TW_EINVAL);
 }
 
 int main(void)
