@@ -13,7 +13,7 @@ tw_add_test(test_client_cancel ${CMAKE_SOURCE_DIR}/tests/integration/test_client
 # The same tests over the RDMA data plane (docs/testing.md): every provider,
 # pull and push (--push always on both sides), byte-exact. The concurrent one
 # stays out of TSan there (the plain run covers the client's threads; shm's
-# lock-free queues are uninstrumented, fabric.cmake).
+# lock-free queues are uninstrumented, tw_fabric_labels in CMakeLists.txt).
 foreach(prov tcp shm)
   foreach(mode pull push)
     if(mode STREQUAL "push")

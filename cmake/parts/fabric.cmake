@@ -3,16 +3,10 @@
 # opened here): RMA, fork safety, wedged rails, and the registration cache
 # in front of the data plane (mrcache.c).
 #
-# Only the tcp variants carry the `tsan` label (not the fork test): with
-# shm, two endpoints of one process exchange data through a shared-memory
-# queue whose lock-free synchronisation lives inside (uninstrumented)
-# libfabric, which ThreadSanitizer reports as a race in the provider's
-# memcpy. Our own locking is exercised identically by the tcp variant.
+# Only the tcp variants carry the `tsan` label (tw_fabric_labels in
+# CMakeLists.txt says why), and not the fork test.
 foreach(prov tcp shm)
-  set(_labels fabric integration)
-  if(prov STREQUAL "tcp")
-    list(APPEND _labels tsan)
-  endif()
+  tw_fabric_labels(${prov} _labels)
   tw_add_test(test_fabric_rma_${prov} ${CMAKE_SOURCE_DIR}/tests/integration/test_fabric_rma.c
               TIMEOUT 120 LABELS ${_labels})
   target_compile_definitions(test_fabric_rma_${prov} PRIVATE TW_TEST_PROVIDER="${prov}")

@@ -49,12 +49,9 @@ endif()
 # skips (77) when its provider cannot be opened here.
 # The tcp variant also runs under ThreadSanitizer (server mover thread +
 # event loop, client mover thread); shm is left out for the reason given in
-# fabric.cmake (uninstrumented lock-free queues inside libfabric).
+# tw_fabric_labels (uninstrumented lock-free queues inside libfabric).
 foreach(prov tcp shm)
-  set(_labels fabric integration)
-  if(prov STREQUAL "tcp")
-    list(APPEND _labels tsan)
-  endif()
+  tw_fabric_labels(${prov} _labels)
   tw_add_test(test_rdma_${prov} ${CMAKE_SOURCE_DIR}/tests/integration/test_rdma.c
               TIMEOUT 120 LABELS ${_labels} LIBS tw_itest)
   target_compile_definitions(test_rdma_${prov} PRIVATE TW_TEST_PROVIDER="${prov}")
