@@ -197,7 +197,8 @@ static int rail_cache(struct tw_fabric_mrcache *mc, unsigned rail, struct tw_reg
     if (!rc) {
         ret = tw__regcache_create(&mc->cfg, &rail_registrar, rl, &rc);
         if (ret)
-            tw__errbuf_set(err, errlen, "registration cache of rail %u: %s", rail, tw_strerror(ret));
+            tw__errbuf_set(err, errlen, "registration cache of rail %u: %s", rail,
+                           tw_strerror(ret));
         else
             atomic_store_explicit(&rl->rc, rc, memory_order_release);
     }

@@ -941,7 +941,8 @@ int tw__regcache_lookup(struct tw_regcache *c, const void *addr, size_t len, uin
 {
     uintptr_t a = (uintptr_t)addr;
     if (access == 0 || (access & ~TW_ACCESS_ALL) || len == 0 || a + len < a) {
-        tw__errbuf_set(err, errlen, "%s", "invalid lookup: empty/wrapping range or bad access flags");
+        tw__errbuf_set(err, errlen, "%s",
+                       "invalid lookup: empty/wrapping range or bad access flags");
         return TW_EINVAL;
     }
     if ((unsigned)hint >= TW_MEMKIND_MAX) {

@@ -63,8 +63,7 @@ int tw__net_split_hostport(const char *s, char host[TW_NET_HOST_MAX + 1], unsign
         }
         host_len = (size_t)(colon - s);
         if (memchr(s, ':', host_len)) {
-            tw__errbuf_set(errbuf, errlen, "'%s': an IPv6 address needs brackets: [ADDR]:PORT",
-                           s);
+            tw__errbuf_set(errbuf, errlen, "'%s': an IPv6 address needs brackets: [ADDR]:PORT", s);
             return TW_EINVAL;
         }
         if (host_len > TW_NET_HOST_MAX) {

@@ -240,8 +240,7 @@ static struct tw_fabric_stats wait_stats(struct tw_fabric *f, unsigned reopened,
     do {
         usleep(1000);
         tw__fabric_stats(f, &st);
-    } while ((st.rails_reopened < reopened || st.rails_closed < closed) &&
-             tw__now_ns() < until);
+    } while ((st.rails_reopened < reopened || st.rails_closed < closed) && tw__now_ns() < until);
     return st;
 }
 

@@ -92,7 +92,8 @@ static void test_rdma_min_bytes(void)
     const char *bad[] = {"", "-1", "1Q", "lots", "1Mix"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         err[0] = '\0';
-        TW_ASSERT_ERR(tw__srv_config_set(&c, "rdma-min-bytes", bad[i], err, sizeof(err)), TW_EINVAL);
+        TW_ASSERT_ERR(tw__srv_config_set(&c, "rdma-min-bytes", bad[i], err, sizeof(err)),
+                      TW_EINVAL);
         TW_ASSERT(strstr(err, "rdma-min-bytes") != NULL);
         TW_ASSERT_EQ_U64(c.rdma_min_bytes, 12345); /* unchanged */
     }

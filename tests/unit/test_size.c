@@ -43,8 +43,23 @@ static void test_accepts(void)
 static void test_rejects(void)
 {
     static const char *const bad[] = {
-        "",      "K",    "G",     "Ki",   "4X",   "1Gix", "4KI", "4iB", "4BB", "-1",
-        "+1",    " 1",   "1 ",    "1.5K", "0x10", "4Kb ", "4 K",
+        "",
+        "K",
+        "G",
+        "Ki",
+        "4X",
+        "1Gix",
+        "4KI",
+        "4iB",
+        "4BB",
+        "-1",
+        "+1",
+        " 1",
+        "1 ",
+        "1.5K",
+        "0x10",
+        "4Kb ",
+        "4 K",
         "99999999999999999999", /* above UINT64_MAX */
         "18446744073709551616", /* UINT64_MAX + 1 */
         "20000000Ti",           /* product overflows */
