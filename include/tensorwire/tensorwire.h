@@ -12,5 +12,6 @@
 #include "tensorwire/version.h"
 #include "tensorwire/client.h"
 #include "tensorwire/size.h"
+#include "tensorwire/doctor.h"
 
 #endif
