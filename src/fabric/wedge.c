@@ -34,7 +34,7 @@ void tw__fabric_rail_retire_locked(struct tw_fabric *fab, struct tw_fabric_rail 
     r->retired = 1;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(r->retire_why, sizeof(r->retire_why), fmt, ap);
+    tw__errbuf_vset(r->retire_why, sizeof(r->retire_why), fmt, ap);
     va_end(ap);
     fab->st.rails_retired++;
     __atomic_or_fetch(&fab->reopen, 1u << (unsigned)(r - fab->rails), __ATOMIC_RELEASE);

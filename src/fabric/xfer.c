@@ -64,7 +64,7 @@ static void stop(struct tw_fabric_xfer *x, int status, const char *fmt, ...)
         x->status = status;
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(x->msg, sizeof(x->msg), fmt, ap);
+        tw__errbuf_vset(x->msg, sizeof(x->msg), fmt, ap);
         va_end(ap);
     }
 }
