@@ -23,12 +23,14 @@ install(FILES ${CMAKE_BINARY_DIR}/tensorwireConfig.cmake
         DESTINATION ${TW_CMAKE_DIR})
 
 # Only needed to link libtensorwire statically; it is shipped shared.
-set(TW_PC_LIBS_PRIVATE "${FABRIC_LDFLAGS} -lcrypto -lpthread ${CMAKE_DL_LIBS}")
-string(REPLACE ";" " " TW_PC_LIBS_PRIVATE "${TW_PC_LIBS_PRIVATE}")
-list(JOIN TW_PC_LIBS_PRIVATE " " TW_PC_LIBS_PRIVATE)
+set(TW_PC_LIBS_PRIVATE "-lfabric -lcrypto -lpthread")
+if(CMAKE_DL_LIBS)
+  string(APPEND TW_PC_LIBS_PRIVATE " -l${CMAKE_DL_LIBS}")
+endif()
 # The prefix is found from the .pc file's own place (${pcfiledir}), so the
 # file stays right wherever `cmake --install --prefix` and DESTDIR put it.
 file(RELATIVE_PATH TW_PC_TO_PREFIX /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)
+string(REGEX REPLACE "/$" "" TW_PC_TO_PREFIX "${TW_PC_TO_PREFIX}")
 configure_file(${CMAKE_SOURCE_DIR}/cmake/tensorwire.pc.in ${CMAKE_BINARY_DIR}/tensorwire.pc @ONLY)
 install(FILES ${CMAKE_BINARY_DIR}/tensorwire.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
