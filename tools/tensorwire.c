@@ -77,13 +77,6 @@ static const char usage_rm[] = "usage: tensorwire rm NAME\n";
 static const char usage_ping[] = "usage: tensorwire ping [--count N]\n";
 static const char usage_stats[] = "usage: tensorwire stats\n";
 
-uint64_t tw_cli_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 int tw_cli_fail(tw_client *c, int rc, const char *fmt, ...)
 {
     char what[512];
