@@ -345,8 +345,23 @@ static int target_from(PyObject *obj, int writable, struct target *t)
         return 0;
     }
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, &t->view, flags) < 0)
+    if (PyObject_GetBuffer(obj, &t->view, flags) < 0) {
+        /* Read-only or not C-contiguous: say so as InvalidArgument (a
+         * ValueError); an object without the buffer protocol stays a
+         * TypeError. */
+        if (!PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            PyErr_Format(InvalidArgument, "%s %.100s: %S",
+                         writable ? "cannot receive into this" : "cannot send this",
+                         Py_TYPE(obj)->tp_name, value ? value : Py_None);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+        }
         return -1;
+    }
     t->has_view = 1;
     t->ptr = t->view.buf;
     t->len = (size_t)t->view.len;
