@@ -51,7 +51,8 @@ class Server:
         self.proc.send_signal(signal.SIGCONT)
 
     def kill(self):
-        self.proc.send_signal(signal.SIGCONT)
+        # SIGKILL ends a stopped process too; no SIGCONT first, which would
+        # let it answer before it dies.
         self.proc.kill()
         self.proc.wait()
 
