@@ -49,3 +49,8 @@ add_test(NAME test_python COMMAND sh ${CMAKE_SOURCE_DIR}/python/tests/run.sh)
 set_tests_properties(test_python PROPERTIES TIMEOUT 600 LABELS "integration;python"
   SKIP_RETURN_CODE 77
   ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_PYTHON=${TW_PYTHON}")
+
+# The C half of bench/bench_python.py's per-call comparison (not a test).
+add_executable(bench_get_loop ${CMAKE_SOURCE_DIR}/bench/bench_get_loop.c)
+target_link_libraries(bench_get_loop PRIVATE tensorwire)
+set_target_properties(bench_get_loop PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)

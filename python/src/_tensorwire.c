@@ -323,9 +323,28 @@ static int shape_from_seq(PyObject *seq, struct target *t)
  * destination. On failure sets an exception and returns -1 (nothing to
  * release); on success the caller releases t with target_release.
  */
+static int target_from_buffer(PyObject *obj, int writable, struct target *t);
+
+/* Turns objects without the buffer protocol (torch tensors, CUDA arrays)
+ * into target tuples: tensorwire._target, registered at import. Owned. */
+static PyObject *converter;
+
 static int target_from(PyObject *obj, int writable, struct target *t)
 {
     memset(t, 0, sizeof(*t));
+    if (!PyTuple_Check(obj) && !PyObject_CheckBuffer(obj) && converter) {
+        /* The caller keeps obj (and so the memory) alive for the call. */
+        PyObject *conv = PyObject_CallOneArg(converter, obj);
+        int rc;
+        if (!conv)
+            return -1;
+        if (PyTuple_Check(conv))
+            rc = target_from(conv, writable, t);
+        else
+            rc = target_from_buffer(conv, writable, t);
+        Py_DECREF(conv);
+        return rc;
+    }
     if (PyTuple_Check(obj)) {
         unsigned long long addr, nbytes;
         int dtype, device;
@@ -344,6 +363,12 @@ static int target_from(PyObject *obj, int writable, struct target *t)
         t->device = device;
         return 0;
     }
+    return target_from_buffer(obj, writable, t);
+}
+
+/* The buffer-protocol half of target_from (t already zeroed). */
+static int target_from_buffer(PyObject *obj, int writable, struct target *t)
+{
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, &t->view, flags) < 0) {
         /* Read-only or not C-contiguous: say so as InvalidArgument (a
@@ -1213,6 +1238,15 @@ static PyObject *mod_dtype_from_string(PyObject *m, PyObject *arg)
     return PyLong_FromLong(code);
 }
 
+static PyObject *mod_set_converter(PyObject *m, PyObject *fn)
+{
+    if (!PyCallable_Check(fn))
+        return PyErr_Format(PyExc_TypeError, "converter must be callable");
+    Py_INCREF(fn);
+    Py_XSETREF(converter, fn);
+    Py_RETURN_NONE;
+}
+
 static PyObject *mod_version(PyObject *m, PyObject *unused)
 {
     return PyUnicode_FromString(TW_VERSION_STRING);
@@ -1224,6 +1258,8 @@ static PyMethodDef module_methods[] = {
     {"dtype_from_string", mod_dtype_from_string, METH_O,
      "dtype code of a name ('f32', 'float32', 'bf16' ...)."},
     {"library_version", mod_version, METH_NOARGS, "The version libtensorwire was built as."},
+    {"_set_converter", mod_set_converter, METH_O,
+     "Registers f(obj) -> target tuple for objects without the buffer protocol."},
     {NULL}};
 
 static struct PyModuleDef module_def = {

@@ -151,8 +151,10 @@ def _cai_target(obj):
 
 
 def _target(obj):
-    """What the C extension takes: the object itself when it exports a
-    buffer, else a (address, nbytes, dtype, shape, device) tuple."""
+    """What the C extension takes for obj: the object itself when it exports
+    a buffer, else a (address, nbytes, dtype, shape, device) tuple. The
+    extension calls it only for objects without the buffer protocol, so
+    NumPy arrays and bytes never pass through Python code here."""
     if _is_torch(obj):
         return _torch_target(obj)
     if hasattr(obj, "__cuda_array_interface__"):
@@ -181,6 +183,9 @@ def _torch_from(buf, code, shape):
     if len(buf) == 0:
         return torch.empty(shape, dtype=dt)
     return torch.frombuffer(buf, dtype=torch.uint8).view(dt).reshape(shape)
+
+
+_c._set_converter(_target)
 
 
 class TensorInfo(_NamedTuple):
@@ -225,11 +230,10 @@ class Client(_c.Client):
 
         >>> tw.put("w0", np.ones((2, 3), np.float32))
         """
-        target = _target(tensor)
         if dtype is None and shape is None:
-            self._put(name, target)
+            self._put(name, tensor)
         else:
-            self._put(name, target, _dtype_code(dtype), None if shape is None else tuple(shape))
+            self._put(name, tensor, _dtype_code(dtype), None if shape is None else tuple(shape))
 
     def get(self, name, out=None, *, device=None):
         """Fetch name.
@@ -251,10 +255,8 @@ class Client(_c.Client):
         if out is not None:
             if device is not None:
                 raise InvalidArgument("give out= or device=, not both")
-            if _is_torch(out) or hasattr(out, "__cuda_array_interface__"):
-                self._get_into(name, _target(out))
-                return out
-            return self._get_into(name, out)
+            self._get_into(name, out)
+            return out
         if device is None:
             buf, code, shape = self._get_alloc(name)
             return _numpy_from(buf, code, shape)
@@ -268,7 +270,7 @@ class Client(_c.Client):
         if dt is None:
             raise InvalidArgument("this torch has no %s" % info.dtype)
         t = torch.empty(info.shape, dtype=dt, device=dev)
-        self._get_into(name, _torch_target(t))
+        self._get_into(name, t)
         return t
 
     def stat(self, name):
@@ -306,12 +308,11 @@ class Client(_c.Client):
 
         >>> tw.put_many({"kv/%d" % i: blk for i, blk in enumerate(blocks)})
         """
-        items = tensors.items() if hasattr(tensors, "items") else tensors
-        names, objs = [], []
-        for n, t in items:
-            names.append(n)
-            objs.append(_target(t))
-        self._put_many(names, objs)
+        if hasattr(tensors, "items"):
+            self._put_many(list(tensors.keys()), list(tensors.values()))
+            return
+        pairs = list(tensors)
+        self._put_many([p[0] for p in pairs], [p[1] for p in pairs])
 
     def get_many(self, names, out=None):
         """Fetch many tensors on one connection.
@@ -328,8 +329,7 @@ class Client(_c.Client):
         names = list(names)
         if out is None:
             return [_numpy_from(b, c, s) for b, c, s in self._get_many_alloc(names)]
-        targets = [_target(o) for o in out]
-        self._get_many(names, targets)
+        self._get_many(names, out)
         return out
 
 
