@@ -6,7 +6,7 @@
 # pytest's exit status 5 (no test collected) is a failure, not a pass.
 set -u
 B=${TW_BUILD_DIR:?}
-S=${TW_SOURCE_DIR:?}
+S=${TW_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 PY=${TW_PYTHON:-/usr/bin/python3}
 command -v "$PY" >/dev/null 2>&1 || { echo "SKIP: no $PY"; exit 77; }
 "$PY" -c "import pytest, numpy" 2>/dev/null || {
