@@ -7,6 +7,8 @@ median round of each side is reported:
 
   1. get(name, out=t) of 256 MiB into a preallocated array vs
      `tensorwire bench --op get --size 256Mi --inflight 1`     [>= 0.95x]
+     and vs a C loop of tw_get (bench_get_loop), the very call the binding
+     makes (tensorwire bench goes through tw_batch_get)
   2. get_many of 40,960 x 32 KiB vs
      `tensorwire bench --op get --size 32Ki --count 40960 --inflight 64`
      (tw_batch_get, 64 in flight on both sides)                 [>= 0.9x]
@@ -104,12 +106,13 @@ def main():
         for _ in range(1000):
             tw.get("pybench/small", out=out_small)
 
-        res = {"big_c": [], "big_py": [], "many_c": [], "many_py": [], "many_distinct_py": [],
+        res = {"big_c": [], "big_cloop": [], "big_py": [], "many_c": [], "many_py": [], "many_distinct_py": [],
                "call_c_us": [], "call_py_us": []}
         for _ in range(a.rounds):
             r = c_bench(a.build, addr, "--size", "256Mi", "--count", str(a.big_count),
                         "--inflight", "1", "--warmup", "1")
             res["big_c"].append(r["bytes_per_s"])
+            res["big_cloop"].append(big.nbytes / (c_loop(a.build, addr, "pybench/big", a.big_count) / 1e6))
             t0 = time.perf_counter()
             for _ in range(a.big_count):
                 tw.get("pybench/big", out=out_big)
@@ -137,6 +140,8 @@ def main():
             "get_256MiB_c_GBps": med["big_c"] / 1e9,
             "get_256MiB_py_GBps": med["big_py"] / 1e9,
             "get_256MiB_ratio": med["big_py"] / med["big_c"],
+            "get_256MiB_c_tw_get_GBps": med["big_cloop"] / 1e9,
+            "get_256MiB_ratio_vs_tw_get": med["big_py"] / med["big_cloop"],
             "get_many_32KiB_c_GBps": med["many_c"] / 1e9,
             "get_many_32KiB_py_GBps": med["many_py"] / 1e9,
             "get_many_ratio": med["many_py"] / med["many_c"],
@@ -161,6 +166,8 @@ def main():
         return
     print("get(out=) 256 MiB : C %.2f GB/s, Python %.2f GB/s, ratio %.3f (target >= 0.95)" % (
         summary["get_256MiB_c_GBps"], summary["get_256MiB_py_GBps"], summary["get_256MiB_ratio"]))
+    print("                    vs a C tw_get loop %.2f GB/s: ratio %.3f" % (
+        summary["get_256MiB_c_tw_get_GBps"], summary["get_256MiB_ratio_vs_tw_get"]))
     print("get_many 40960x32K: C %.2f GB/s, Python %.2f GB/s, ratio %.3f (target >= 0.9)" % (
         summary["get_many_32KiB_c_GBps"], summary["get_many_32KiB_py_GBps"], summary["get_many_ratio"]))
     print("  (40960 distinct tensors into distinct buffers: Python %.2f GB/s)" % (

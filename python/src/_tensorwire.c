@@ -997,29 +997,33 @@ static PyObject *batch_raise(struct batch *b, const char *op, int check_shapes)
     return NULL;
 }
 
-static PyObject *client_put_many(PyObject *op, PyObject *args)
+/* put_many(names, tensors) / get_many(names, outs) -> None: one batch; the
+ * first failed item (by index) is raised, naming it. */
+static PyObject *batch_run(PyObject *op, PyObject *args, int is_get)
 {
     ClientObject *self = (ClientObject *)op;
+    const char *what = is_get ? "get_many" : "put_many";
     PyObject *names, *objs;
     struct batch b;
     int rc;
 
-    if (!PyArg_ParseTuple(args, "OO:put_many", &names, &objs))
+    if (!PyArg_ParseTuple(args, "OO", &names, &objs))
         return NULL;
-    if (batch_prepare(&b, names, objs, 0, "put_many") < 0)
+    if (batch_prepare(&b, names, objs, is_get, what) < 0)
         goto out_release;
     if (client_enter(self) < 0)
         goto out_release;
     PyThreadState *ts = PyEval_SaveThread();
-    rc = tw_batch_put(self->c, b.items, (size_t)b.n);
+    rc = is_get ? tw_batch_get(self->c, b.items, (size_t)b.n)
+                : tw_batch_put(self->c, b.items, (size_t)b.n);
     PyEval_RestoreThread(ts);
     client_leave(self);
-    if (rc < 0) {
-        batch_raise(&b, "put_many", 0);
-        if (!PyErr_Occurred())
-            raise_code(rc, "put_many", NULL, -1, "");
+    /* A get can succeed with an out of the wrong shape: always check. */
+    batch_raise(&b, what, is_get);
+    if (!PyErr_Occurred() && rc < 0)
+        raise_code(rc, what, NULL, -1, "");
+    if (PyErr_Occurred())
         goto out_release;
-    }
     batch_release(&b);
     Py_RETURN_NONE;
 
@@ -1028,33 +1032,14 @@ out_release:
     return NULL;
 }
 
-/* get_many(names, outs) -> None: fills every out in place. */
+static PyObject *client_put_many(PyObject *op, PyObject *args)
+{
+    return batch_run(op, args, 0);
+}
+
 static PyObject *client_get_many(PyObject *op, PyObject *args)
 {
-    ClientObject *self = (ClientObject *)op;
-    PyObject *names, *objs;
-    struct batch b;
-    int rc;
-
-    if (!PyArg_ParseTuple(args, "OO:get_many", &names, &objs))
-        return NULL;
-    if (batch_prepare(&b, names, objs, 1, "get_many") < 0)
-        goto out_release;
-    if (client_enter(self) < 0)
-        goto out_release;
-    PyThreadState *ts = PyEval_SaveThread();
-    rc = tw_batch_get(self->c, b.items, (size_t)b.n);
-    PyEval_RestoreThread(ts);
-    client_leave(self);
-    (void)rc;
-    if (batch_raise(&b, "get_many", 1) == NULL && PyErr_Occurred())
-        goto out_release;
-    batch_release(&b);
-    Py_RETURN_NONE;
-
-out_release:
-    batch_release(&b);
-    return NULL;
+    return batch_run(op, args, 1);
 }
 
 /* get_many_alloc(names) -> [(Buffer, dtype_code, shape)]: one stat per name
