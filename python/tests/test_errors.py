@@ -174,3 +174,22 @@ def test_closed_client(server):
     c.close()  # twice is fine
     with pytest.raises(tensorwire.ConnectionClosed):
         c.put("x", b"1")
+
+
+def test_busy(own_server):
+    s = own_server("--max-connections", "1")
+    with tensorwire.connect(s.addr, timeout=30) as first:
+        with pytest.raises(tensorwire.Busy) as e:
+            tensorwire.connect(s.addr, timeout=30)
+        assert e.value.code_name == "BUSY"
+        assert first.ping() > 0
+
+
+def test_checksum_round_trip(server):
+    """checksum=True sends CRC32C with every put and verifies gets."""
+    a = np.arange(1 << 16, dtype=np.int64)
+    with tensorwire.connect(server.addr, checksum=True, timeout=60) as c:
+        c.put("crc/a", a)
+        assert np.array_equal(c.get("crc/a"), a)
+        c.put_many({"crc/b": a[:100], "crc/c": a[100:300]})
+        assert np.array_equal(c.get_many(["crc/b", "crc/c"])[1], a[100:300])
