@@ -1079,7 +1079,8 @@ static PyObject *client_get_many_alloc(PyObject *op, PyObject *args)
     if (failed >= 0) {
         char what[300];
         snprintf(what, sizeof(what), "get_many item %zd '%.200s'", failed, b.items[failed].name);
-        raise_code(rc, what, tw_client_last_error_message(self->c), failed, b.items[failed].name);
+        raise_code(rc, what, rc == -ENOMEM ? NULL : tw_client_last_error_message(self->c), failed,
+                   b.items[failed].name);
     }
     client_leave(self);
     if (failed >= 0)
