@@ -30,3 +30,9 @@ target_include_directories(bench_regcache PRIVATE ${CMAKE_SOURCE_DIR}/tests)
 # end"): public API only, so it links libtensorwire.so.
 tw_add_bench(bench_rdma_e2e ${CMAKE_SOURCE_DIR}/bench/bench_rdma_e2e.c)
 target_link_libraries(bench_rdma_e2e PRIVATE tensorwire)
+
+# GPU staging pipeline vs plain pinned cuMemcpy (src/mem/staging.c); the GPU
+# tests are ordinary unit tests that exit 77 (SKIPPED) without a CUDA driver
+# or device.
+tw_add_bench(bench_staging ${CMAKE_SOURCE_DIR}/bench/bench_staging.c)
+target_link_libraries(bench_staging PRIVATE tw_core)
