@@ -208,28 +208,47 @@ static void test_handshake_timeout_and_max_connections(void)
     struct itest_server s2;
     const char *args[] = {"--handshake-timeout", "0.3", "--max-connections", "2", NULL};
     itest_server_start(&s2, args);
-    struct itc a, b, c;
+    struct itc a, b, c, d;
     itc_connect(&a, &s2);
     itc_connect(&b, &s2);
     TW_ASSERT_OK(itc_handshake(&b, NULL));
-    /* The third connection is refused with ERROR(BUSY, 0). */
+    /* Server full, a still silent in its handshake: a makes room for c
+     * (ERROR(BUSY, 0), then EOF) and c is served. */
     itc_connect(&c, &s2);
-    itc_expect_error(&c, 0, TW_WIRE_BUSY);
-    TW_ASSERT_OK(itc_expect_eof(&c));
+    itc_expect_error(&a, 0, TW_WIRE_BUSY);
+    TW_ASSERT_OK(itc_expect_eof(&a));
+    itc_close(&a);
+    TW_ASSERT_OK(itc_handshake(&c, NULL));
+    /* Full of established connections: the next one is refused with
+     * ERROR(BUSY, 0), never evicting an established one. */
+    itc_connect(&d, &s2);
+    itc_expect_error(&d, 0, TW_WIRE_BUSY);
+    TW_ASSERT_OK(itc_expect_eof(&d));
+    itc_close(&d);
+    TW_ASSERT_EQ(itc_ping(&b), 0);
+    TW_ASSERT_EQ(itc_ping(&c), 0);
     itc_close(&c);
-    /* a never says HELLO: TIMEOUT after 0.3 s, then close. */
+    /* A slot is free again once c is gone (the server sees its EOF first). */
     uint64_t t0 = itest_now_ms();
+    for (;;) {
+        itc_connect(&a, &s2);
+        int rc = itc_handshake(&a, NULL);
+        itc_close(&a);
+        if (rc == 0)
+            break;
+        TW_ASSERT_EQ(rc, TW_WIRE_BUSY);
+        TW_ASSERT(itest_now_ms() - t0 < 5000);
+        usleep(10000);
+    }
+    /* a never says HELLO: TIMEOUT after 0.3 s, then close. */
+    itc_connect(&a, &s2);
+    t0 = itest_now_ms();
     itc_expect_error(&a, 0, TW_WIRE_TIMEOUT);
     TW_ASSERT_OK(itc_expect_eof(&a));
     TW_ASSERT(itest_now_ms() - t0 < 3000);
     itc_close(&a);
-    /* Its slot is free again. */
-    itc_connect(&c, &s2);
-    TW_ASSERT_OK(itc_handshake(&c, NULL));
-    TW_ASSERT_EQ(itc_ping(&c), 0);
     TW_ASSERT_EQ(itc_ping(&b), 0);
     itc_close(&b);
-    itc_close(&c);
     TW_ASSERT_EQ(itest_server_stop(&s2, SIGTERM, 10000), 0);
 }
 
