@@ -329,6 +329,11 @@ const char *tw_client_last_error_message(const tw_client *c)
     return c ? c->errmsg : "";
 }
 
+int tw_client_is_connected(const tw_client *c)
+{
+    return c && !c->broken && !c->closing && c->fd >= 0;
+}
+
 uint32_t tw_client_max_frame(const tw_client *c)
 {
     return c->sm.max_frame;
