@@ -762,7 +762,8 @@ static const char *phase_limit_note(const struct tw_srv_conn *c)
 /* A verdict about a frame: fatal -> PROTOCOL_ERROR + close; otherwise the
  * request id is consumed and answered with ERROR(code, id). Returns 0 if the
  * connection lives on. */
-static int handle_verdict(struct tw_srv_conn *c, int v, const struct tw_frame_header *hdr)
+static int handle_verdict(struct tw_srv_conn *c, int v, const struct tw_frame_header *hdr,
+                          const uint8_t *frame, size_t flen)
 {
     /* An unauthenticated peer that skips AUTH is told so in those words
      * (framing violations stay PROTOCOL_ERROR). */
@@ -816,9 +817,13 @@ static int handle_verdict(struct tw_srv_conn *c, int v, const struct tw_frame_he
         tw__conn_send_error(c, hdr->request_id, code,
                             "too many requests in flight on this connection (limit %u)",
                             c->sm.max_inflight);
-    else
-        tw__conn_send_error(c, hdr->request_id, code, "%s request rejected: %s (%s)",
-                            tw__tag_name(hdr->tag), tw_strerror(v), tw_strerror_name(v));
+    else {
+        /* Which rule, and the value that broke it (protocol section 8). */
+        char why[200];
+        tw__explain_request_verdict(frame, frame ? flen : 0, v, why, sizeof(why));
+        tw__conn_send_error(c, hdr->request_id, code, "%s request rejected: %s: %s",
+                            tw__tag_name(hdr->tag), tw_strerror_name(v), why);
+    }
     return c->state == TW_CONN_OPEN ? 0 : -1;
 }
 
@@ -844,7 +849,7 @@ static int begin_data(struct tw_srv_conn *c, const struct tw_frame_header *hdr)
     const uint8_t *p = c->in + c->in_start;
     int v = tw__msg_decode_data_prefix(hdr, p + TW_FRAME_HEADER_LEN, m);
     if (v < 0)
-        return handle_verdict(c, v, hdr);
+        return handle_verdict(c, v, hdr, NULL, 0);
     c->in_start += TW_FRAME_HEADER_LEN + TW_DATA_PREFIX_LEN;
     c->body.active = 1;
     c->body.x = NULL;
@@ -856,7 +861,7 @@ static int begin_data(struct tw_srv_conn *c, const struct tw_frame_header *hdr)
                 c->peer, (unsigned long long)hdr->request_id);
     } else if (v < 0) {
         c->body.active = 0;
-        return handle_verdict(c, v, hdr);
+        return handle_verdict(c, v, hdr, NULL, 0);
     } else {
         struct tw_xfer *x = tw__conn_find_xfer(c, hdr->request_id);
         if (!x || !x->ops->data_begin) {
@@ -926,7 +931,7 @@ static int process_buffered(struct tw_srv_conn *c)
                           "protocol version %u not supported (this server speaks %u)", p[4],
                           TW_PROTO_VERSION);
         else
-            handle_verdict(c, v, &hdr);
+            handle_verdict(c, v, &hdr, NULL, 0);
         return -1;
     }
     if (hdr.tag == TW_TAG_DATA && c->sm.phase >= TW_PHASE_READY &&
@@ -947,13 +952,13 @@ static int process_buffered(struct tw_srv_conn *c)
     struct tw_msg m;
     ssize_t n = tw__msg_decode(p, flen, limit, &m);
     if (n < 0) {
-        int rc = handle_verdict(c, (int)n, &hdr);
+        int rc = handle_verdict(c, (int)n, &hdr, p, flen);
         c->in_start += flen;
         return rc < 0 ? -1 : 1;
     }
     /* Tell an unauthenticated peer why, rather than "out of order". */
     if (c->sm.phase == TW_PHASE_AUTH && hdr.tag != TW_TAG_AUTH) {
-        handle_verdict(c, TW_EOUT_OF_ORDER, &hdr);
+        handle_verdict(c, TW_EOUT_OF_ORDER, &hdr, NULL, 0);
         return -1;
     }
     v = tw__sm_on_recv(&c->sm, &m);
@@ -961,7 +966,7 @@ static int process_buffered(struct tw_srv_conn *c)
         TW_LOGD("conn %llu %s: dropping %s for ended request %llu", (unsigned long long)c->id,
                 c->peer, tw__tag_name(hdr.tag), (unsigned long long)hdr.request_id);
     } else if (v < 0) {
-        if (handle_verdict(c, v, &hdr) < 0)
+        if (handle_verdict(c, v, &hdr, p, flen) < 0)
             return -1;
     } else {
         tw__handle_msg(c, &m);
