@@ -311,6 +311,9 @@ int tw__msg_decode_data_prefix(const struct tw_frame_header *hdr, const uint8_t 
  */
 ssize_t tw__msg_encoded_len(const struct tw_msg *msg);
 ssize_t tw__msg_encode(const struct tw_msg *msg, uint8_t *buf, size_t cap);
+/* Fills *m as ERROR(code, id) whose message is text (NUL-terminated, kept
+ * by reference: it must outlive *m's encoding). */
+void tw__msg_error_init(struct tw_msg *m, uint64_t id, uint32_t code, const char *text);
 
 /*
  * Descriptor helpers. tw__descriptor_check validates a descriptor by the

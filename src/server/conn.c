@@ -590,12 +590,7 @@ static int vsend_error(struct tw_srv_conn *c, uint64_t id, uint32_t code, const 
     struct tw_msg m;
     vsnprintf(text, sizeof(text), fmt, ap);
     utf8_sanitize(text);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_ERROR;
-    m.hdr.request_id = id;
-    m.u.error.code = code;
-    m.u.error.message.ptr = (const uint8_t *)text;
-    m.u.error.message.len = (uint32_t)strlen(text);
+    tw__msg_error_init(&m, id, code, text);
     if (id != 0) {
         c->srv->stats.requests_failed++;
         TW_LOG(code == TW_WIRE_INTERNAL ? TW_LOG_ERROR : TW_LOG_INFO,

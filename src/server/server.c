@@ -36,12 +36,7 @@ static void refuse_now(struct tw_srv *srv, int fd, const char *why)
     uint8_t buf[TW_FRAME_HEADER_LEN + 6 + sizeof(text)];
     struct tw_msg m;
     snprintf(text, sizeof(text), "server busy, try again later: %s", why);
-    memset(&m, 0, sizeof(m));
-    m.hdr.version = TW_PROTO_VERSION;
-    m.hdr.tag = TW_TAG_ERROR;
-    m.u.error.code = TW_WIRE_BUSY;
-    m.u.error.message.ptr = (const uint8_t *)text;
-    m.u.error.message.len = (uint32_t)strlen(text);
+    tw__msg_error_init(&m, 0, TW_WIRE_BUSY, text);
     ssize_t n = tw__msg_encode(&m, buf, sizeof(buf));
     if (n > 0) {
         ssize_t w = send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
