@@ -597,8 +597,11 @@ static int vsend_error(struct tw_srv_conn *c, uint64_t id, uint32_t code, const 
                "conn %llu %s: request %llu failed: %s: %s", (unsigned long long)c->id, c->peer,
                (unsigned long long)id, tw_strerror_name(TW_ERR_FROM_WIRE(code)), text);
     } else {
-        TW_LOGI("conn %llu %s: connection error %s: %s", (unsigned long long)c->id, c->peer,
-                tw_strerror_name(TW_ERR_FROM_WIRE(code)), text);
+        /* BUSY is admission at work: under a crowd of idle sockets one line
+         * each would flood the log (STATS counts them). */
+        TW_LOG(code == TW_WIRE_BUSY ? TW_LOG_DEBUG : TW_LOG_INFO,
+               "conn %llu %s: connection error %s: %s", (unsigned long long)c->id, c->peer,
+               tw_strerror_name(TW_ERR_FROM_WIRE(code)), text);
     }
     return tw__conn_send(c, &m);
 }
