@@ -208,18 +208,11 @@ static void test_killed_mid_put(void)
  * 8, issue #9 fix 7). Raw frames: the codec refuses to encode such names. */
 static void expect_invalid(struct itc *c, const uint8_t *f, size_t len, const char *want)
 {
-    struct tw_msg m;
     uint64_t id;
+    char text[1100];
     memcpy(&id, f + 16, 8);
     TW_ASSERT_OK(itc_send_raw(c, f, len));
-    TW_ASSERT_OK(itc_recv(c, &m));
-    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_ERROR);
-    TW_ASSERT_EQ_U64(m.hdr.request_id, id);
-    TW_ASSERT_EQ(m.u.error.code, TW_WIRE_INVALID_ARGUMENT);
-    char text[1100];
-    snprintf(text, sizeof(text), "%.*s", (int)m.u.error.message.len,
-             (const char *)m.u.error.message.ptr);
-    printf("  got: %s\n", text);
+    itc_expect_error_text(c, id, TW_WIRE_INVALID_ARGUMENT, text, sizeof(text));
     if (!strstr(text, want))
         TW_FAIL("ERROR message '%s' does not say '%s'", text, want);
 }
