@@ -199,13 +199,6 @@ TW_EXTERN void tw_close(tw_client *c);
  * explanation. Owned by c; valid until the next call on c. "" when none. */
 TW_EXTERN const char *tw_client_last_error_message(const tw_client *c);
 
-/* 1 while c can still carry requests; 0 once a connection-level error closed
- * it (later calls fail with -ENOTCONN) or the server said GOODBYE (the next
- * call fails with TW_ESHUTDOWN, those after it with -ENOTCONN). Use it to
- * tell a request-level error (keep the handle) from one that needs a new
- * connection (tw_close, then tw_client_connect). NULL gives 0. */
-TW_EXTERN int tw_client_is_connected(const tw_client *c);
-
 /* Which data plane moved the bytes of the last successful get or put on c:
  * "rdma pull (tcp;ofi_rxm)", "rdma push (shm)", "inline tcp", or, on a
  * connection with RDMA, "inline tcp (below the rdma threshold)" (a put
@@ -222,9 +215,10 @@ TW_EXTERN const char *tw_client_fabric_status(const tw_client *c);
 
 /* 1 while c's connection is usable, 0 once a connection-level error closed
  * it (every later call then fails with -ENOTCONN; reconnect with a new
- * handle) or for NULL. Exact, unlike guessing from an error code: the same
- * code can be request-level or connection-level depending on how the
- * server sent it. Never fails, does no I/O. */
+ * handle), once the server said GOODBYE (the next call fails with
+ * TW_ESHUTDOWN, every one after it with -ENOTCONN), or for NULL. Exact, unlike guessing from an
+ * error code: the same code can be request-level or connection-level depending on how the server
+ * sent it. Never fails, does no I/O. */
 TW_EXTERN int tw_client_is_connected(const tw_client *c);
 
 /* Negotiated limits, valid after connect. */
