@@ -215,9 +215,10 @@ TW_EXTERN const char *tw_client_fabric_status(const tw_client *c);
 
 /* 1 while c's connection is usable, 0 once a connection-level error closed
  * it (every later call then fails with -ENOTCONN; reconnect with a new
- * handle) or for NULL. Exact, unlike guessing from an error code: the same
- * code can be request-level or connection-level depending on how the
- * server sent it. Never fails, does no I/O. */
+ * handle), once the server said GOODBYE (the next call fails with
+ * TW_ESHUTDOWN, every one after it with -ENOTCONN), or for NULL. Exact, unlike guessing from an
+ * error code: the same code can be request-level or connection-level depending on how the server
+ * sent it. Never fails, does no I/O. */
 TW_EXTERN int tw_client_is_connected(const tw_client *c);
 
 /* Negotiated limits, valid after connect. */

@@ -346,7 +346,8 @@ const char *tw_client_fabric_status(const tw_client *c)
 
 int tw_client_is_connected(const tw_client *c)
 {
-    return c && !c->broken && c->fd >= 0;
+    /* After the server's GOODBYE nothing new can start: not usable. */
+    return c && !c->broken && !c->closing && c->fd >= 0;
 }
 
 const char *tw_client_last_error_message(const tw_client *c)

@@ -227,6 +227,13 @@ int tw__client_conn_recv_payload(struct tw_client *c, uint8_t *dst, size_t n, in
 /* Marks the connection dead after a fatal verdict: best-effort
  * ERROR(wire_code, 0) when send_error, then shutdown. Returns err. */
 int tw__client_conn_fail(struct tw_client *c, int err, int send_error);
+/* After the server closed under a send (EPIPE, ECONNRESET): reads what it
+ * sent before closing, without waiting, and looks for its reason: a
+ * connection-level ERROR (returns its code), or GOODBYE / ERROR(SHUTTING_DOWN)
+ * (returns TW_ESHUTDOWN and sets c->closing). c->errmsg gets the server's
+ * words. Returns 0 when it said nothing (or the bytes are not at a frame
+ * boundary). Works on a broken connection; consumes the receive buffer. */
+int tw__client_conn_last_words(struct tw_client *c);
 
 /* --- engine.c ---------------------------------------------------------- */
 

@@ -357,6 +357,66 @@ int tw__client_conn_fail(struct tw_client *c, int err, int send_error)
     return err;
 }
 
+int tw__client_conn_last_words(struct tw_client *c)
+{
+    int said = 0;
+    if (c->fd < 0 || !c->rbuf)
+        return 0;
+    size_t pos = c->rpos + c->rconsume;
+    if (pos > c->rlen)
+        return 0; /* inside a DATA payload: no frame boundary to read from */
+    memmove(c->rbuf, c->rbuf + pos, c->rlen - pos);
+    c->rlen -= pos;
+    c->rpos = c->rconsume = 0;
+    /* What the kernel already holds; the server wrote it before closing. */
+    for (;;) {
+        if (c->rlen == c->rcap)
+            break;
+        ssize_t r = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, MSG_DONTWAIT);
+        if (r > 0)
+            c->rlen += (size_t)r;
+        else if (r < 0 && errno == EINTR)
+            continue;
+        else
+            break;
+    }
+    size_t off = 0;
+    while (c->rlen - off >= TW_FRAME_HEADER_LEN) {
+        struct tw_frame_header hdr;
+        struct tw_msg m;
+        if (tw__frame_decode_header(c->rbuf + off, c->rlen - off, c->sm.max_frame, &hdr) < 0)
+            break;
+        size_t flen = TW_FRAME_HEADER_LEN + (size_t)hdr.payload_len;
+        if (c->rlen - off < flen)
+            break;
+        if ((hdr.tag == TW_TAG_ERROR || hdr.tag == TW_TAG_GOODBYE) &&
+            tw__msg_decode(c->rbuf + off, flen, c->sm.max_frame, &m) >= 0) {
+            if (hdr.tag == TW_TAG_GOODBYE) {
+                c->closing = 1;
+                if (!said) {
+                    said = TW_ESHUTDOWN;
+                    tw__client_seterr(c, "the server is shutting down (it said GOODBYE)");
+                }
+            } else if (m.hdr.request_id == 0 || m.u.error.code == TW_WIRE_SHUTTING_DOWN) {
+                /* A fatal ERROR explains more than a GOODBYE: it wins. */
+                if (m.hdr.request_id == 0 || !said) {
+                    uint32_t code = m.u.error.code;
+                    said = m.hdr.request_id != 0     ? TW_ESHUTDOWN
+                           : code >= 1 && code < 100 ? TW_ERR_FROM_WIRE(code)
+                                                     : TW_EINTERNAL;
+                    tw__client_seterr(c, "%.*s", (int)m.u.error.message.len,
+                                      (const char *)m.u.error.message.ptr);
+                }
+                if (m.u.error.code == TW_WIRE_SHUTTING_DOWN)
+                    c->closing = 1;
+            }
+        }
+        off += flen;
+    }
+    c->rlen = 0;
+    return said;
+}
+
 /* The server broke the protocol: say what, tell it (ERROR(PROTOCOL_ERROR,
  * 0)) and close. tag 0 means the header itself was bad. */
 static int fatal_recv(struct tw_client *c, int verdict, uint32_t tag)

@@ -620,12 +620,29 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     c->run = NULL;
     free(c->run_map);
     c->run_map = NULL;
+    /* client.h: SHUTTING_DOWN with GOODBYE closes the connection. Once a
+     * call has reported it, later calls fail with -ENOTCONN (a call that
+     * only succeeded while GOODBYE arrived leaves that to the next one). */
+    if (c->closing) {
+        for (size_t i = 0; i < n; i++)
+            if (reqs[i].status == TW_ESHUTDOWN) {
+                tw__client_conn_fail(c, 0, 0);
+                break;
+            }
+    }
     return 0;
 
 out_fail:
     /* Connection-level failure: every unfinished request shares it. The
      * message explaining it is already in c->errmsg. A close after the
-     * server's GOODBYE is its shutdown, not a network fault. */
+     * server's GOODBYE is its shutdown, not a network fault; so is a send
+     * that failed (EPIPE, ECONNRESET) because the server closed after
+     * saying GOODBYE or ERROR(SHUTTING_DOWN) that was not read yet. */
+    if (rc == -EPIPE || rc == -ECONNRESET) {
+        int said = tw__client_conn_last_words(c);
+        if (said)
+            rc = said;
+    }
     if (c->closing && rc == -ECONNRESET) {
         rc = TW_ESHUTDOWN;
         tw__client_seterr(c, "the server shut down (GOODBYE) before answering");

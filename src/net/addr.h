@@ -58,4 +58,8 @@ int tw__net_connect_hostport(const char *s, int timeout_ms, int sockbuf, int *ou
  * Returns buf, so it can be passed straight to printf. */
 char *tw__net_addr_format(const struct sockaddr *sa, char *buf, size_t len);
 
+/* 1 when a and b are the same IP address (ports ignored; IPv4 and IPv6
+ * compared within their family only), else 0. */
+int tw__net_same_host(const struct sockaddr *a, const struct sockaddr *b);
+
 #endif

@@ -19,9 +19,12 @@ void tw__srv_config_defaults(struct tw_srv_config *c)
     c->capacity = tw__srv_default_capacity();
     c->log_level = TW_LOG_INFO;
     c->max_connections = 1024;
+    c->max_handshakes = 256;
+    c->max_handshakes_per_address = 128;
     c->max_inflight = 256;
     c->max_frame = TW_DEFAULT_MAX_FRAME;
     c->handshake_timeout_ms = 10000;
+    c->handshake_timeout_busy_ms = 1000;
     c->idle_timeout_ms = 300000;
     c->transfer_timeout_ms = 300000;
     c->shutdown_grace_ms = 5000;
@@ -66,6 +69,15 @@ void tw__srv_config_usage(const char *argv0)
            "  --max-inflight N         requests in flight per connection (default 256)\n"
            "  --max-frame SIZE         largest frame payload announced (default 16Mi)\n"
            "  --handshake-timeout S    seconds to finish HELLO/AUTH (default 10)\n"
+           "  --max-handshakes N       connections still in HELLO/AUTH at once (default\n"
+           "                           256); when full, the one waiting longest is\n"
+           "                           refused with BUSY to make room\n"
+           "  --max-handshakes-per-address N\n"
+           "                           of those, from one client address (default 128);\n"
+           "                           more are refused with BUSY\n"
+           "  --handshake-timeout-busy S\n"
+           "                           handshake deadline while over half of\n"
+           "                           --max-handshakes wait (default 1)\n"
            "  --idle-timeout S         close connections without traffic (default 300, 0 off)\n"
            "  --transfer-timeout S     deadline of one put/get (default 300, 0 off)\n"
            "  --shutdown-grace S       on SIGTERM, wait this long for peers (default 5)\n"
@@ -274,6 +286,15 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
     } else if (strcmp(k, "handshake-timeout") == 0) {
         if (tw__parse_seconds(value, &c->handshake_timeout_ms) != 0)
             FAIL("handshake-timeout: '%s' is not a number of seconds", value);
+    } else if (strcmp(k, "max-handshakes") == 0) {
+        if (parse_u32(value, 1, 1000000, &c->max_handshakes) != 0)
+            FAIL("max-handshakes: '%s' must be a number 1..1000000", value);
+    } else if (strcmp(k, "max-handshakes-per-address") == 0) {
+        if (parse_u32(value, 1, 1000000, &c->max_handshakes_per_address) != 0)
+            FAIL("max-handshakes-per-address: '%s' must be a number 1..1000000", value);
+    } else if (strcmp(k, "handshake-timeout-busy") == 0) {
+        if (tw__parse_seconds(value, &c->handshake_timeout_busy_ms) != 0)
+            FAIL("handshake-timeout-busy: '%s' is not a number of seconds", value);
     } else if (strcmp(k, "idle-timeout") == 0) {
         if (tw__parse_seconds(value, &c->idle_timeout_ms) != 0)
             FAIL("idle-timeout: '%s' is not a number of seconds", value);

@@ -41,9 +41,16 @@ struct tw_srv_config {
     struct tw_srv_device_capacity capacities[TW_SRV_MAX_DEVICES];
     int log_level; /* enum tw_log_level */
     uint32_t max_connections;
+    /* Admission (src/server/admission.h): connections not yet through the
+     * handshake, in all and per client address. */
+    uint32_t max_handshakes;
+    uint32_t max_handshakes_per_address;
     uint32_t max_inflight; /* per connection, announced in HELLO_ACK */
     uint32_t max_frame;    /* announced in HELLO_ACK */
     uint64_t handshake_timeout_ms;
+    /* The handshake deadline of connections accepted while more than half
+     * of max_handshakes are waiting (never longer than the normal one). */
+    uint64_t handshake_timeout_busy_ms;
     uint64_t idle_timeout_ms;
     uint64_t transfer_timeout_ms;
     uint64_t shutdown_grace_ms; /* how long SIGTERM waits for peers to drain */

@@ -229,11 +229,7 @@ void tw__srv_rdma_on_completion(struct tw_srv *srv, const struct tw_fabric_compl
             TW_LOGW("conn %llu %s: rdma push get of '%s' failed: %s (%s)",
                     (unsigned long long)c->id, c->peer, x->t->name, tw_strerror(fc->status),
                     fc->msg);
-        uint64_t id = x->id;
-        (void)id;
-        int rc = send_done(x, ws, fc->bytes);
-        if (c->state == TW_CONN_DEAD || rc < 0)
-            return;
+        (void)send_done(x, ws, fc->bytes); /* x stays valid: teardown is deferred */
         tw__xfer_destroy(x);
         tw__conn_maybe_finish(c);
         return;
