@@ -30,3 +30,9 @@ add_executable(bench_fabric ${CMAKE_SOURCE_DIR}/bench/bench_fabric.c
 target_include_directories(bench_fabric PRIVATE ${CMAKE_SOURCE_DIR})
 target_link_libraries(bench_fabric PRIVATE tw_core)
 set_target_properties(bench_fabric PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)
+
+# libfabric loaded by dlopen only (src/fabric/fi_api.h): nothing links it,
+# and a machine without it serves inline (skips with 77 without root).
+add_test(NAME test_fabric_loader COMMAND sh ${CMAKE_SOURCE_DIR}/tests/integration/test_fabric_loader.sh)
+set_tests_properties(test_fabric_loader PROPERTIES TIMEOUT 60 LABELS "fabric;integration"
+  SKIP_RETURN_CODE 77 ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")
