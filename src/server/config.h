@@ -20,6 +20,7 @@ struct tw_srv_config {
     char token_file[4096]; /* "" = no authentication */
     uint64_t capacity;     /* bytes; 0 = unlimited; default 3/4 of RAM */
     int log_level;         /* enum tw_log_level */
+    int log_format;        /* enum tw_log_format */
     uint32_t max_connections;
     uint32_t max_inflight; /* per connection, announced in HELLO_ACK */
     uint32_t max_frame;    /* announced in HELLO_ACK */

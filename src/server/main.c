@@ -22,6 +22,7 @@ int main(int argc, char **argv)
         return 2;
     }
     tw__log_set_level((enum tw_log_level)cfg.log_level);
+    tw__log_set_format((enum tw_log_format)cfg.log_format);
     /* Writes to a vanished peer must fail with EPIPE, not kill the daemon
      * (sendmsg uses MSG_NOSIGNAL; this covers anything else). */
     signal(SIGPIPE, SIG_IGN);

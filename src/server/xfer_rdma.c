@@ -172,7 +172,7 @@ static void log_xfer(struct tw_xfer *x, const char *how)
 {
     struct tw_srv_conn *c = x->conn;
     struct tw_rdma_st *st = x->dp;
-    TW_LOGI("conn %llu %s: %s %s %llu B: rdma %s (%s), %llu ms", (unsigned long long)c->id, c->peer,
+    TW_LOGD("conn %llu %s: %s %s %llu B: rdma %s (%s), %llu ms", (unsigned long long)c->id, c->peer,
             x->dir == TW_XFER_GET ? "get" : "put", x->t->name,
             (unsigned long long)x->t->byte_length, st->push ? "push" : "pull",
             c->fpeer ? tw__fabric_peer_provider(c->fpeer) : "?",
