@@ -37,6 +37,8 @@ struct tw_srv_config {
     /* Gets and puts of fewer bytes move inline even when the client asked
      * for RDMA (default TW_DEFAULT_RDMA_MIN_BYTES; 0 = RDMA at every size). */
     uint64_t rdma_min_bytes;
+    /* --metrics HOST:PORT: serve Prometheus text on /metrics ("" = off). */
+    char metrics[256];
 };
 
 /* --push: destination policy. AUTO pushes only into GPU destinations

@@ -32,6 +32,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "tensorwired: %s\n", err);
         return 1;
     }
+    rc = tw__metrics_start(&srv, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "tensorwired: %s\n", err);
+        tw__srv_destroy(&srv);
+        return 1;
+    }
     /* Scripts and tests read the bound port (useful with port 0) here. */
     printf("listening on %s\n", srv.bound);
     fflush(stdout);
@@ -46,6 +52,7 @@ int main(int argc, char **argv)
             cfg.max_inflight);
 
     rc = tw__srv_run(&srv);
+    tw__metrics_stop(&srv);
     tw__srv_destroy(&srv);
     TW_LOGI("tensorwired stopped");
     return rc < 0 ? 1 : 0;

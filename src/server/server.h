@@ -25,6 +25,7 @@
 #include "proto/proto.h"
 #include "proto/sm.h"
 #include "server/config.h"
+#include "server/metrics.h"
 #include "server/store.h"
 #include "server/xfer.h"
 
@@ -149,7 +150,8 @@ struct tw_srv {
     int done;
     struct tw_timer grace_timer;
     struct tw_srv_stats stats;
-    uint8_t *scratch; /* sink for discarded DATA bytes */
+    struct tw_srv_metrics metrics; /* metrics.h */
+    uint8_t *scratch;              /* sink for discarded DATA bytes */
     size_t scratch_len;
 
     /* RDMA data plane (xfer_rdma.c); NULL when it did not open. */

@@ -189,6 +189,7 @@ static void fail_xfer(struct tw_xfer *x, uint32_t code, const char *what, const 
     char name[80];
     snprintf(name, sizeof(name), "%.64s", x->t->name);
     int put = x->dir == TW_XFER_PUT;
+    x->failed = 1;
     tw__xfer_destroy(x);
     tw__conn_send_error(c, id, code, "rdma %s of '%s': %s%s%s", put ? "put" : "get", name, what,
                         detail && *detail ? ": " : "", detail ? detail : "");
@@ -238,6 +239,7 @@ static void on_completion(struct tw_srv *srv, const struct tw_fabric_completion 
     if (x->dir == TW_XFER_GET) {
         /* Push get: our writes are done (delivery complete). */
         x->done = fc->bytes;
+        x->failed = fc->status != 0;
         uint32_t ws = tw__fabric_status_to_wire(fc->status);
         if (fc->status == 0)
             log_xfer(x, "push");
@@ -360,6 +362,7 @@ static int get_on_msg(struct tw_xfer *x, const struct tw_msg *m)
         return 0;
     case TW_TAG_RDMA_DONE: /* pull: the client's reads are over; request ends */
         x->done = m->u.rdma_done.bytes;
+        x->failed = m->u.rdma_done.status != 0;
         if (m->u.rdma_done.status == 0)
             log_xfer(x, "pull");
         else
