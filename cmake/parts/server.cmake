@@ -50,3 +50,10 @@ endif()
 add_test(NAME test_metrics COMMAND sh ${CMAKE_SOURCE_DIR}/tests/integration/test_metrics.sh)
 set_tests_properties(test_metrics PROPERTIES TIMEOUT 60 LABELS integration SKIP_RETURN_CODE 77
   ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")
+
+# Faults between hosts (tests/faults/): server and client in two network
+# namespaces; link cut, tbf, blackhole. Needs root (CI runs as root);
+# skips with 77 where namespaces cannot be created. About 45 s.
+add_test(NAME test_netns_faults COMMAND sh ${CMAKE_SOURCE_DIR}/tests/faults/test_netns_faults.sh)
+set_tests_properties(test_netns_faults PROPERTIES TIMEOUT 300 LABELS "integration;faults"
+  SKIP_RETURN_CODE 77 ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")
