@@ -57,3 +57,9 @@ set_tests_properties(test_metrics PROPERTIES TIMEOUT 60 LABELS integration SKIP_
 add_test(NAME test_netns_faults COMMAND sh ${CMAKE_SOURCE_DIR}/tests/faults/test_netns_faults.sh)
 set_tests_properties(test_netns_faults PROPERTIES TIMEOUT 300 LABELS "integration;faults"
   SKIP_RETURN_CODE 77 ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")
+
+# Soak benchmark (not a test): N clients x T seconds of mixed self-checking
+# operations against a running tensorwired (bench/bench_soak.c).
+add_executable(bench_soak ${CMAKE_SOURCE_DIR}/bench/bench_soak.c)
+target_link_libraries(bench_soak PRIVATE tw_core)
+set_target_properties(bench_soak PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)

@@ -7,6 +7,7 @@
 #   ns_setup          creates them (returns 1 when this host cannot)
 #   ns_teardown       deletes them (idempotent)
 #   ns_s CMD... / ns_c CMD...   run CMD in the server / client namespace
+#                     (`ip netns exec` forks: $! is not CMD's pid)
 #   ns_cut / ns_restore         link down / up (both ends, routes back)
 #   ns_throttle RATE  tbf on both ends (e.g. 16mbit); ns_unthrottle
 #   ns_blackhole / ns_unblackhole   blackhole route to the server (client side)
@@ -34,6 +35,13 @@ ns_setup() {
 }
 
 ns_teardown() {
+    # `ip netns exec` forks, so a killed wrapper can leave its command
+    # running; end whatever is still inside our own namespaces.
+    for _ns in "$NS_S" "$NS_C"; do
+        for _p in $(ip netns pids "$_ns" 2>/dev/null); do
+            kill -KILL "$_p" 2>/dev/null
+        done
+    done
     ip netns del "$NS_S" 2>/dev/null
     ip netns del "$NS_C" 2>/dev/null
     return 0

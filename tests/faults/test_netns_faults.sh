@@ -20,7 +20,7 @@ command -v ip >/dev/null && command -v tc >/dev/null || { echo "SKIP: needs ipro
 W=$(mktemp -d "${TMPDIR:-/tmp}/tw-faults.XXXXXX")
 SP=""
 cleanup() {
-    [ -n "$SP" ] && kill "$SP" 2>/dev/null && wait "$SP" 2>/dev/null
+    [ -n "$SP" ] && kill "$SP" 2>/dev/null
     ns_teardown
     rm -rf "$W"
 }
@@ -33,9 +33,9 @@ fail() {
 }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
-ns_s "$B/tensorwired" --listen "$ADDR_S:0" --fabric tcp --transfer-timeout 6 --idle-timeout 60 \
-    >"$W/server.log" 2>&1 &
-SP=$!
+# The wrapper writes the server's own pid (ip netns exec forks).
+ns_s sh -c 'echo $$ >"$0"; exec "$@"' "$W/server.pid" "$B/tensorwired" --listen "$ADDR_S:0" \
+    --fabric tcp --transfer-timeout 6 --idle-timeout 60 >"$W/server.log" 2>&1 &
 A=""
 i=0
 while [ $i -lt 100 ] && [ -z "$A" ]; do
@@ -44,6 +44,7 @@ while [ $i -lt 100 ] && [ -z "$A" ]; do
     i=$((i + 1))
 done
 [ -n "$A" ] || { echo "server did not start: $(cat "$W/server.log")"; exit 1; }
+SP=$(cat "$W/server.pid")
 RDMA=0
 grep -q "rails: .*tcp" "$W/server.log" && RDMA=1
 
