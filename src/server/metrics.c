@@ -49,6 +49,17 @@ void tw__metrics_xfer_end(struct tw_srv_metrics *m, const struct tw_xfer *x, uin
     s->bucket[b]++;
 }
 
+void tw__srv_plane_stats(const struct tw_srv *srv, struct tw_fabric_stats *fst,
+                         struct tw_fabric_mrcache_stats *mst)
+{
+    memset(fst, 0, sizeof(*fst));
+    memset(mst, 0, sizeof(*mst));
+    if (srv->fab)
+        tw__fabric_stats(srv->fab, fst);
+    if (srv->mrc)
+        tw__fabric_mrcache_stats(srv->mrc, mst);
+}
+
 /* ---- exposition ---- */
 
 static void family(FILE *f, const char *name, const char *type, const char *help)
@@ -116,13 +127,8 @@ int tw__metrics_render(const struct tw_srv *srv, char **out, size_t *len)
     if (!f)
         return -ENOMEM;
     struct tw_fabric_stats fst;
-    memset(&fst, 0, sizeof(fst));
-    if (srv->fab)
-        tw__fabric_stats(srv->fab, &fst);
     struct tw_fabric_mrcache_stats mst;
-    memset(&mst, 0, sizeof(mst));
-    if (srv->mrc)
-        tw__fabric_mrcache_stats(srv->mrc, &mst);
+    tw__srv_plane_stats(srv, &fst, &mst);
     const struct tw_srv_stats *st = &srv->stats;
 
     scalar(f, "connections", "gauge", "Connections being served.", srv->nconns);

@@ -64,6 +64,13 @@ void tw__metrics_stop(struct tw_srv *srv);
  */
 int tw__metrics_render(const struct tw_srv *srv, char **out, size_t *len);
 
+/* The RDMA plane's and its registration cache's counters (zeros when the
+ * server has no plane), for STATS and /metrics. */
+struct tw_fabric_stats;
+struct tw_fabric_mrcache_stats;
+void tw__srv_plane_stats(const struct tw_srv *srv, struct tw_fabric_stats *fst,
+                         struct tw_fabric_mrcache_stats *mst);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t tw__metrics_now_ns(void);
 
