@@ -34,6 +34,7 @@
 #define fi_fabric tw__fi_fabric
 #define fi_strerror tw__fi_strerror
 #define fi_version tw__fi_version
+#define fi_tostr tw__fi_tostr
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -56,7 +57,8 @@
     X(dupinfo, "fi_dupinfo", struct fi_info *, (const struct fi_info *info))                       \
     X(fabric, "fi_fabric", int,                                                                    \
       (struct fi_fabric_attr * attr, struct fid_fabric * *fabric, void *context))                  \
-    X(strerror, "fi_strerror", const char *, (int errnum))
+    X(strerror, "fi_strerror", const char *, (int errnum))                                         \
+    X(tostr, "fi_tostr", char *, (const void *data, enum fi_type datatype))
 
 /*
  * Loads libfabric once per process (pthread_once; never unloaded). Returns

@@ -4,7 +4,7 @@
  * lock. The trampolines keep libfabric's contracts when the library is
  * missing: fi_getinfo()/fi_fabric() fail with -FI_ENOSYS, fi_dupinfo()
  * returns NULL, fi_freeinfo() has nothing to free (no fi_info can exist
- * without the library), fi_strerror() still returns a string.
+ * without the library), fi_strerror() and fi_tostr() still return a string.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -118,6 +118,12 @@ int fi_fabric(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *con
     if (tw__fabric_lib_load(NULL, 0))
         return -FI_ENOSYS;
     return fi.fabric(attr, fabric, context);
+}
+
+char *fi_tostr(const void *data, enum fi_type datatype)
+{
+    static char not_loaded[] = "(libfabric not loaded)";
+    return tw__fabric_lib_load(NULL, 0) ? not_loaded : fi.tostr(data, datatype);
 }
 
 const char *fi_strerror(int errnum)
