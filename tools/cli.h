@@ -27,6 +27,9 @@ tw_client *tw_cli_connect(const struct tw_cli *cli);
  * TW_CLI_FAILED. */
 int tw_cli_fail(tw_client *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* `tensorwire doctor ...` (argv[0] is "doctor"; tools/doctor.c). */
+int tw_cli_doctor(int argc, char **argv);
+
 /* `tensorwire bench ...` (argv[0] is "bench"). */
 int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv);
 

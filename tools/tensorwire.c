@@ -37,6 +37,7 @@ static const char usage_main[] =
     "  ping              round-trip time to the server\n"
     "  stats             server counters\n"
     "  bench             throughput and latency against raw socket / libfabric loops\n"
+    "  doctor            why GPUDirect RDMA is or is not used on this machine\n"
     "\n"
     "Options:\n"
     "  -s, --server HOST:PORT  server (default $TENSORWIRE_SERVER or " DEFAULT_SERVER ")\n"
@@ -670,6 +671,8 @@ int main(int argc, char **argv)
         return cmd_stats(&cli, cargc, cargv);
     if (strcmp(cmd, "bench") == 0)
         return tw_cli_bench(&cli, cargc, cargv);
+    if (strcmp(cmd, "doctor") == 0)
+        return tw_cli_doctor(cargc, cargv);
     fprintf(stderr, "tensorwire: unknown command '%s'\n", cmd);
     return usage(usage_main);
 }

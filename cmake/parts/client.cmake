@@ -1,6 +1,7 @@
 # Client area: the tensorwire CLI and the client integration tests.
 add_executable(tensorwire_cli ${CMAKE_SOURCE_DIR}/tools/tensorwire.c
                               ${CMAKE_SOURCE_DIR}/tools/bench.c
+                              ${CMAKE_SOURCE_DIR}/tools/doctor.c
                               ${CMAKE_SOURCE_DIR}/tools/raw_loop.c
                               ${CMAKE_SOURCE_DIR}/tools/raw_fabric.c)
 set_target_properties(tensorwire_cli PROPERTIES OUTPUT_NAME tensorwire)
@@ -40,3 +41,8 @@ set_tests_properties(test_cli PROPERTIES TIMEOUT 90 LABELS integration SKIP_RETU
   ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")
 add_dependencies(test_client_lib tensorwired)
 add_dependencies(test_client_concurrent tensorwired)
+# tensorwire doctor (GPUDirect admission report): text and JSON on this
+# machine and against a sysfs fixture tree.
+add_test(NAME test_doctor COMMAND sh ${CMAKE_SOURCE_DIR}/tests/integration/test_doctor.sh)
+set_tests_properties(test_doctor PROPERTIES TIMEOUT 60 LABELS integration SKIP_RETURN_CODE 77
+  ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")

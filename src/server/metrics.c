@@ -155,11 +155,25 @@ int tw__metrics_render(const struct tw_srv *srv, char **out, size_t *len)
            "Bytes of every live tensor version, puts in progress included.", srv->store.reserved);
     scalar(f, "capacity_bytes", "gauge", "Most bytes stored (--capacity; 0 = unlimited).",
            srv->store.capacity);
-    /* This server stores tensors in host memory only; the label is there so
-     * that device memory adds series, not a new metric. */
-    family(f, "device_stored_bytes", "gauge", "Bytes of the current tensor versions by device.");
-    fprintf(f, "tensorwire_device_stored_bytes{device=\"host\"} %llu\n",
-            (unsigned long long)srv->store.stored_bytes);
+    /* Per device: cpu (the store's own fields) and every declared GPU. */
+    const struct tw_store *sto = &srv->store;
+    static const char *const dev_fields[3][2] = {
+        {"device_stored_bytes", "Bytes of the current tensor versions, by device."},
+        {"device_reserved_bytes", "Bytes of every live tensor version, by device."},
+        {"device_capacity_bytes", "Most bytes stored on the device (0 = unlimited)."},
+    };
+    for (int k = 0; k < 3; k++) {
+        family(f, dev_fields[k][0], "gauge", dev_fields[k][1]);
+        uint64_t cpu = k == 0 ? sto->stored_bytes : k == 1 ? sto->reserved : sto->capacity;
+        fprintf(f, "tensorwire_%s{device=\"cpu\"} %llu\n", dev_fields[k][0],
+                (unsigned long long)cpu);
+        for (unsigned g = 0; g < sto->ngpus; g++) {
+            const struct tw_store_gpu *gpu = &sto->gpu[g];
+            uint64_t v = k == 0 ? gpu->stored_bytes : k == 1 ? gpu->reserved : gpu->capacity;
+            fprintf(f, "tensorwire_%s{device=\"cuda:%d\"} %llu\n", dev_fields[k][0], gpu->ordinal,
+                    (unsigned long long)v);
+        }
+    }
 
     render_xfers(f, &srv->metrics);
 

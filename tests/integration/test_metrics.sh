@@ -54,7 +54,8 @@ expect_metric tensorwire_gets_total 1
 expect_metric tensorwire_requests_failed_total 1
 expect_metric tensorwire_tensors 1
 expect_metric tensorwire_stored_bytes 3000
-expect_metric 'tensorwire_device_stored_bytes{device="host"}' 3000
+expect_metric 'tensorwire_device_stored_bytes{device="cpu"}' 3000
+expect_metric 'tensorwire_device_reserved_bytes{device="cpu"}' 3000
 expect_metric tensorwire_connections_accepted_total 3
 expect_metric 'tensorwire_transfers_total{plane="inline",op="put",result="ok"}' 1
 expect_metric 'tensorwire_transfers_total{plane="inline",op="get",result="ok"}' 1
