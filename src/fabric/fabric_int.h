@@ -211,9 +211,10 @@ struct tw_fabric {
     pthread_mutex_t wd_lock; /* the watchdog's sleep; never held with fab->lock */
     pthread_cond_t wd_cond;
     int wd_running, wd_stop;
-    uint64_t wedge_ns;
-    unsigned gen;      /* mover generation: bumped when a mover is abandoned (__atomic) */
-    uint64_t call_seq; /* bumped at each call window; odd while one is open */
+    uint64_t wedge_ns;     /* shm rails (and all rails when configured) */
+    uint64_t wedge_net_ns; /* other rails */
+    unsigned gen;          /* mover generation: bumped when a mover is abandoned (__atomic) */
+    uint64_t call_seq;     /* bumped at each call window; odd while one is open */
     unsigned call_rail, call_gen;
     unsigned abandoned;          /* mover threads stuck inside libfabric */
     unsigned reopen;             /* bit per slot: open a replacement for it */
