@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client/npy.h"
+#include "tools/npy.h"
 #include "tools/cli.h"
 #include "tools/raw_fabric.h"
 
@@ -92,7 +92,7 @@ static long long server_setting(tw_client *c, const char *key)
 
 static int parse_count(const char *s, uint64_t *v, uint64_t max)
 {
-    return s && (tw__cli_parse_size(s, v) != 0 || *v == 0 || *v > max);
+    return s && (tw_parse_size(s, v) != 0 || *v == 0 || *v > max);
 }
 
 int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
@@ -155,11 +155,11 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
         *slot = argv[++i];
     }
     op_put = strcmp(o_op, "put") == 0;
-    if ((!op_put && strcmp(o_op, "get") != 0) || tw__cli_parse_size(o_size, &size) ||
+    if ((!op_put && strcmp(o_op, "get") != 0) || tw_parse_size(o_size, &size) ||
         size > (64ull << 30) || parse_count(o_count, &count, 100000000) ||
         parse_count(o_inflight, &inflight, 65536) || parse_count(o_rounds, &rounds, 100) ||
-        (o_warmup && tw__cli_parse_size(o_warmup, &warmup)) ||
-        (o_sockbuf && (tw__cli_parse_size(o_sockbuf, &sockbuf) || sockbuf > (1u << 30)))) {
+        (o_warmup && tw_parse_size(o_warmup, &warmup)) ||
+        (o_sockbuf && (tw_parse_size(o_sockbuf, &sockbuf) || sockbuf > (1u << 30)))) {
         fprintf(stderr,
                 "tensorwire bench: bad --op, --size, --count, --inflight, --warmup or --sockbuf\n");
         fputs(usage_bench, stderr);
@@ -179,7 +179,7 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     }
     if (o_fabric)
         cli2.opts.fabric = o_fabric;
-    if (o_rdma_min && tw__cli_parse_size(o_rdma_min, &cli2.opts.rdma_min_bytes)) {
+    if (o_rdma_min && tw_parse_size(o_rdma_min, &cli2.opts.rdma_min_bytes)) {
         fprintf(stderr, "tensorwire bench: bad --rdma-min-bytes '%s'\n", o_rdma_min);
         fputs(usage_bench, stderr);
         return TW_CLI_USAGE;

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client/npy.h"
+#include "tools/npy.h"
 #include "tools/cli.h"
 
 #define DEFAULT_SERVER "127.0.0.1:7450"
@@ -76,13 +76,6 @@ static const char usage_stat[] = "usage: tensorwire stat NAME\n";
 static const char usage_rm[] = "usage: tensorwire rm NAME\n";
 static const char usage_ping[] = "usage: tensorwire ping [--count N]\n";
 static const char usage_stats[] = "usage: tensorwire stats\n";
-
-uint64_t tw_cli_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 int tw_cli_fail(tw_client *c, int rc, const char *fmt, ...)
 {
@@ -544,7 +537,7 @@ static int cmd_ping(const struct tw_cli *cli, int argc, char **argv)
         return fputs(usage_ping, stdout), TW_CLI_OK;
     if (parse_args(argc, argv, specs, pos, 0, &npos, usage_ping))
         return TW_CLI_USAGE;
-    if (o_count && (tw__cli_parse_size(o_count, &count) || count == 0))
+    if (o_count && (tw_parse_size(o_count, &count) || count == 0))
         return usage(usage_ping);
     c = tw_cli_connect(cli);
     if (!c)
@@ -617,7 +610,7 @@ int main(int argc, char **argv)
             cli.opts.token_file = a + 13;
         } else if (strcmp(a, "--timeout") == 0) {
             uint64_t ms;
-            if (++i >= argc || tw__cli_parse_size(argv[i], &ms) || ms > 86400000u)
+            if (++i >= argc || tw_parse_size(argv[i], &ms) || ms > 86400000u)
                 return usage(usage_main);
             cli.opts.request_timeout_ms = (int)ms;
         } else if (strcmp(a, "--checksum") == 0) {
@@ -631,7 +624,7 @@ int main(int argc, char **argv)
                 return usage(usage_main);
         } else if (strcmp(a, "--rdma-min-bytes") == 0 || strncmp(a, "--rdma-min-bytes=", 17) == 0) {
             const char *v = a[16] == '=' ? a + 17 : (++i < argc ? argv[i] : "");
-            if (tw__cli_parse_size(v, &cli.opts.rdma_min_bytes))
+            if (tw_parse_size(v, &cli.opts.rdma_min_bytes))
                 return usage(usage_main);
         } else if (strcmp(a, "--push") == 0 || strncmp(a, "--push=", 7) == 0) {
             const char *v = a[6] == '=' ? a + 7 : (++i < argc ? argv[i] : "");

@@ -26,12 +26,14 @@
 #include <unistd.h>
 
 #include "client/client_internal.h"
+#include "common/errbuf.h"
+#include "net/addr.h"
 
 void tw__client_seterr(struct tw_client *c, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->errmsg, sizeof(c->errmsg), fmt, ap);
+    tw__errbuf_vset(c->errmsg, sizeof(c->errmsg), fmt, ap);
     va_end(ap);
 }
 
@@ -52,103 +54,16 @@ static int wait_fd(struct tw_client *c, short events, int timeout_ms)
     }
 }
 
-static int split_addr(const char *addr, char *host, size_t hostcap, char *port, size_t portcap)
-{
-    const char *colon;
-    const char *h = addr;
-    size_t hlen;
-    if (addr[0] == '[') {
-        const char *end = strchr(addr, ']');
-        if (!end || end[1] != ':')
-            return TW_EINVAL;
-        h = addr + 1;
-        hlen = (size_t)(end - h);
-        colon = end + 1;
-    } else {
-        colon = strrchr(addr, ':');
-        if (!colon)
-            return TW_EINVAL;
-        hlen = (size_t)(colon - addr);
-    }
-    if (hlen == 0 || hlen >= hostcap || strlen(colon + 1) == 0 || strlen(colon + 1) >= portcap)
-        return TW_EINVAL;
-    memcpy(host, h, hlen);
-    host[hlen] = '\0';
-    strcpy(port, colon + 1);
-    for (const char *p = port; *p; p++)
-        if (*p < '0' || *p > '9')
-            return TW_EINVAL;
-    return 0;
-}
-
-static int connect_one(struct tw_client *c, const struct addrinfo *ai, int timeout_ms, int sockbuf)
-{
-    int one = 1, err;
-    socklen_t elen = sizeof(err);
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-    if (fd < 0)
-        return -errno;
-    /* Small control frames must not wait for Nagle. */
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (sockbuf > 0) {
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sockbuf, sizeof(sockbuf));
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sockbuf, sizeof(sockbuf));
-    }
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
-        return fd;
-    if (errno != EINPROGRESS) {
-        err = -errno;
-        goto out_close_fd;
-    }
-    c->fd = fd;
-    err = wait_fd(c, POLLOUT, timeout_ms);
-    c->fd = -1;
-    if (err)
-        goto out_close_fd;
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) < 0) {
-        err = -errno;
-        goto out_close_fd;
-    }
-    if (err) {
-        err = -err;
-        goto out_close_fd;
-    }
-    return fd;
-
-out_close_fd:
-    close(fd);
-    return err;
-}
-
 int tw__client_conn_open(struct tw_client *c, const char *addr, int timeout_ms, int sockbuf)
 {
-    char host[256], port[16];
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
-    struct addrinfo *res, *ai;
-    int rc, fd = TW_EINVAL;
-
-    if (!addr || split_addr(addr, host, sizeof(host), port, sizeof(port)) != 0) {
-        tw__client_seterr(c, "bad server address '%s': expected HOST:PORT", addr ? addr : "(null)");
-        return TW_EINVAL;
-    }
-    rc = getaddrinfo(host, port, &hints, &res);
-    if (rc != 0) {
-        tw__client_seterr(c, "cannot resolve '%s': %s", host, gai_strerror(rc));
-        return rc == EAI_SYSTEM ? -errno : -EHOSTUNREACH;
-    }
-    for (ai = res; ai; ai = ai->ai_next) {
-        fd = connect_one(c, ai, timeout_ms, sockbuf);
-        if (fd >= 0)
-            break;
-    }
-    freeaddrinfo(res);
-    if (fd < 0) {
-        if (fd != TW_ETIMEDOUT)
-            tw__client_seterr(c, "cannot connect to %s: %s", addr, tw_strerror(fd));
-        else
-            tw__client_seterr(c, "cannot connect to %s within %d ms", addr, timeout_ms);
-        return fd;
-    }
+    char why[sizeof(c->errmsg) - 32];
+    int fd, rc = tw__net_connect_hostport(addr, timeout_ms, sockbuf, &fd, why, sizeof(why));
+    if (rc == TW_EINVAL)
+        tw__client_seterr(c, "bad server address: %s", why);
+    else if (rc)
+        tw__client_seterr(c, "%s", why);
+    if (rc)
+        return rc;
     /* From here the socket is blocking, and every call that must not block
      * says MSG_DONTWAIT. Only the receive of a large DATA payload blocks in
      * the kernel (MSG_WAITALL), bounded by SO_RCVTIMEO: one system call per

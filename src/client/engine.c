@@ -22,13 +22,6 @@
 
 #include "client/client_internal.h"
 
-uint64_t tw__client_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static int status_from_wire(uint32_t code)
 {
     if (code >= 1 && code < 100)
@@ -56,7 +49,7 @@ void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int statu
             snprintf(c->last_plane, sizeof(c->last_plane), "%s", r->dp->name);
     }
     if (r->started) {
-        r->t_end = tw__client_now_ns();
+        r->t_end = tw__now_ns();
         if (c->run_active > 0)
             c->run_active--;
     }
@@ -490,7 +483,7 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
     r->id = c->next_id;
     m.hdr.request_id = r->id;
     r->started = 1;
-    r->t_start = tw__client_now_ns();
+    r->t_start = tw__now_ns();
     rc = tw__client_conn_queue(c, &m);
     if (rc) {
         r->started = 0;

@@ -27,6 +27,7 @@
 #include "fabric/fi_api.h"
 #include <stdarg.h>
 
+#include "common/errbuf.h"
 #include "fabric/fabric.h"
 
 #define TW_FABRIC_API FI_VERSION(1, 17)

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "fabric/fi_api.h"
-#include "tensorwire/error.h"
+#include "common/verdict.h"
 
 #define TW_FI_LIBRARY "libfabric.so.1"
 

@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "tensorwire/error.h"
+#include "common/verdict.h" /* TW_E* verdicts; includes tensorwire/error.h */
 
 #define TW_PROTO_MAGIC 0x52495754u /* bytes 'T' 'W' 'I' 'R' on the wire */
 #define TW_PROTO_VERSION 1

@@ -88,68 +88,11 @@ void tw__srv_config_usage(const char *argv0)
            argv0, TW_SRV_DEFAULT_LISTEN, (unsigned long long)(TW_DEFAULT_RDMA_MIN_BYTES / 1024));
 }
 
-int tw__parse_size(const char *s, uint64_t *out)
-{
-    uint64_t v = 0;
-    const char *p = s;
-    if (!isdigit((unsigned char)*p))
-        return -EINVAL;
-    for (; isdigit((unsigned char)*p); p++) {
-        if (v > (UINT64_MAX - 9) / 10)
-            return -EINVAL;
-        v = v * 10 + (uint64_t)(*p - '0');
-    }
-    uint64_t mult = 1;
-    if (*p) {
-        uint64_t base = 1000;
-        int exp;
-        switch (*p) {
-        case 'k':
-        case 'K':
-            exp = 1;
-            break;
-        case 'm':
-        case 'M':
-            exp = 2;
-            break;
-        case 'g':
-        case 'G':
-            exp = 3;
-            break;
-        case 't':
-        case 'T':
-            exp = 4;
-            break;
-        case 'b':
-        case 'B':
-            exp = 0;
-            break;
-        default:
-            return -EINVAL;
-        }
-        p++;
-        if (exp > 0 && *p == 'i') {
-            base = 1024;
-            p++;
-        }
-        if (exp > 0 && (*p == 'b' || *p == 'B'))
-            p++;
-        if (*p)
-            return -EINVAL;
-        for (int i = 0; i < exp; i++)
-            mult *= base;
-    }
-    if (v != 0 && mult > UINT64_MAX / v)
-        return -EINVAL;
-    *out = v * mult;
-    return 0;
-}
-
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
         if (errbuf && errlen)                                                                      \
             snprintf(errbuf, errlen, __VA_ARGS__);                                                 \
-        return -EINVAL;                                                                            \
+        return TW_EINVAL;                                                                          \
     } while (0)
 
 /* The next comma-separated item of *s: [*item, *item + *len); advances *s
@@ -199,7 +142,7 @@ int tw__srv_parse_capacity(const char *s, struct tw_srv_config *c, char *errbuf,
 {
     uint64_t v;
     if (!strchr(s, '=')) {
-        if (tw__parse_size(s, &v) != 0)
+        if (tw_parse_size(s, &v) != 0)
             FAIL("'%s' is not a size", s);
         c->capacity = v;
         return 0;
@@ -222,7 +165,7 @@ int tw__srv_parse_capacity(const char *s, struct tw_srv_config *c, char *errbuf,
             FAIL("'%.*s': size too long", (int)len, item);
         memcpy(size, eq + 1, slen);
         size[slen] = '\0';
-        if (tw__parse_size(size, &v) != 0)
+        if (tw_parse_size(size, &v) != 0)
             FAIL("'%.*s': '%s' is not a size", (int)len, item, size);
         if (d.type == TW_DEVICE_CPU) {
             if (cpu_seen++)
@@ -246,17 +189,17 @@ int tw__parse_seconds(const char *s, uint64_t *out_ms)
     uint64_t whole = 0, frac_ms = 0;
     const char *p = s;
     if (!isdigit((unsigned char)*p))
-        return -EINVAL;
+        return TW_EINVAL;
     for (; isdigit((unsigned char)*p); p++) {
         if (whole > 100000000ull)
-            return -EINVAL;
+            return TW_EINVAL;
         whole = whole * 10 + (uint64_t)(*p - '0');
     }
     if (*p == '.') {
         p++;
         uint64_t scale = 100;
         if (!isdigit((unsigned char)*p))
-            return -EINVAL;
+            return TW_EINVAL;
         for (; isdigit((unsigned char)*p); p++) {
             frac_ms += (uint64_t)(*p - '0') * scale;
             scale /= 10;
@@ -265,7 +208,7 @@ int tw__parse_seconds(const char *s, uint64_t *out_ms)
     if (*p == 's')
         p++;
     if (*p)
-        return -EINVAL;
+        return TW_EINVAL;
     *out_ms = whole * 1000 + frac_ms;
     return 0;
 }
@@ -274,16 +217,16 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 {
     uint64_t v = 0;
     if (!isdigit((unsigned char)*s))
-        return -EINVAL;
+        return TW_EINVAL;
     for (; *s; s++) {
         if (!isdigit((unsigned char)*s))
-            return -EINVAL;
+            return TW_EINVAL;
         v = v * 10 + (uint64_t)(*s - '0');
         if (v > hi)
-            return -EINVAL;
+            return TW_EINVAL;
     }
     if (v < lo)
-        return -EINVAL;
+        return TW_EINVAL;
     *out = (uint32_t)v;
     return 0;
 }
@@ -317,7 +260,7 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
             FAIL("devices: %s (example: cpu,cuda:0,cuda:1)", why);
     } else if (strcmp(k, "max-frame") == 0) {
         uint64_t v;
-        if (tw__parse_size(value, &v) != 0 || v < TW_MIN_MAX_FRAME || v > TW_MAX_MAX_FRAME)
+        if (tw_parse_size(value, &v) != 0 || v < TW_MIN_MAX_FRAME || v > TW_MAX_MAX_FRAME)
             FAIL("max-frame: '%s' must be a size between 64Ki and 1Gi", value);
         c->max_frame = (uint32_t)v;
     } else if (strcmp(k, "log-level") == 0) {
@@ -367,7 +310,7 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
         else
             FAIL("push: '%s' is not one of auto, always, never", value);
     } else if (strcmp(k, "rdma-min-bytes") == 0) {
-        if (tw__parse_size(value, &c->rdma_min_bytes) != 0)
+        if (tw_parse_size(value, &c->rdma_min_bytes) != 0)
             FAIL("rdma-min-bytes: '%s' is not a size (examples: 0, 65536, 256Ki, 1Mi)", value);
     } else {
         FAIL("unknown option '%s'", key);
@@ -409,7 +352,7 @@ int tw__srv_config_load_file(struct tw_srv_config *c, const char *path, char *er
         if (!eq) {
             if (errbuf && errlen)
                 snprintf(errbuf, errlen, "%s:%u: expected 'key = value'", path, lineno);
-            rc = -EINVAL;
+            rc = TW_EINVAL;
             goto out_close_file;
         }
         *eq = '\0';
@@ -417,7 +360,7 @@ int tw__srv_config_load_file(struct tw_srv_config *c, const char *path, char *er
         if (strcmp(key, "config") == 0) {
             if (errbuf && errlen)
                 snprintf(errbuf, errlen, "%s:%u: 'config' cannot be nested", path, lineno);
-            rc = -EINVAL;
+            rc = TW_EINVAL;
             goto out_close_file;
         }
         rc = tw__srv_config_set(c, key, value, err, sizeof(err));
@@ -434,7 +377,7 @@ out_close_file:
 }
 
 /* Splits "--key=value" / "--key value". Returns the number of argv slots
- * consumed (1 or 2), or -EINVAL. */
+ * consumed (1 or 2), or TW_EINVAL. */
 static int split_opt(int argc, char **argv, int i, char *key, size_t keylen, const char **value)
 {
     const char *a = argv[i] + 2;
@@ -442,17 +385,17 @@ static int split_opt(int argc, char **argv, int i, char *key, size_t keylen, con
     if (eq) {
         size_t n = (size_t)(eq - a);
         if (n >= keylen)
-            return -EINVAL;
+            return TW_EINVAL;
         memcpy(key, a, n);
         key[n] = '\0';
         *value = eq + 1;
         return 1;
     }
     if (strlen(a) >= keylen)
-        return -EINVAL;
+        return TW_EINVAL;
     strcpy(key, a);
     if (i + 1 >= argc)
-        return -EINVAL;
+        return TW_EINVAL;
     *value = argv[i + 1];
     return 2;
 }
@@ -481,7 +424,7 @@ int tw__srv_config_from_args(struct tw_srv_config *c, int argc, char **argv, cha
         if (strcmp(key, "config") == 0) {
             rc = tw__srv_config_load_file(c, value, errbuf, errlen);
             if (rc < 0)
-                return -EINVAL;
+                return TW_EINVAL;
         }
         i += used;
     }

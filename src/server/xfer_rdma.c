@@ -212,7 +212,7 @@ static int submit(struct tw_xfer *x, enum tw_fabric_op op)
         uint64_t left_ms = c->srv->cfg.transfer_timeout_ms;
         uint64_t used = tw__loop_now(&c->srv->loop) - x->started_ms;
         left_ms = used < left_ms ? left_ms - used : 1;
-        d.deadline_ns = tw__fabric_now_ns() + left_ms * 1000000ull;
+        d.deadline_ns = tw__now_ns() + left_ms * 1000000ull;
     }
     d.cookie = (uint64_t)(uintptr_t)st;
     int rc = tw__fabric_xfer_submit(c->srv->fab, &d, &st->fx);

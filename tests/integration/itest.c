@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "net/sock.h"
 #include "proto/auth.h"
 #include "tw_test.h"
@@ -21,10 +22,8 @@
 
 uint64_t itest_now_ms(void)
 {
-    struct timespec ts;
     (void)tw_test_cases_run; /* tw_test.h's counter belongs to the test mains */
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return tw__now_ms();
 }
 
 void itest_fill(uint8_t *p, size_t n, uint32_t seed)

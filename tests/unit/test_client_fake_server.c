@@ -200,7 +200,10 @@ static void test_bad_magic_kills_connection(void)
     pthread_t th;
     fake_start(&f, &th, BAD_MAGIC);
     tw_client *c = connect_ok(&f, 5000);
+    TW_ASSERT_EQ(tw_client_is_connected(c), 1);
     TW_ASSERT_ERR(tw_ping(c, NULL), TW_EBAD_MAGIC);
+    TW_ASSERT(TW_ERR_IS_VERDICT(TW_EBAD_MAGIC));
+    TW_ASSERT_EQ(tw_client_is_connected(c), 0);
     TW_ASSERT(strstr(tw_client_last_error_message(c), "EBAD_MAGIC") != NULL);
     TW_ASSERT_ERR(tw_ping(c, NULL), -ENOTCONN);
     TW_ASSERT(strstr(tw_client_last_error_message(c), "closed") != NULL);
@@ -217,7 +220,8 @@ static void test_data_past_length(void)
     fake_start(&f, &th, DATA_TOO_LONG);
     tw_client *c = connect_ok(&f, 5000);
     int rc = tw_get(c, "t", buf, sizeof(buf), NULL);
-    TW_ASSERT(rc <= -1100 && rc > -1200); /* a decoder / state-machine verdict */
+    TW_ASSERT(TW_ERR_IS_VERDICT(rc)); /* a decoder / state-machine verdict */
+    TW_ASSERT_EQ(tw_client_is_connected(c), 0);
     fprintf(stderr, "  verdict %s: %s\n", tw_strerror_name(rc), tw_client_last_error_message(c));
     for (size_t i = 4; i < sizeof(buf); i++)
         TW_ASSERT_EQ(buf[i], 0xee); /* nothing written past the announced bytes */
@@ -233,6 +237,7 @@ static void test_silent_server_times_out(void)
     fake_start(&f, &th, SILENT);
     tw_client *c = connect_ok(&f, 200);
     TW_ASSERT_ERR(tw_stat(c, "t", NULL), TW_ETIMEDOUT);
+    TW_ASSERT_EQ(tw_client_is_connected(c), 0);
     TW_ASSERT(strstr(tw_client_last_error_message(c), "200 ms") != NULL);
     TW_ASSERT_ERR(tw_stat(c, "t", NULL), -ENOTCONN);
     tw_close(c);
@@ -257,6 +262,7 @@ static void test_connection_error_message(void)
     fake_start(&f, &th, ERROR_ID0);
     tw_client *c = connect_ok(&f, 5000);
     TW_ASSERT_ERR(tw_delete(c, "t"), TW_EINTERNAL);
+    TW_ASSERT_EQ(tw_client_is_connected(c), 0); /* ERROR with request id 0 */
     TW_ASSERT_STR_EQ(tw_client_last_error_message(c), "fake server exploded");
     TW_ASSERT_ERR(tw_delete(c, "t"), -ENOTCONN);
     tw_close(c);

@@ -907,8 +907,8 @@ static void table_churn(void)
 static void init_limits(void)
 {
     struct tw_sm sm;
-    TW_ASSERT_ERR(tw__sm_init(&sm, TW_ROLE_CLIENT, 0), -EINVAL);
-    TW_ASSERT_ERR(tw__sm_init(&sm, TW_ROLE_CLIENT, 65537), -EINVAL);
+    TW_ASSERT_ERR(tw__sm_init(&sm, TW_ROLE_CLIENT, 0), TW_EINVAL);
+    TW_ASSERT_ERR(tw__sm_init(&sm, TW_ROLE_CLIENT, 65537), TW_EINVAL);
     TW_ASSERT_OK(tw__sm_init(&sm, TW_ROLE_SERVER, 65536));
     TW_ASSERT(sm.table_cap >= 2 * 65536);
     TW_ASSERT_EQ(sm.phase, TW_PHASE_HELLO);
