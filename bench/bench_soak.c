@@ -249,7 +249,7 @@ static int usage(const char *argv0)
 int main(int argc, char **argv)
 {
     long server_pid = 0;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
             return usage(argv[0]);
@@ -271,7 +271,6 @@ int main(int argc, char **argv)
             server_pid = strtol(v, NULL, 10);
         else
             return usage(argv[0]);
-        i++;
     }
     if (!addr || nclients == 0 || nclients > 4096 || nnames == 0 || seconds <= 0 ||
         max_size > (1ull << 30))
