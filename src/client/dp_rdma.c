@@ -56,11 +56,13 @@ static int req_state_new(struct tw_client *c, struct tw__creq *r)
     return 0;
 }
 
-static uint64_t deadline_ns(const struct tw_client *c)
+/* request_timeout_ms is the longest wait without progress (client.h), not
+ * a deadline for the whole transfer: the engine's stall timeout. */
+static uint64_t stall_ns(const struct tw_client *c)
 {
     if (c->request_timeout_ms <= 0)
         return 0;
-    return tw__now_ns() + (uint64_t)c->request_timeout_ms * 1000000ull;
+    return (uint64_t)c->request_timeout_ms * 1000000ull;
 }
 
 /* The local address of the control connection: the interface that reaches
@@ -220,7 +222,8 @@ static void idle_flag(void *arg)
     __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
 }
 
-static int release_busy(struct tw_client *c, struct tw__creq *r)
+static int release_busy(struct tw_client *c, struct tw__creq *r,
+                        const struct tw_fabric_completion *fc)
 {
     int idle = 0;
     struct rdma_req *q = req_state(r);
@@ -238,9 +241,14 @@ static int release_busy(struct tw_client *c, struct tw__creq *r)
         if (c->run[i].dp == r->dp && c->run[i].dp_state)
             req_state(&c->run[i])->mr = NULL;
     tw__client_rdma_close(c);
-    tw__client_seterr(c, "rdma operations on '%s' did not drain; the data plane was closed",
-                      r->name);
-    return tw__client_conn_fail(c, TW_EINTERNAL, 0);
+    /* The transfer's own failure (TIMEOUT on a cut link) is what the
+     * caller needs to hear; the closed plane is the consequence. */
+    tw__client_seterr(c,
+                      "'%s': rdma %s failed: %s; its operations did not drain, so the data "
+                      "plane was closed",
+                      r->name, r->op == TW__OP_GET ? "read from the server" : "write to the server",
+                      fc->msg);
+    return tw__client_conn_fail(c, fc->status < 0 ? fc->status : TW_EINTERNAL, 0);
 }
 
 static int run_xfer(struct tw_client *c, struct tw__creq *r, enum tw_fabric_op op, uint64_t len,
@@ -253,7 +261,7 @@ static int run_xfer(struct tw_client *c, struct tw__creq *r, enum tw_fabric_op o
     d.local = req_state(r)->mr;
     d.remote = req_state(r)->remote;
     d.length = len;
-    d.deadline_ns = deadline_ns(c);
+    d.stall_ns = stall_ns(c);
     memset(fc, 0, sizeof(*fc));
     int rc = tw__fabric_xfer_run(c->fab, &d, fc);
     if (rc < 0 && !fc->msg[0])
@@ -328,7 +336,7 @@ static int get_on_register(struct tw_client *c, struct tw__creq *r, const struct
     struct tw_fabric_completion fc;
     run_xfer(c, r, TW_FABRIC_PULL, r->expect, &fc);
     if (fc.buffer_busy) {
-        rc = release_busy(c, r);
+        rc = release_busy(c, r, &fc);
         if (rc)
             return rc;
     } else {
@@ -393,7 +401,7 @@ static int put_on_ready(struct tw_client *c, struct tw__creq *r)
     run_xfer(c, r, TW_FABRIC_PUSH, r->len, &fc);
     int rc = 0;
     if (fc.buffer_busy)
-        rc = release_busy(c, r);
+        rc = release_busy(c, r, &fc);
     else
         drop_mr(req_state(r));
     if (rc)

@@ -86,6 +86,24 @@
  * A wedged rail is never closed and a plane with an abandoned thread is
  * not freed at close (that thread may still return into it).
  *
+ * Closing with operations outstanding (libfabric 1.17 tcp;ofi_rxm): an
+ * fi_read the peer never answered (link cut, peer frozen) cannot be
+ * cancelled, and fi_close() of an endpoint that still holds one crashes
+ * inside the provider (SIGSEGV, seen in the netns fault test). So
+ * tw__fabric_close() first stops every transfer and drains for at most
+ * 2 x drain_ns; a non-shm rail on which the provider still holds
+ * operations after that is *kept*: none of its objects (endpoint, CQ, AV,
+ * registrations, domain) is closed or called again, and the plane object
+ * with the transfers the provider points into stays allocated on the same
+ * list as planes with an abandoned thread. The registrations those
+ * operations use are not handed back (on_idle does not run). Nothing moves
+ * into the buffer afterwards: tcp moves data only inside our own calls
+ * (FI_PROGRESS_MANUAL) and no thread calls the kept rail again. The cost is
+ * a bounded leak (one rail: a few MB of provider buffers and its sockets)
+ * per plane closed in that state, in exchange for never crashing; a shm
+ * rail closes as before (its peer writes our memory itself, see
+ * tw__fabric_mr_release()).
+ *
  * Errors: 0 or a negative tensorwire code (include/tensorwire/error.h).
  * -errno values come straight from libfabric (FI_E* equal errno values).
  * A human-readable reason is kept in the plane (tw__fabric_errmsg()) or, for
@@ -350,6 +368,11 @@ struct tw_fabric_xfer_desc {
     uint64_t length;              /* bytes to move; <= remote.length and fits `local` */
     uint64_t deadline_ns;         /* absolute tw__now_ns(); 0 = none */
     uint64_t cookie;              /* caller's, returned in the completion */
+    /* Longest time without any operation completing (no byte moved)
+     * before the transfer fails with TW_ETIMEDOUT; 0 = none. Unlike
+     * deadline_ns it extends while bytes move: the client's
+     * request_timeout_ms ("longest wait without any progress"). */
+    uint64_t stall_ns;
 };
 
 struct tw_fabric_completion {

@@ -99,6 +99,12 @@ struct tw_fabric_rail {
      * these is unanswered every later operation on this endpoint waits
      * behind it: for good if its peer died. */
     unsigned stuck_ops;
+    /* Kept: the plane closed while the provider still held operations on
+     * this (non-shm) rail. libfabric 1.17 tcp;ofi_rxm crashes in fi_close()
+     * of an endpoint with RMA outstanding, so nothing of the rail (endpoint,
+     * CQ, AV, MRs, domain) is closed or called any more: it is left open on
+     * purpose, like a wedged rail, with its plane on the kept list. */
+    int kept;
     struct tw_fabric_addr addr;
 };
 
@@ -157,6 +163,7 @@ struct tw_fabric_xfer {
     int stopping; /* no more posts; drain then finish */
     int cancel_sent;
     uint64_t stop_ns;
+    uint64_t progress_ns;      /* submitted, or the last operation completed (stall_ns) */
     uint64_t refused_since_ns; /* posts refused (EAGAIN) with nothing in flight since */
     int sync;                  /* tw__fabric_xfer_run() waits for it */
     int finished;              /* completion produced */
@@ -295,6 +302,11 @@ void tw__fabric_xfer_fail_peer_locked(struct tw_fabric *fab, struct tw_fabric_pe
                                       int status, const char *why);
 void tw__fabric_xfers_abort_locked(struct tw_fabric *fab);
 void tw__fabric_xfers_mark_unsafe_locked(struct tw_fabric *fab);
+/* At close, after the transfers were aborted: marks every non-shm rail on
+ * which the provider still holds operations `kept` (see the field), and the
+ * registrations those operations use keep_on_close. Returns how many rails
+ * were kept. */
+unsigned tw__fabric_xfers_keep_rails_locked(struct tw_fabric *fab);
 int tw__fabric_busy_locked(const struct tw_fabric *fab);
 /* Lets go of popped transfers whose shm peer died with operations in the
  * provider (see orphan_rail); frees orphans of closed rails. */

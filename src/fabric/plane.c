@@ -156,6 +156,7 @@ void tw__fabric_close(struct tw_fabric *fab)
      * registrations (keys revoked), then peers; rails last. */
     tw__fabric_xfers_abort_locked(fab);
     tw__fabric_xfers_mark_unsafe_locked(fab);
+    unsigned kept = tw__fabric_xfers_keep_rails_locked(fab);
     tw__fabric_mrs_close_locked(fab);
     tw__fabric_peers_close_locked(fab);
     pthread_mutex_unlock(&fab->lock);
@@ -164,12 +165,14 @@ void tw__fabric_close(struct tw_fabric *fab)
     /* Rails closed: providers hold no more op contexts and touch no more
      * memory; hand released buffers back and free what is left. */
     tw__fabric_mrs_idle_run(fab);
-    while (!link_empty(&fab->zombies)) {
+    /* A kept rail's provider still holds op contexts inside these
+     * transfers: they stay, with the plane (below). */
+    while (!kept && !link_empty(&fab->zombies)) {
         struct tw_fabric_xfer *x = TW_CONTAINER_OF(fab->zombies.next, struct tw_fabric_xfer, node);
         link_del(&x->node);
         free(x);
     }
-    while (!link_empty(&fab->done)) {
+    while (!kept && !link_empty(&fab->done)) {
         struct tw_fabric_xfer *x = TW_CONTAINER_OF(fab->done.next, struct tw_fabric_xfer, node);
         link_del(&x->node);
         free(x);
@@ -179,10 +182,12 @@ void tw__fabric_close(struct tw_fabric *fab)
     pthread_mutex_lock(&fab->lock);
     unsigned abandoned = fab->abandoned;
     pthread_mutex_unlock(&fab->lock);
-    if (abandoned) {
+    if (abandoned || kept) {
         /* A thread is still inside a libfabric call on a wedged rail and
-         * would retake fab->lock if that call ever returned: the plane
-         * object (a few KiB) and the wedged rail stay allocated for it,
+         * would retake fab->lock if that call ever returned, or a kept
+         * rail's provider still holds op contexts pointing into the
+         * transfers on fab->zombies: the plane object (a few KiB), those
+         * transfers and the rail stay allocated for it,
          * on a list that keeps them reachable (they are kept on purpose,
          * not lost: leak checkers stay quiet). */
         pthread_mutex_lock(&kept_lock);

@@ -125,7 +125,7 @@ static int select_info(const char *want, const char *node, int hmem, struct fi_i
 int tw__fabric_io_lock(struct tw_fabric_rail *r)
 {
     for (;;) {
-        if (tw__fabric_rail_wedged(r))
+        if (tw__fabric_rail_wedged(r) || r->kept)
             return -ECONNABORTED;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -265,6 +265,8 @@ void tw__fabric_rail_close(struct tw_fabric_rail *r)
          * abandoned thread came back, tw__fabric_close() clears wedged. */
         return;
     }
+    if (r->kept)
+        return; /* operations outstanding: fi_close() of the endpoint crashes (fabric.h) */
     /* Order: endpoint before the objects bound to it, domain last. */
     pthread_mutex_destroy(&r->io);
     fi_close(&r->ep->fid);

@@ -180,6 +180,7 @@ static void op_done(struct tw_fabric_rma *op, int err, const char *msg)
         x->d.peer->rail->stuck_ops--; /* an abandoned op drained after all */
     if (err == 0) {
         x->bytes_done += op->len;
+        x->progress_ns = tw__now_ns();
     } else {
         x->fab->st.ops_failed++;
         if (!(err == -ECANCELED && x->stopping))
@@ -269,6 +270,12 @@ static int advance(struct tw_fabric_xfer *x, uint64_t now)
         if (x->d.peer->rail->is_shm && x->d.peer->rail->stuck_ops)
             append_msg(x, "; an earlier unanswered shm operation blocks this endpoint");
     }
+    if (!x->stopping && x->d.stall_ns && now > x->progress_ns &&
+        now - x->progress_ns >= x->d.stall_ns)
+        stop(x, TW_ETIMEDOUT,
+             "no progress for %llu ms: %llu of %llu bytes moved, %u operations outstanding",
+             (unsigned long long)((now - x->progress_ns) / 1000000),
+             (unsigned long long)x->bytes_done, (unsigned long long)x->d.length, x->inflight);
     if (x->stopping) {
         if (x->inflight == 0)
             finish(x);
@@ -489,6 +496,7 @@ int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_
     x->depth = depth;
     x->chunk = fab->chunk < d->peer->rail->max_msg ? fab->chunk : d->peer->rail->max_msg;
     x->sync = sync;
+    x->progress_ns = tw__now_ns();
     for (unsigned i = 0; i < x->depth; i++)
         x->ops[i].xfer = x;
     d->peer->refs++;
@@ -681,6 +689,32 @@ void tw__fabric_xfers_mark_unsafe_locked(struct tw_fabric *fab)
 {
     mark_list(&fab->zombies);
     mark_list(&fab->done);
+}
+
+static void keep_list(struct tw_fabric_link *head, unsigned *kept)
+{
+    for (struct tw_fabric_link *l = head->next; l != head; l = l->next) {
+        struct tw_fabric_xfer *x = TW_CONTAINER_OF(l, struct tw_fabric_xfer, node);
+        struct tw_fabric_rail *r = x->orphan_rail ? x->orphan_rail
+                                   : x->d.peer    ? x->d.peer->rail
+                                                  : NULL;
+        if (!x->inflight || !r || r->is_shm)
+            continue;
+        if (!r->kept) {
+            r->kept = 1;
+            (*kept)++;
+        }
+        if (x->d.local)
+            x->d.local->keep_on_close = 1;
+    }
+}
+
+unsigned tw__fabric_xfers_keep_rails_locked(struct tw_fabric *fab)
+{
+    unsigned kept = 0;
+    keep_list(&fab->zombies, &kept);
+    keep_list(&fab->done, &kept);
+    return kept;
 }
 
 /* Operations parked on a rail that nobody polls any more, or whose peer

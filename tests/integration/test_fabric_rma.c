@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -578,6 +579,112 @@ static void deadline_when_peer_stalls(void)
     free(dst);
 }
 
+/* stall_ns is "the longest wait without progress", not a deadline: a
+ * transfer whose peer answers in bursts with pauses shorter than stall_ns
+ * succeeds even though it takes longer than stall_ns in all; one whose peer
+ * stops answering ends with TIMEOUT about stall_ns after the last byte
+ * moved. A dedicated client (64 KiB chunks, one in flight) makes every
+ * burst small; a pacer pauses the server's mover 250 ms at a time and lets
+ * it run until one more operation was posted. */
+struct pacer {
+    struct tw_fabric *client;
+    int done; /* __atomic */
+    unsigned windows;
+};
+
+static uint64_t ops_posted(struct tw_fabric *f)
+{
+    struct tw_fabric_stats st;
+    tw__fabric_stats(f, &st);
+    return st.ops_posted;
+}
+
+static void *pace(void *arg)
+{
+    struct pacer *p = arg;
+    while (!__atomic_load_n(&p->done, __ATOMIC_ACQUIRE)) {
+        tw__fabric_pause(srv, 1);
+        usleep(250 * 1000);
+        uint64_t before = ops_posted(p->client);
+        tw__fabric_pause(srv, 0);
+        p->windows++;
+        uint64_t until = deadline_in_ms(2000);
+        while (ops_posted(p->client) == before && tw__now_ns() < until &&
+               !__atomic_load_n(&p->done, __ATOMIC_ACQUIRE))
+            usleep(200);
+    }
+    tw__fabric_pause(srv, 0);
+    return NULL;
+}
+
+static void stall_timeout(void)
+{
+    struct tw_fabric_config cfg = {.provider = TW_TEST_PROVIDER,
+                                   .node = "127.0.0.1",
+                                   .chunk_size = 64 * 1024,
+                                   .depth = 1,
+                                   .drain_ns = 100ull * 1000 * 1000};
+    struct tw_fabric *c3 = NULL;
+    char err[512];
+    TW_ASSERT_OK(tw__fabric_open(&cfg, &c3, err, sizeof(err)));
+    struct tw_fabric_peer *cp, *sp;
+    tw_test_connect_planes(c3, srv, &cp, &sp);
+    size_t n = 2u << 20;
+    uint8_t *src = malloc(n), *dst = calloc(1, n);
+    TW_ASSERT(src && dst);
+    fill(src, n, 21);
+    struct tw_fabric_mr *rsrc, *ldst;
+    TW_ASSERT_OK(
+        tw__fabric_mr_register(sp, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &rsrc));
+    TW_ASSERT_OK(
+        tw__fabric_mr_register(cp, dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &ldst));
+    const uint64_t stall_ms = 1000;
+    struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+                                    .peer = cp,
+                                    .local = ldst,
+                                    .remote = tw__fabric_mr_rkey(rsrc),
+                                    .length = n,
+                                    .stall_ns = stall_ms * 1000000ull};
+
+    /* Slow but moving: longer than stall_ns in all, and it succeeds. */
+    struct pacer p = {.client = c3};
+    pthread_t th;
+    TW_ASSERT_EQ(pthread_create(&th, NULL, pace, &p), 0);
+    uint64_t t0 = tw__now_ns();
+    struct tw_fabric_completion c;
+    int ret = tw__fabric_xfer_run(c3, &d, &c);
+    uint64_t ms = (tw__now_ns() - t0) / 1000000;
+    __atomic_store_n(&p.done, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    fprintf(stderr, "  paced: %s after %llu ms in %u windows (stall timeout %llu ms)\n",
+            tw_strerror_name(ret), (unsigned long long)ms, p.windows, (unsigned long long)stall_ms);
+    if (ret)
+        TW_FAIL("paced transfer: %s: %s", tw_strerror_name(ret), c.msg);
+    TW_ASSERT_MEM_EQ(dst, src, n);
+    TW_ASSERT(ms > stall_ms); /* else the test proved nothing */
+
+    /* Stalled: the server stops answering; TIMEOUT about stall_ns later. */
+    memset(dst, 0, n);
+    tw__fabric_pause(srv, 1);
+    t0 = tw__now_ns();
+    ret = tw__fabric_xfer_run(c3, &d, &c);
+    ms = (tw__now_ns() - t0) / 1000000;
+    tw__fabric_pause(srv, 0);
+    fprintf(stderr, "  stalled: %s after %llu ms: %s\n", tw_strerror_name(ret),
+            (unsigned long long)ms, c.msg);
+    TW_ASSERT_ERR(ret, TW_ETIMEDOUT);
+    TW_ASSERT(strstr(c.msg, "no progress") != NULL);
+    TW_ASSERT(ms >= stall_ms - 10 && ms < stall_ms + 4000);
+    wait_drained(c3); /* the stalled read was answered late: now dst may go */
+    tw__fabric_mr_deregister(ldst);
+    tw__fabric_mr_deregister(rsrc);
+    tw__fabric_peer_remove(cp);
+    tw__fabric_peer_remove(sp);
+    close_client(c3);
+    free(src);
+    free(dst);
+}
+
 /* Closing a registration revokes its key: an RMA with the old key moves no
  * bytes. How the initiator learns it depends on the provider, and this test
  * pins down what libfabric 1.17 really does:
@@ -719,6 +826,7 @@ int main(void)
     TW_RUN(many_in_flight);
     TW_RUN(cancel_and_remove);
     TW_RUN(deadline_when_peer_stalls);
+    TW_RUN(stall_timeout);
     TW_RUN(release_after_drain);
     TW_RUN(old_key_rejected);
     tw__fabric_peer_remove(cli_peer);
