@@ -173,6 +173,11 @@ struct tw_fabric_xfer {
      * more, so its buffer, registration and peer were let go; the struct
      * stays (the provider holds its op contexts) until its rail closes. */
     struct tw_fabric_rail *orphan_rail;
+    /* Probe (tcp): a 1-byte repeat of the transfer's first operation,
+     * posted on the same connection while abandoned operations to a
+     * removed peer are held (xfer.c, probe_zombies()); probe_ns: last one. */
+    struct tw_fabric_rma probe;
+    uint64_t probe_ns;
     char msg[TW_FABRIC_ERRMSG_LEN];
     struct tw_fabric_link node; /* fab->active, fab->done, or fab->zombies */
     struct tw_fabric_rma ops[];

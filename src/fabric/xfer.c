@@ -409,6 +409,62 @@ static int read_cq(struct tw_fabric *fab, struct tw_fabric_rail *r, int *n)
     return 0;
 }
 
+/* Abandoned operations to a peer whose control connection closed (the
+ * peer was removed) on a tcp rail: if the link was cut, the peer's answers
+ * were lost and its process may be gone, yet our side of the provider's
+ * TCP connection has nothing left to send and never learns that the
+ * connection is dead; the operations, their buffer and the peer would be
+ * held for good (seen in the netns fault test: a put cut mid-transfer kept
+ * 8 reads and 16 MB reserved for over 120 s after the link returned). So
+ * every PROBE_EVERY_NS such a transfer re-posts its first byte (same
+ * region, key and buffer byte: an answer writes what the first read wrote
+ * or would write) on the same connection. A peer host whose process closed
+ * the connection answers it with a TCP reset, which fails every operation
+ * of that connection, and the transfer drains; a live peer answers it (or
+ * rejects a revoked key). One probe per transfer at a time. Returns 0, or
+ * -1 when this thread was abandoned (lock not held). */
+#define PROBE_EVERY_NS (1000ull * 1000 * 1000)
+static int probe_zombies(struct tw_fabric *fab, uint64_t now)
+{
+    for (struct tw_fabric_link *l = fab->zombies.next; l != &fab->zombies; l = l->next) {
+        struct tw_fabric_xfer *x = TW_CONTAINER_OF(l, struct tw_fabric_xfer, node);
+        struct tw_fabric_peer *p = x->d.peer;
+        struct tw_fabric_mr *m = x->d.local;
+        if (!x->inflight || x->orphan_rail || !p || !m || !p->removed || x->probe.busy ||
+            !x->d.length || p->fi_addr == FI_ADDR_NOTAVAIL || p->rail->is_shm || p->rail->kept ||
+            tw__fabric_rail_wedged(p->rail) || now - x->probe_ns < PROBE_EVERY_NS)
+            continue;
+        struct tw_fabric_rail *r = p->rail;
+        /* Counted like the abandoned operations: op_done() settles it. */
+        x->probe.busy = 1;
+        x->probe.off = 0;
+        x->probe.len = 1;
+        x->inflight++;
+        r->stuck_ops++;
+        x->probe_ns = now;
+        void *buf = m->base + x->d.local_offset;
+        ssize_t ret;
+        unsigned gen = call_begin(fab, r);
+        if (x->d.op == TW_FABRIC_PULL)
+            ret = fi_read(r->ep, buf, 1, m->desc, p->fi_addr, x->d.remote.remote_addr,
+                          x->d.remote.key, &x->probe.ctx);
+        else
+            ret = fi_write(r->ep, buf, 1, m->desc, p->fi_addr, x->d.remote.remote_addr,
+                           x->d.remote.key, &x->probe.ctx);
+        if (call_end(fab, r, gen))
+            return -1;
+        if (ret) {
+            x->probe.busy = 0;
+            x->inflight--;
+            r->stuck_ops--;
+        } else {
+            fab->st.ops_posted++;
+        }
+        return 0; /* one per round: the list may have changed meanwhile */
+    }
+    return 0;
+}
+
 int tw__fabric_progress_locked(struct tw_fabric *fab)
 {
     int n = 0;
@@ -419,6 +475,8 @@ int tw__fabric_progress_locked(struct tw_fabric *fab)
         if (t - fab->zombies_checked_ns >= 10000000ull) {
             fab->zombies_checked_ns = t;
             tw__fabric_zombies_reap_locked(fab, t);
+            if (probe_zombies(fab, t))
+                return -1;
         }
     }
     if (fab->reap_pending)
@@ -499,6 +557,7 @@ int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_
     x->progress_ns = tw__now_ns();
     for (unsigned i = 0; i < x->depth; i++)
         x->ops[i].xfer = x;
+    x->probe.xfer = x;
     d->peer->refs++;
     d->local->refs++;
     /* The progressing thread posts (never the submitter: a post may not

@@ -148,9 +148,9 @@ cut_case cut_get_inline get none gets 40
 if [ $RDMA -eq 1 ]; then
     echo "case link cut mid-put, rdma tcp"
     # The server's reads that the dead client never answered stay with the
-    # tcp provider (rdma_stuck_ops, the 16 MB version reserved) until the
-    # tcp connection to it fails, which TCP's retransmission backoff decides
-    # after the link returns: seen from 1 s to about 60 s (under ASan).
+    # tcp provider (rdma_stuck_ops, the 16 MB version reserved) until its
+    # probe of the removed peer draws a TCP reset (src/fabric/xfer.c,
+    # probe_zombies()): within seconds of the link returning.
     cut_case cut_put_rdma put tcp rdma_xfers_active 120
     # The client's reads that the cut link never answers stay with the tcp
     # provider; closing its data plane keeps that rail open instead of
