@@ -36,3 +36,8 @@ target_link_libraries(bench_rdma_e2e PRIVATE tensorwire)
 # or device.
 tw_add_bench(bench_staging ${CMAKE_SOURCE_DIR}/bench/bench_staging.c)
 target_link_libraries(bench_staging PRIVATE tw_core)
+
+# KV-cache and weight-sync workloads against one tensor of the same bytes
+# (bench/kv_bench.sh runs it on every plane): public API only.
+tw_add_bench(bench_kv ${CMAKE_SOURCE_DIR}/bench/bench_kv.c)
+target_link_libraries(bench_kv PRIVATE tensorwire)
