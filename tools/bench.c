@@ -17,6 +17,7 @@
  * measures) beside the request/response loop.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,8 @@ static const char usage_bench[] =
     "usage: tensorwire bench [--op get|put] [--size SIZE] [--count N] [--inflight N]\n"
     "                        [--warmup N] [--rounds R] [--sockbuf SIZE]\n"
     "                        [--fabric auto|none|PROV] [--push auto|always|never]\n"
-    "                        [--rdma-min-bytes SIZE] [--no-sweep] [--json]\n"
+    "                        [--rdma-min-bytes SIZE] [--connections N] [--no-sweep]\n"
+    "                        [--json]\n"
     "  Moves COUNT tensors of SIZE bytes (default 4Ki; K/M/G = 1000^n, Ki/Mi/Gi =\n"
     "  1024^n) with INFLIGHT requests outstanding on one connection (default 16),\n"
     "  after WARMUP untimed ones, then the same through a raw TCP loopback\n"
@@ -60,6 +62,10 @@ static const char usage_bench[] =
     "  --rdma-min-bytes (also global): puts smaller than SIZE go inline (default\n"
     "  1Mi, 0 = always rdma); the server's own threshold decides gets. Output\n"
     "  (JSON rdma_min_bytes, server_rdma_min_bytes) shows both thresholds.\n"
+    "  --connections N: N connections (threads), each moving COUNT tensors with\n"
+    "  INFLIGHT outstanding at once (like redis-benchmark -c N -P INFLIGHT); the\n"
+    "  rate counts all of them, latency is connection 0's, the raw baselines stay\n"
+    "  one connection.\n"
     "  --json prints one JSON object. The tensors bench/<pid>/* are removed after.\n";
 
 struct result {
@@ -107,6 +113,89 @@ static long long server_setting(tw_client *c, const char *key)
     return v;
 }
 
+/* One more connection of --connections N: its own client, buffers, names
+ * (bench/<pid>/<k>/<i>) and items; its batches run on a thread of their own
+ * while connection 0 runs on the caller's. */
+struct extra_conn {
+    tw_client *c;
+    struct tw_batch_item *items;
+    uint8_t **bufs;
+    char (*names)[80];
+    uint64_t nbuf, count;
+    int op_put, rc;
+    pthread_t th;
+};
+
+static void *extra_main(void *arg)
+{
+    struct extra_conn *e = arg;
+    e->rc =
+        e->op_put ? tw_batch_put(e->c, e->items, e->count) : tw_batch_get(e->c, e->items, e->count);
+    return NULL;
+}
+
+static void extra_close(struct extra_conn *e)
+{
+    for (uint64_t i = 0; e->c && e->names && i < e->nbuf; i++)
+        if (e->names[i][0])
+            tw_delete(e->c, e->names[i]); /* best effort */
+    for (uint64_t i = 0; e->bufs && i < e->nbuf; i++)
+        free(e->bufs[i]);
+    free(e->bufs);
+    free(e->names);
+    free(e->items);
+    tw_close(e->c);
+    memset(e, 0, sizeof(*e));
+}
+
+/* Connects, stores the tensors a get reads, and runs the warm-up. 0 or -1
+ * (with a message printed); e is then closed. */
+static int extra_open(struct extra_conn *e, const struct tw_cli *cli, unsigned k, int op_put,
+                      uint64_t size, uint64_t nbuf, uint64_t count, uint64_t warmup)
+{
+    struct tw_tensor_desc desc = {.dtype = TW_U8, .ndim = 1, .shape = {size}};
+    uint64_t nitems = count > warmup ? count : warmup;
+    int rc;
+    memset(e, 0, sizeof(*e));
+    e->op_put = op_put;
+    e->count = count;
+    e->nbuf = nbuf;
+    if (!(e->c = tw_cli_connect(cli)))
+        return -1;
+    e->bufs = calloc(nbuf, sizeof(*e->bufs));
+    e->names = calloc(nbuf, sizeof(*e->names));
+    e->items = calloc(nitems, sizeof(*e->items));
+    if (!e->bufs || !e->names || !e->items)
+        goto out_nomem;
+    for (uint64_t i = 0; i < nbuf; i++) {
+        if (posix_memalign((void **)&e->bufs[i], 4096, size ? size : 1) != 0) {
+            e->bufs[i] = NULL;
+            goto out_nomem;
+        }
+        memset(e->bufs[i], (int)(i * 37 + k), size);
+        snprintf(e->names[i], sizeof(e->names[i]), "bench/%d/%u/%llu", (int)getpid(), k,
+                 (unsigned long long)i);
+        if (!op_put && (rc = tw_put(e->c, e->names[i], &desc, e->bufs[i], size)) != 0)
+            goto out_fail;
+    }
+    for (uint64_t i = 0; i < nitems; i++)
+        e->items[i] = (struct tw_batch_item){
+            .name = e->names[i % nbuf], .desc = desc, .buf = e->bufs[i % nbuf], .len = size};
+    if (warmup && (rc = op_put ? tw_batch_put(e->c, e->items, warmup)
+                               : tw_batch_get(e->c, e->items, warmup)) != 0)
+        goto out_fail;
+    return 0;
+
+out_nomem:
+    fprintf(stderr, "tensorwire bench: out of memory for connection %u\n", k);
+    extra_close(e);
+    return -1;
+out_fail:
+    tw_cli_fail(e->c, rc, "bench: connection %u", k);
+    extra_close(e);
+    return -1;
+}
+
 static int parse_count(const char *s, uint64_t *v, uint64_t max)
 {
     return s && (tw_parse_size(s, v) != 0 || *v == 0 || *v > max);
@@ -115,8 +204,8 @@ static int parse_count(const char *s, uint64_t *v, uint64_t max)
 int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
 {
     const char *o_op = "get", *o_size = "4Ki", *o_count = NULL, *o_inflight = "16", *o_json = NULL,
-               *o_nosweep = NULL, *o_warmup = NULL, *o_sockbuf = NULL, *o_rounds = "3",
-               *o_fabric = NULL, *o_push = NULL, *o_rdma_min = NULL;
+               *o_nosweep = NULL, *o_conns = "1", *o_warmup = NULL, *o_sockbuf = NULL,
+               *o_rounds = "3", *o_fabric = NULL, *o_push = NULL, *o_rdma_min = NULL;
     uint64_t size = 0, count = 0, inflight = 0, warmup = 0, sockbuf = 0, nbuf, elapsed = 0,
              raw_elapsed = 0;
     struct tw_batch_item *items = NULL;
@@ -137,6 +226,8 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     char name_prefix[64];
     char(*names)[80] = NULL;
     int op_put, rc, ret = TW_CLI_FAILED;
+    struct extra_conn *extra = NULL;
+    uint64_t nconns = 1, nextra = 0;
     tw_client *c = NULL;
 
     for (int i = 1; i < argc; i++) {
@@ -166,6 +257,8 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
             slot = &o_sockbuf;
         else if (strcmp(a, "--rounds") == 0)
             slot = &o_rounds;
+        else if (strcmp(a, "--connections") == 0)
+            slot = &o_conns;
         else if (strcmp(a, "--fabric") == 0)
             slot = &o_fabric;
         else if (strcmp(a, "--push") == 0)
@@ -183,7 +276,7 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     if ((!op_put && strcmp(o_op, "get") != 0) || tw_parse_size(o_size, &size) ||
         size > (64ull << 30) || parse_count(o_count, &count, 100000000) ||
         parse_count(o_inflight, &inflight, 65536) || parse_count(o_rounds, &rounds, 100) ||
-        (o_warmup && tw_parse_size(o_warmup, &warmup)) ||
+        parse_count(o_conns, &nconns, 1024) || (o_warmup && tw_parse_size(o_warmup, &warmup)) ||
         (o_sockbuf && (tw_parse_size(o_sockbuf, &sockbuf) || sockbuf > (1u << 30)))) {
         fprintf(stderr,
                 "tensorwire bench: bad --op, --size, --count, --inflight, --warmup or --sockbuf\n");
@@ -215,7 +308,7 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     }
     if (!o_warmup)
         warmup = inflight < count ? inflight : count;
-    nbuf = BENCH_BUFFER_BUDGET / (size ? size : 1);
+    nbuf = BENCH_BUFFER_BUDGET / nconns / (size ? size : 1);
     nbuf = nbuf < 1 ? 1 : nbuf;
     nbuf = nbuf < inflight ? nbuf : inflight;
     nbuf = nbuf < count ? nbuf : count;
@@ -226,6 +319,15 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     if (!c)
         return TW_CLI_FAILED;
     long long srv_rdma_min = server_setting(c, "rdma_min_bytes");
+    if (nconns > 1 && !(extra = calloc(nconns - 1, sizeof(*extra)))) {
+        fprintf(stderr, "tensorwire bench: out of memory\n");
+        goto out_free;
+    }
+    for (uint64_t k = 1; k < nconns; k++) {
+        if (extra_open(&extra[k - 1], &cli2, (unsigned)k, op_put, size, nbuf, count, warmup) != 0)
+            goto out_free;
+        nextra = k;
+    }
     if (tw_client_max_inflight(c) < inflight)
         fprintf(stderr, "tensorwire bench: note: the server allows %u in flight, not %llu\n",
                 tw_client_max_inflight(c), (unsigned long long)inflight);
@@ -340,16 +442,30 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
      * both alike; throughput is the median over rounds, latency percentiles
      * are over all samples. */
     for (uint64_t round = 0; round < rounds; round++) {
-        uint64_t t0 = tw_cli_now_ns();
+        uint64_t t0 = tw_cli_now_ns(), started = 0;
+        for (; started < nextra; started++)
+            if (pthread_create(&extra[started].th, NULL, extra_main, &extra[started]) != 0)
+                break;
         rc = op_put ? tw_batch_put(c, items, count) : tw_batch_get(c, items, count);
+        int xrc = started < nextra ? TW_CLI_FAILED : 0;
+        for (uint64_t k = 0; k < started; k++) {
+            pthread_join(extra[k].th, NULL);
+            if (extra[k].rc && !xrc) {
+                xrc = extra[k].rc;
+                tw_cli_fail(extra[k].c, xrc, "bench: %s on connection %llu", o_op,
+                            (unsigned long long)k + 1);
+            }
+        }
         elapsed = tw_cli_now_ns() - t0;
-        if (rc) {
-            ret = tw_cli_fail(c, rc, "bench: %s", o_op);
+        if (rc || xrc) {
+            if (rc)
+                tw_cli_fail(c, rc, "bench: %s", o_op);
             goto out_cleanup;
         }
         for (uint64_t i = 0; i < count; i++)
             lat[round * count + i] = items[i].latency_ns;
-        tw_rate[round] = (double)count / ((double)elapsed / 1e9);
+        /* All connections' tensors per second (nconns * count). */
+        tw_rate[round] = (double)(count * nconns) / ((double)elapsed / 1e9);
 
         rc = tw_raw_loop(op_put, size, count, (uint32_t)inflight, (int)sockbuf,
                          raw_lat + round * count, &raw_elapsed);
@@ -448,20 +564,23 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
                "\"p50_us\":%.1f,\"p99_us\":%.1f,\"baseline_p50_us\":%.1f,\"baseline_p99_us\":%.1f,"
                "\"baseline\":\"%s\",\"raw_socket_bytes_per_s\":%.0f,\"raw_socket_ratio\":%.4f,"
                "\"stream_bytes_per_s\":%.0f,\"stream_ratio\":%.4f,"
-               "\"rounds\":%llu,\"max_frame\":%u,\"data_plane\":\"%s\",\"provider\":\"%s\","
+               "\"connections\":%llu,\"rounds\":%llu,\"max_frame\":%u,\"data_plane\":\"%s\","
+               "\"provider\":\"%s\","
                "\"rdma_min_bytes\":%llu,\"server_rdma_min_bytes\":%lld}\n",
                o_op, (unsigned long long)size, (unsigned long long)count,
                (unsigned long long)inflight, tw_res.bytes_per_s, base_ops * (double)size, ratio,
                tw_res.ops_per_s, base_ops, base_setting, fab_res.bytes_per_s, same_ratio,
                (unsigned long long)best_size, best_window, tw_res.p50_us, tw_res.p99_us,
                fab_res.p50_us, fab_res.p99_us, base_name, raw_res.bytes_per_s, sock_ratio,
-               stream_ops * (double)size, stream_ratio, (unsigned long long)rounds,
-               tw_client_max_frame(c), plane, prov, (unsigned long long)cli2.opts.rdma_min_bytes,
-               srv_rdma_min);
+               stream_ops * (double)size, stream_ratio, (unsigned long long)nconns,
+               (unsigned long long)rounds, tw_client_max_frame(c), plane, prov,
+               (unsigned long long)cli2.opts.rdma_min_bytes, srv_rdma_min);
     } else {
-        printf("bench %s: size %llu B, count %llu x %llu rounds, in flight %llu, data plane: %s\n",
+        printf("bench %s: size %llu B, count %llu x %llu rounds, in flight %llu x %llu "
+               "connections, data plane: %s\n",
                o_op, (unsigned long long)size, (unsigned long long)count,
-               (unsigned long long)rounds, (unsigned long long)inflight, plane);
+               (unsigned long long)rounds, (unsigned long long)inflight, (unsigned long long)nconns,
+               plane);
         if (!rdma)
             printf("fabric: %s\n", tw_client_fabric_status(c));
         if (strncmp(tw_client_fabric_status(c), "rdma ", 5) == 0)
@@ -513,6 +632,9 @@ out_free:
     tw_raw_fabric_close(rf);
     free(fab_buf);
     free(fab_tgt);
+    for (uint64_t k = 0; k < nextra; k++)
+        extra_close(&extra[k]);
+    free(extra);
     tw_close(c);
     return ret;
 }
