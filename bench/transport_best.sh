@@ -55,5 +55,5 @@ if command -v iperf3 > /dev/null; then
   i=$!
   sleep 0.3
   pin "${CLICPU:-}" timeout 30 iperf3 -c 127.0.0.1 -p 5299 -l 1M -t 4 | grep -E "sender|receiver"
-  wait $i
+  kill $i 2>/dev/null; wait $i 2>/dev/null
 fi
