@@ -8,9 +8,14 @@
 #include "server/store.h"
 #include "tw_test.h"
 
-static int ptr_cmp(const void *a, const void *b)
+struct span {
+    uintptr_t p;
+    size_t len;
+};
+
+static int span_cmp(const void *a, const void *b)
 {
-    uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
+    uintptr_t x = ((const struct span *)a)->p, y = ((const struct span *)b)->p;
     return x < y ? -1 : x > y;
 }
 
@@ -18,27 +23,32 @@ static void test_blocks_distinct_and_reused(void)
 {
     struct tw_slab sl;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    enum { N = 3000 };
+    enum { N = 1000 };
     static void *blk[N];
     static size_t len[N];
     TW_ASSERT_OK(tw__slab_init(&sl, 1u << 30));
-    /* Sizes of 1..255 pages (more than one arena in all): every block page
-     * aligned, writable, and no two overlap. */
+    /* Sizes of 1..64 pages, 128 MiB in all (more than one arena), plus one
+     * of the largest size: every block page aligned, writable at both ends,
+     * and no two overlap. */
     for (int i = 0; i < N; i++) {
-        len[i] = page * (size_t)(1 + (i * 37) % (TW_SLAB_MAX / page - 1));
+        len[i] = i == 0 ? TW_SLAB_MAX - page : page * (size_t)(1 + (i * 37) % 64);
         blk[i] = tw__slab_alloc(&sl, len[i]);
         TW_ASSERT(blk[i] != NULL);
         TW_ASSERT_EQ((uintptr_t)blk[i] % page, 0);
-        memset(blk[i], i & 0xff, len[i]);
+        memset(blk[i], i & 0xff, page);
+        memset((uint8_t *)blk[i] + len[i] - page, i & 0xff, page);
     }
     TW_ASSERT(sl.arena_bytes > TW_SLAB_ARENA);
-    for (int i = 0; i < N; i++) /* nothing overwrote another block */
+    for (int i = 0; i < N; i++) { /* nothing overwrote another block */
+        TW_ASSERT_EQ(((uint8_t *)blk[i])[0], i & 0xff);
         TW_ASSERT_EQ(((uint8_t *)blk[i])[len[i] - 1], i & 0xff);
-    static void *sorted[N];
-    memcpy(sorted, blk, sizeof(sorted));
-    qsort(sorted, N, sizeof(void *), ptr_cmp);
+    }
+    static struct span sorted[N];
+    for (int i = 0; i < N; i++)
+        sorted[i] = (struct span){(uintptr_t)blk[i], len[i]};
+    qsort(sorted, N, sizeof(sorted[0]), span_cmp);
     for (int i = 1; i < N; i++)
-        TW_ASSERT(sorted[i] != sorted[i - 1]);
+        TW_ASSERT(sorted[i].p >= sorted[i - 1].p + sorted[i - 1].len);
     uint64_t live = 0;
     for (int i = 0; i < N; i++)
         live += len[i];
