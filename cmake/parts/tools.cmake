@@ -8,11 +8,18 @@ add_executable(tensorwire_cli ${CMAKE_SOURCE_DIR}/tools/tensorwire.c
                               ${CMAKE_SOURCE_DIR}/tools/doctor.c
                               ${CMAKE_SOURCE_DIR}/tools/npy.c
                               ${CMAKE_SOURCE_DIR}/tools/raw_loop.c
-                              ${CMAKE_SOURCE_DIR}/tools/raw_fabric.c)
+                              ${CMAKE_SOURCE_DIR}/tools/raw_fabric.c
+                              ${CMAKE_SOURCE_DIR}/src/fabric/fi_load.c)
+# raw_fabric.c reaches libfabric through the library's dlopen loader (its
+# own copy: the library's is hidden), so the CLI links no libfabric and
+# `tensorwire --help` does not load it.
+set_source_files_properties(${CMAKE_SOURCE_DIR}/src/fabric/fi_load.c TARGET_DIRECTORY tensorwire_cli
+                            PROPERTIES INCLUDE_DIRECTORIES ${CMAKE_SOURCE_DIR}/src)
+target_include_directories(tensorwire_cli SYSTEM PRIVATE ${FABRIC_INCLUDE_DIRS})
 set_target_properties(tensorwire_cli PROPERTIES OUTPUT_NAME tensorwire
                       INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
 target_include_directories(tensorwire_cli PRIVATE ${CMAKE_SOURCE_DIR})
-target_link_libraries(tensorwire_cli PRIVATE tensorwire PkgConfig::FABRIC Threads::Threads)
+target_link_libraries(tensorwire_cli PRIVATE tensorwire Threads::Threads ${CMAKE_DL_LIBS})
 
 # The .npy unit test (tests/unit/test_npy.c) builds the CLI's parser.
 target_sources(test_npy PRIVATE ${CMAKE_SOURCE_DIR}/tools/npy.c)

@@ -64,6 +64,9 @@ void tw__srv_config_usage(const char *argv0)
            "                           is refused with DEVICE_UNAVAILABLE\n"
            "  --token-file PATH        require HMAC-SHA256 authentication with this token\n"
            "  --log-level LEVEL        error, warn, info (default) or debug\n"
+           "  --log-format FORMAT      text (default) or json (one object per line)\n"
+           "  --metrics HOST:PORT      serve Prometheus metrics on http://HOST:PORT/metrics\n"
+           "                           (default off; port 0 picks a free port, logged)\n"
            "  --config FILE            read 'key = value' lines with the same keys\n"
            "  --max-connections N      connections served at once (default 1024)\n"
            "  --max-inflight N         requests in flight per connection (default 256)\n"
@@ -277,6 +280,15 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
         if (l < 0)
             FAIL("log-level: '%s' is not one of error, warn, info, debug", value);
         c->log_level = l;
+    } else if (strcmp(k, "log-format") == 0) {
+        int f = tw__log_format_parse(value);
+        if (f < 0)
+            FAIL("log-format: '%s' is not one of text, json", value);
+        c->log_format = f;
+    } else if (strcmp(k, "metrics") == 0) {
+        if (strlen(value) >= sizeof(c->metrics))
+            FAIL("metrics: address too long");
+        snprintf(c->metrics, sizeof(c->metrics), "%s", value);
     } else if (strcmp(k, "max-connections") == 0) {
         if (parse_u32(value, 1, 1000000, &c->max_connections) != 0)
             FAIL("max-connections: '%s' must be a number 1..1000000", value);

@@ -39,7 +39,8 @@ struct tw_srv_config {
      * without one gets the default fraction of its free memory. */
     unsigned ncapacities;
     struct tw_srv_device_capacity capacities[TW_SRV_MAX_DEVICES];
-    int log_level; /* enum tw_log_level */
+    int log_level;  /* enum tw_log_level */
+    int log_format; /* enum tw_log_format */
     uint32_t max_connections;
     /* Admission (src/server/admission.h): connections not yet through the
      * handshake, in all and per client address. */
@@ -63,6 +64,8 @@ struct tw_srv_config {
     /* Gets and puts of fewer bytes move inline even when the client asked
      * for RDMA (default TW_DEFAULT_RDMA_MIN_BYTES; 0 = RDMA at every size). */
     uint64_t rdma_min_bytes;
+    /* --metrics HOST:PORT: serve Prometheus text on /metrics ("" = off). */
+    char metrics[256];
 };
 
 /* --push: destination policy (applied by tw__path_decide, proto/path.c).
