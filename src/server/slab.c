@@ -13,8 +13,10 @@
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
 #endif
 
-#define HUGE_STEP (2u << 20)    /* alignment and fault-ahead step */
-#define COLD_BIT ((uintptr_t)1) /* a free block given back with MADV_DONTNEED */
+#define HUGE_STEP (2u << 20)            /* alignment and fault-ahead step */
+#define COLD_BIT ((uintptr_t)1)         /* a free block given back with MADV_DONTNEED */
+#define AGED_BIT ((uintptr_t)2)         /* free and faulted in at the last trim */
+#define FLAG_BITS (COLD_BIT | AGED_BIT) /* blocks are page aligned */
 
 struct tw_slab_arena {
     struct tw_slab_arena *next;
@@ -96,7 +98,7 @@ void *tw__slab_alloc(struct tw_slab *sl, size_t len)
         if (!(v & COLD_BIT))
             sl->kept_bytes -= len;
         sl->live_bytes += len;
-        return (void *)(v & ~COLD_BIT);
+        return (void *)(v & ~FLAG_BITS);
     }
     struct tw_slab_arena *a = sl->arenas;
     if (!a || TW_SLAB_ARENA - a->bump < len) {
@@ -147,6 +149,30 @@ void tw__slab_free(struct tw_slab *sl, void *p, size_t len)
         v |= COLD_BIT;
     }
     c->free[c->nfree++] = (void *)v;
+}
+
+uint64_t tw__slab_trim(struct tw_slab *sl)
+{
+    uint64_t freed = 0;
+    for (size_t i = 0; !sl->dead && i < sl->nclasses; i++) {
+        struct tw_slab_class *c = &sl->classes[i];
+        size_t len = (i + 1) * sl->page;
+        for (size_t k = 0; k < c->nfree; k++) {
+            uintptr_t v = (uintptr_t)c->free[k];
+            if (v & COLD_BIT)
+                continue;
+            if (v & AGED_BIT) {
+                (void)madvise((void *)(v & ~FLAG_BITS), len, MADV_DONTNEED);
+                v = (v & ~FLAG_BITS) | COLD_BIT;
+                sl->kept_bytes -= len;
+                freed += len;
+            } else {
+                v |= AGED_BIT;
+            }
+            c->free[k] = (void *)v;
+        }
+    }
+    return freed;
 }
 
 void tw__slab_destroy(struct tw_slab *sl)

@@ -15,7 +15,9 @@
  *   of the same shapes, reuses faulted memory. Freed blocks beyond keep_max
  *   bytes are handed back to the kernel with MADV_DONTNEED (the addresses
  *   stay reserved for the same size; a reuse faults them again), so an idle
- *   server holds at most keep_max bytes of free small-tensor memory.
+ *   server holds at most keep_max bytes of free small-tensor memory, and
+ *   tw__slab_trim (the store's idle trim) gives back the free blocks that
+ *   stayed unused for a whole trim period.
  * - Arenas are unmapped by tw__slab_destroy, or, when blocks are still in
  *   use then, by the tw__slab_free of the last one.
  *
@@ -63,6 +65,11 @@ int tw__slab_init(struct tw_slab *sl, uint64_t keep_max);
 void *tw__slab_alloc(struct tw_slab *sl, size_t len);
 /* Gives back a block from tw__slab_alloc with the same len. */
 void tw__slab_free(struct tw_slab *sl, void *p, size_t len);
+/* Gives back (MADV_DONTNEED) the free blocks that were already free and
+ * faulted in at the previous call, and marks the others: called
+ * periodically, a free block stays faulted in 1 to 2 periods unused.
+ * Returns the bytes given back. */
+uint64_t tw__slab_trim(struct tw_slab *sl);
 /* Unmaps the arenas now, or with the last tw__slab_free when blocks are
  * still in use (sl must then stay valid until that call). */
 void tw__slab_destroy(struct tw_slab *sl);

@@ -119,7 +119,8 @@ void tw__store_destroy(struct tw_store *s);
  * Frees the spare buffers that stayed unused since the previous call (and
  * marks the others), so an idle server gives back the memory of sizes
  * nobody puts any more: called every TW_SRV_TRIM_MS, a spare lives 1 to 2
- * periods unused. Returns the bytes freed.
+ * periods unused; the slab's free small-tensor blocks likewise
+ * (tw__slab_trim). Returns the bytes freed.
  */
 uint64_t tw__store_trim_spares(struct tw_store *s);
 

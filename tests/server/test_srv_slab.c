@@ -102,6 +102,35 @@ static void test_keep_bound(void)
     tw__slab_destroy(&sl);
 }
 
+/* The idle trim: a free block survives one period, is given back (its
+ * bytes read as zero) in the next, and a block reused in between starts
+ * over. */
+static void test_trim(void)
+{
+    struct tw_slab sl;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    TW_ASSERT_OK(tw__slab_init(&sl, 1u << 30));
+    uint8_t *a = tw__slab_alloc(&sl, 2 * page), *b = tw__slab_alloc(&sl, 3 * page);
+    memset(a, 0x11, 2 * page);
+    memset(b, 0x22, 3 * page);
+    tw__slab_free(&sl, a, 2 * page);
+    tw__slab_free(&sl, b, 3 * page);
+    TW_ASSERT_EQ_U64(tw__slab_trim(&sl), 0);       /* first period: marked */
+    TW_ASSERT(tw__slab_alloc(&sl, 3 * page) == b); /* b is used again */
+    TW_ASSERT_EQ(b[0], 0x22);
+    tw__slab_free(&sl, b, 3 * page);
+    TW_ASSERT_EQ_U64(tw__slab_trim(&sl), 2 * page); /* only a */
+    TW_ASSERT_EQ_U64(sl.kept_bytes, 3 * page);
+    TW_ASSERT(tw__slab_alloc(&sl, 2 * page) == a);
+    TW_ASSERT_EQ(a[0], 0);
+    TW_ASSERT_EQ(a[2 * page - 1], 0);
+    TW_ASSERT_EQ_U64(tw__slab_trim(&sl), 3 * page); /* b, unused a whole period */
+    TW_ASSERT_EQ_U64(tw__slab_trim(&sl), 0);
+    TW_ASSERT_EQ_U64(sl.kept_bytes, 0);
+    tw__slab_free(&sl, a, 2 * page);
+    tw__slab_destroy(&sl);
+}
+
 /* Through the store: a small version's storage is a slab block, its tail
  * past byte_length is cleared on reuse, and a reader outliving the store's
  * destroy keeps its bytes until it lets go. */
@@ -142,6 +171,7 @@ int main(void)
 {
     TW_RUN(test_blocks_distinct_and_reused);
     TW_RUN(test_keep_bound);
+    TW_RUN(test_trim);
     TW_RUN(test_store_small_versions);
     TW_DONE();
 }
