@@ -17,9 +17,10 @@
 
 struct tw_srv_config {
     char listen[256];
-    char token_file[4096]; /* "" = no authentication */
-    uint64_t capacity;     /* bytes; 0 = unlimited; default 3/4 of RAM */
-    int log_level;         /* enum tw_log_level */
+    char token_file[4096];         /* "" = no authentication */
+    int allow_insecure_token_file; /* accept a token file group or others can read */
+    uint64_t capacity;             /* bytes; 0 = unlimited; default 3/4 of RAM */
+    int log_level;                 /* enum tw_log_level */
     uint32_t max_connections;
     uint32_t max_inflight; /* per connection, announced in HELLO_ACK */
     uint32_t max_frame;    /* announced in HELLO_ACK */
@@ -63,6 +64,9 @@ int tw__srv_config_load_file(struct tw_srv_config *c, const char *path, char *er
                              size_t errlen);
 /* Prints --help text to stdout. */
 void tw__srv_config_usage(const char *argv0);
+/* Prints "tensorwired VERSION (protocol N)" and the libfabric and CUDA
+ * driver versions found (src/server/version_info.c). */
+void tw__srv_print_version(void);
 
 /* "64Mi" -> 67108864. Returns 0 or -EINVAL (also on overflow). */
 int tw__parse_size(const char *s, uint64_t *out);
