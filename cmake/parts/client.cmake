@@ -2,10 +2,12 @@
 add_executable(tensorwire_cli ${CMAKE_SOURCE_DIR}/tools/tensorwire.c
                               ${CMAKE_SOURCE_DIR}/tools/bench.c
                               ${CMAKE_SOURCE_DIR}/tools/raw_loop.c
-                              ${CMAKE_SOURCE_DIR}/tools/raw_fabric.c)
+                              ${CMAKE_SOURCE_DIR}/tools/raw_fabric.c
+                              ${CMAKE_SOURCE_DIR}/tools/cli_text.c
+                              ${CMAKE_SOURCE_DIR}/tools/progress.c)
 set_target_properties(tensorwire_cli PROPERTIES OUTPUT_NAME tensorwire)
 target_include_directories(tensorwire_cli PRIVATE ${CMAKE_SOURCE_DIR})
-target_link_libraries(tensorwire_cli PRIVATE tw_core)
+target_link_libraries(tensorwire_cli PRIVATE tw_core Threads::Threads)
 
 # Integration tests against a real tensorwired ($TW_BUILD_DIR/tensorwired;
 # they skip with 77 when it is not built). Bounded: together well under 90 s.
@@ -36,7 +38,19 @@ foreach(prov tcp shm)
   endforeach()
 endforeach()
 add_test(NAME test_cli COMMAND sh ${CMAKE_SOURCE_DIR}/tests/integration/test_cli.sh)
-set_tests_properties(test_cli PROPERTIES TIMEOUT 90 LABELS integration SKIP_RETURN_CODE 77
+set_tests_properties(test_cli PROPERTIES TIMEOUT 180 LABELS integration SKIP_RETURN_CODE 77
   ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")
 add_dependencies(test_client_lib tensorwired)
 add_dependencies(test_client_concurrent tensorwired)
+# tensorwire get: atomic replacement and bounded memory (test_cli_get.sh);
+# the same on a full filesystem, in a private tmpfs (test_cli_fullfs.sh, root
+# only: skipped otherwise); the progress line on a pseudo-terminal
+# (test_cli_progress.py).
+foreach(t test_cli_get test_cli_fullfs)
+  add_test(NAME ${t} COMMAND sh ${CMAKE_SOURCE_DIR}/tests/integration/${t}.sh)
+  set_tests_properties(${t} PROPERTIES TIMEOUT 90 LABELS integration SKIP_RETURN_CODE 77
+    ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")
+endforeach()
+add_test(NAME test_cli_progress COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/integration/test_cli_progress.py)
+set_tests_properties(test_cli_progress PROPERTIES TIMEOUT 90 LABELS integration SKIP_RETURN_CODE 77
+  ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")

@@ -32,7 +32,7 @@ static const struct err_entry table[] = {
     {TW_EFRAME_TOO_LARGE, "EFRAME_TOO_LARGE", "frame payload larger than the negotiated limit"},
     {TW_EBAD_FLAGS, "EBAD_FLAGS", "reserved flag bits set"},
     {TW_EBAD_LENGTH, "EBAD_LENGTH", "payload length does not match its fields"},
-    {TW_EBAD_NAME, "EBAD_NAME", "tensor name empty, too long, or not valid UTF-8"},
+    {TW_EBAD_NAME, "EBAD_NAME", "tensor name empty, too long, not valid UTF-8, or with a control character"},
     {TW_EBAD_DTYPE, "EBAD_DTYPE", "unknown dtype"},
     {TW_EBAD_SHAPE, "EBAD_SHAPE", "shape does not match byte length or too many dimensions"},
     {TW_EOVERFLOW, "EOVERFLOW", "shape product overflows 64 bits"},

@@ -323,7 +323,12 @@ int tw__shape_bytes(uint8_t dtype, uint8_t ndim, const uint64_t *shape, uint64_t
 /* UTF-8 validity (RFC 3629: no overlongs, no surrogates, <= U+10FFFF).
  * Returns 1 when s[0..len) is valid UTF-8 (an empty string is), else 0. */
 int tw__utf8_valid(const uint8_t *s, size_t len);
-/* Tensor name rule: 1..TW_MAX_NAME_LEN bytes of valid UTF-8, no NUL. */
+/* Why s[0..len) is not a valid tensor name ("is empty", "is longer than
+ * 1024 bytes", "is not valid UTF-8", "holds a control character ..."), a
+ * static string; NULL when it is valid. */
+const char *tw__name_problem(const uint8_t *s, size_t len);
+/* Tensor name rule: 1..TW_MAX_NAME_LEN bytes of valid UTF-8 without
+ * control characters (C0 including NUL, DEL, C1). */
 int tw__name_check(const uint8_t *s, size_t len);
 /* Device tag rule: "cpu" or "cuda:N" (N decimal 0..255, no leading zeros)
  * or another [a-z0-9_:.-]{1,32} tag (syntactically valid, possibly unknown
