@@ -155,8 +155,8 @@ int tw_cli_bad_value(const char *cmd, const char *opt, const char *value, const 
  * A name outside this list is a typo, not a provider this host lacks: those
  * fall back to inline with the reason (-v). */
 static const char *const known_providers[] = {
-    "verbs", "efa",  "tcp", "udp", "sockets", "shm",     "sm2",     "psm2",     "psm3", "opx",
-    "cxi",   "ucx",  "lnx", "net", "usnic",   "ofi_rxm", "ofi_rxd", "ofi_mrail"};
+    "verbs", "efa", "tcp", "udp", "sockets", "shm",   "sm2",     "psm2",    "psm3",
+    "opx",   "cxi", "ucx", "lnx", "net",     "usnic", "ofi_rxm", "ofi_rxd", "ofi_mrail"};
 
 int tw_cli_check_fabric(const char *cmd, const char *value)
 {
@@ -331,9 +331,9 @@ static int cmd_put(const struct tw_cli *cli, int argc, char **argv)
 {
     const char *pos[2], *o_dtype = NULL, *o_shape = NULL, *o_device = NULL, *o_verbose = NULL,
                         *o_quiet = NULL;
-    const struct opt_spec specs[] = {{"dtype", 0, 1, &o_dtype},     {"shape", 0, 1, &o_shape},
-                                     {"device", 0, 1, &o_device},   {"verbose", 'v', 0, &o_verbose},
-                                     {"quiet", 'q', 0, &o_quiet},   {NULL, 0, 0, NULL}};
+    const struct opt_spec specs[] = {{"dtype", 0, 1, &o_dtype},   {"shape", 0, 1, &o_shape},
+                                     {"device", 0, 1, &o_device}, {"verbose", 'v', 0, &o_verbose},
+                                     {"quiet", 'q', 0, &o_quiet}, {NULL, 0, 0, NULL}};
     char shown[160];
     struct tw_tensor_desc desc;
     int npos, rc, ret = TW_CLI_FAILED, dtype = 0;
@@ -384,8 +384,8 @@ static int cmd_put(const struct tw_cli *cli, int argc, char **argv)
         /* Mapped, not read: the library sends straight from these pages. */
         map = mmap(NULL, map_len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
         if (map == MAP_FAILED) {
-            fprintf(stderr, "tensorwire: put %s: cannot map '%s': %s\n",
-                    SHOWN_NAME(pos[0], shown), pos[1], strerror(errno));
+            fprintf(stderr, "tensorwire: put %s: cannot map '%s': %s\n", SHOWN_NAME(pos[0], shown),
+                    pos[1], strerror(errno));
             close(fd);
             return TW_CLI_FAILED;
         }
@@ -518,8 +518,7 @@ static int create_temp(const char *dest)
     mode_t mode;
     char tmpl[sizeof(temp_path)];
 
-    if (snprintf(tmpl, sizeof(tmpl), "%.*s.%s.tw-XXXXXX", dirlen, dest, base) >=
-        (int)sizeof(tmpl))
+    if (snprintf(tmpl, sizeof(tmpl), "%.*s.%s.tw-XXXXXX", dirlen, dest, base) >= (int)sizeof(tmpl))
         return -ENAMETOOLONG;
     if (stat(dest, &st) == 0) {
         mode = st.st_mode & 07777;
@@ -625,8 +624,8 @@ static int cmd_get(const struct tw_cli *cli, int argc, char **argv)
         }
         hlen = 0;
         if (!o_raw) {
-            long h = tw__npy_write_header(desc.dtype, desc.ndim, desc.shape, hdr, sizeof(hdr),
-                                          &is_void);
+            long h =
+                tw__npy_write_header(desc.dtype, desc.ndim, desc.shape, hdr, sizeof(hdr), &is_void);
             if (h < 0) {
                 fprintf(stderr, "tensorwire: get %s: cannot write a .npy header for dtype %u\n",
                         SHOWN_NAME(pos[0], shown), desc.dtype);
@@ -661,8 +660,8 @@ static int cmd_get(const struct tw_cli *cli, int argc, char **argv)
         struct tw_cli_progress prog;
         uint64_t t0 = tw_cli_now_ns();
         tw_cli_progress_start(&prog, cli->progress && !o_quiet, 0, desc.byte_length, "get");
-        rc = tw_get(c, pos[0], desc.byte_length ? map + hlen : &one_byte,
-                    (size_t)desc.byte_length, &got);
+        rc = tw_get(c, pos[0], desc.byte_length ? map + hlen : &one_byte, (size_t)desc.byte_length,
+                    &got);
         tw_cli_progress_stop(&prog);
         elapsed = tw_cli_now_ns() - t0;
         if (rc == 0 && same_desc(&desc, &got))
@@ -1073,7 +1072,8 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "bench") == 0)
         return tw_cli_bench(&cli, cargc, cargv);
     char shown[160];
-    fprintf(stderr, "tensorwire: unknown command '%s' (put, get, ls, stat, rm, ping, stats, bench)\n",
+    fprintf(stderr,
+            "tensorwire: unknown command '%s' (put, get, ls, stat, rm, ping, stats, bench)\n",
             tw_cli_shown(cmd, shown, sizeof(shown), 64));
     return TW_CLI_USAGE;
 }

@@ -191,8 +191,8 @@ static void test_request_errors(void)
     /* Control characters in a name (C0, DEL, C1): INVALID_ARGUMENT for that
      * request, connection lives (docs/protocol.md §3.1). The encoder
      * refuses such names, so the last bytes of an encoded STAT are patched. */
-    static const uint8_t controls[][2] = {{0x09, 0}, {0x0a, 0}, {0x1b, 0}, {0x7f, 0}, {0xc2, 0x80},
-                                          {0xc2, 0x9b}};
+    static const uint8_t controls[][2] = {{0x09, 0}, {0x0a, 0},    {0x1b, 0},
+                                          {0x7f, 0}, {0xc2, 0x80}, {0xc2, 0x9b}};
     for (size_t k = 0; k < sizeof(controls) / sizeof(controls[0]); k++) {
         size_t clen = controls[k][1] ? 2 : 1;
         id = itc_id(&c);
