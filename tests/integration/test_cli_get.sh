@@ -42,6 +42,48 @@ wait_temp() {
     return 1
 }
 
+start_server() {
+    tw_server_start "$B" "$W" --fabric none || exit 1
+    A="-s $TW_SERVER_ADDR"
+    "$TW" $A put t64 "$W/z64" --dtype u8 --shape 67108864 || fail "put t64"
+}
+# interrupted_get HOW: runs "get t64 dst.npy" in the background and, once it
+# is inside the get (its temporary file exists), calls HOW. A get that
+# completed before HOW could act proves nothing: the old file is put back
+# and it runs again, up to 5 times. Sets rc (the get's exit status) and try.
+interrupted_get() {
+    try=0
+    while :; do
+        try=$((try + 1))
+        "$TW" $A get t64 "$W/d/dst.npy" 2>"$W/err" &
+        CLI_PID=$!
+        wait_temp && "$1"
+        wait "$CLI_PID"
+        rc=$?
+        CLI_PID=
+        if [ -n "$TW_SERVER_PID" ]; then
+            kill -CONT "$TW_SERVER_PID"
+        else
+            start_server
+        fi
+        [ "$rc" -eq 0 ] && [ $try -lt 5 ] || return 0
+        cp "$W/old" "$W/d/dst.npy"
+    done
+}
+# Freeze the CLI inside its get, kill the server under it, let the CLI go.
+kill_server() {
+    kill -STOP "$CLI_PID"
+    kill -KILL "$TW_SERVER_PID"
+    wait "$TW_SERVER_PID" 2>/dev/null
+    TW_SERVER_PID=
+    kill -CONT "$CLI_PID"
+}
+# Stop the server (the get now waits for bytes), then SIGTERM the CLI.
+term_cli() {
+    kill -STOP "$TW_SERVER_PID"
+    kill -TERM "$CLI_PID"
+}
+
 mkdir "$W/d"
 printf 'the old contents\n' >"$W/old"
 cp "$W/old" "$W/d/dst.npy"
@@ -49,9 +91,7 @@ cp "$W/old" "$W/d/dst.npy"
 # while the CLI is stopped below.
 head -c 67108864 /dev/zero >"$W/z64"
 
-tw_server_start "$B" "$W" --fabric none || exit 1
-A="-s $TW_SERVER_ADDR"
-"$TW" $A put t64 "$W/z64" --dtype u8 --shape 67108864 || fail "put t64"
+start_server
 
 echo "case missing tensor"
 "$TW" $A get nosuch "$W/d/dst.npy" 2>"$W/err" && fail "get nosuch succeeded"
@@ -63,55 +103,14 @@ echo "case directory as destination"
 grep -q "is a directory" "$W/err" || fail "no 'is a directory': $(cat "$W/err")"
 old_intact "directory"
 
-# A get that completes before the test can interrupt it (a fast machine,
-# a poll that came late) proves nothing: the old file is put back and the
-# case runs again, up to 5 times.
 echo "case server killed mid-get"
-try=0
-while :; do
-    try=$((try + 1))
-    "$TW" $A get t64 "$W/d/dst.npy" 2>"$W/err" &
-    CLI_PID=$!
-    if wait_temp; then
-        # Freeze the CLI inside its get, kill the server under it, let it go.
-        kill -STOP "$CLI_PID"
-        kill -KILL "$TW_SERVER_PID"
-        wait "$TW_SERVER_PID" 2>/dev/null
-        TW_SERVER_PID=
-        kill -CONT "$CLI_PID"
-    fi
-    wait "$CLI_PID"
-    rc=$?
-    CLI_PID=
-    [ -n "$TW_SERVER_PID" ] || break
-    [ "$rc" -eq 0 ] && [ $try -lt 5 ] || { fail "the get could not be interrupted"; break; }
-    cp "$W/old" "$W/d/dst.npy"
-done
-[ "$rc" -eq 1 ] || fail "get with a killed server exited $rc, want 1; $(cat "$W/err")"
+interrupted_get kill_server
+[ "$rc" -eq 1 ] || fail "get with a killed server exited $rc, want 1 (try $try); $(cat "$W/err")"
 echo "   $(cat "$W/err") (try $try)"
 old_intact "killed server"
 
-tw_server_start "$B" "$W" --fabric none || exit 1
-A="-s $TW_SERVER_ADDR"
-"$TW" $A put t64 "$W/z64" --dtype u8 --shape 67108864 || fail "put t64 again"
-
 echo "case SIGTERM to the CLI mid-get"
-try=0
-while :; do
-    try=$((try + 1))
-    "$TW" $A get t64 "$W/d/dst.npy" 2>"$W/err" &
-    CLI_PID=$!
-    if wait_temp; then
-        kill -STOP "$TW_SERVER_PID" # the get now waits for bytes
-        kill -TERM "$CLI_PID"
-    fi
-    wait "$CLI_PID"
-    rc=$?
-    CLI_PID=
-    kill -CONT "$TW_SERVER_PID"
-    [ "$rc" -eq 0 ] && [ $try -lt 5 ] || break
-    cp "$W/old" "$W/d/dst.npy"
-done
+interrupted_get term_cli
 [ "$rc" -eq 143 ] || fail "get killed by SIGTERM exited $rc, want 143 (try $try)"
 old_intact "SIGTERM"
 
