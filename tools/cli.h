@@ -42,6 +42,8 @@ int tw_cli_check_fabric(const char *cmd, const char *value);
 /* --push auto|always|never into *out (enum tw_push_policy); 0 or
  * TW_CLI_USAGE. */
 int tw_cli_parse_push(const char *cmd, const char *value, int *out);
+/* `tensorwire doctor ...` (argv[0] is "doctor"; tools/doctor.c). */
+int tw_cli_doctor(int argc, char **argv);
 
 /* `tensorwire bench ...` (argv[0] is "bench"). */
 int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv);

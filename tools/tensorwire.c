@@ -40,6 +40,7 @@ static const char usage_main[] =
     "  ping              round-trip time to the server\n"
     "  stats             server counters (--json)\n"
     "  bench             throughput and latency against raw socket / libfabric loops\n"
+    "  doctor            why GPUDirect RDMA is or is not used on this machine\n"
     "\n"
     "Options:\n"
     "  -s, --server HOST:PORT  server (default $TENSORWIRE_SERVER or " DEFAULT_SERVER ")\n"
@@ -1071,9 +1072,12 @@ int main(int argc, char **argv)
         return cmd_stats(&cli, cargc, cargv);
     if (strcmp(cmd, "bench") == 0)
         return tw_cli_bench(&cli, cargc, cargv);
+    if (strcmp(cmd, "doctor") == 0)
+        return tw_cli_doctor(cargc, cargv);
     char shown[160];
     fprintf(stderr,
-            "tensorwire: unknown command '%s' (put, get, ls, stat, rm, ping, stats, bench)\n",
+            "tensorwire: unknown command '%s' (put, get, ls, stat, rm, ping, stats, bench, "
+            "doctor)\n",
             tw_cli_shown(cmd, shown, sizeof(shown), 64));
     return TW_CLI_USAGE;
 }

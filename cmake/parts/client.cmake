@@ -1,6 +1,7 @@
 # Client area: the tensorwire CLI and the client integration tests.
 add_executable(tensorwire_cli ${CMAKE_SOURCE_DIR}/tools/tensorwire.c
                               ${CMAKE_SOURCE_DIR}/tools/bench.c
+                              ${CMAKE_SOURCE_DIR}/tools/doctor.c
                               ${CMAKE_SOURCE_DIR}/tools/raw_loop.c
                               ${CMAKE_SOURCE_DIR}/tools/raw_fabric.c
                               ${CMAKE_SOURCE_DIR}/tools/cli_text.c
@@ -53,4 +54,9 @@ foreach(t test_cli_get test_cli_fullfs)
 endforeach()
 add_test(NAME test_cli_progress COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/integration/test_cli_progress.py)
 set_tests_properties(test_cli_progress PROPERTIES TIMEOUT 90 LABELS integration SKIP_RETURN_CODE 77
+  ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")
+# tensorwire doctor (GPUDirect admission report): text and JSON on this
+# machine and against a sysfs fixture tree.
+add_test(NAME test_doctor COMMAND sh ${CMAKE_SOURCE_DIR}/tests/integration/test_doctor.sh)
+set_tests_properties(test_doctor PROPERTIES TIMEOUT 60 LABELS integration SKIP_RETURN_CODE 77
   ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")

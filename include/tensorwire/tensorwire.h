@@ -11,5 +11,6 @@
 #include "tensorwire/mem.h"
 #include "tensorwire/version.h"
 #include "tensorwire/client.h"
+#include "tensorwire/doctor.h"
 
 #endif

@@ -49,6 +49,22 @@ typedef enum {
     CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1,
 } CUmemRangeHandleType;
 
+/* Device attributes GPUDirect admission reads (src/gdr/facts.c). */
+typedef enum {
+    CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
+    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED = 116,
+    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS = 117,
+    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING = 118,
+    CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124,
+} CUdevice_attribute_gdr;
+/* GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS bit: cuFlushGPUDirectRDMAWrites is
+ * available to the host. */
+#define CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST 0x1
+/* GPU_DIRECT_RDMA_WRITES_ORDERING: NONE means NIC writes may be seen out of
+ * order by GPU work until they are flushed; OWNER and ALL_DEVICES mean they
+ * need no flush for consumers on this device (or any device). */
+#define CU_GPU_DIRECT_RDMA_WRITES_ORDERING_NONE 0
+
 /*
  * X(field, "exported symbol", return type, (parameters)).
  * Versioned names (_v2) are the ones cuda.h maps the plain names to.
@@ -61,6 +77,9 @@ typedef enum {
     X(cuDeviceGet, "cuDeviceGet", CUresult, (CUdevice * dev, int ordinal))                         \
     X(cuDeviceGetCount, "cuDeviceGetCount", CUresult, (int *count))                                \
     X(cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId", CUresult, (char *bus_id, int len, CUdevice dev)) \
+    X(cuDeviceGetName, "cuDeviceGetName", CUresult, (char *name, int len, CUdevice dev))           \
+    X(cuDeviceGetAttribute, "cuDeviceGetAttribute", CUresult,                                      \
+      (int *value, int attr, CUdevice dev))                                                        \
     X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", CUresult,                              \
       (CUcontext * ctx, CUdevice dev))                                                             \
     X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", CUresult, (CUdevice dev))         \

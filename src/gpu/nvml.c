@@ -16,7 +16,12 @@ struct nvml_api {
 #define TW_NVML_FIELD(field, sym, ret, params) ret(*field) params;
     TW_NVML_SYMBOLS(TW_NVML_FIELD)
 #undef TW_NVML_FIELD
+    /* Optional (NVML of R470 and later); NULL when absent. */
+    nvmlReturn_t (*nvmlDeviceGetMigMode)(nvmlDevice_t dev, unsigned int *current,
+                                         unsigned int *pending);
 };
+
+#define TW_NVML_ERROR_NOT_SUPPORTED 3
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static struct nvml_api nv;
@@ -40,6 +45,7 @@ static void load_nvml(void)
     }
     TW_NVML_SYMBOLS(TW_NVML_RESOLVE)
 #undef TW_NVML_RESOLVE
+    *(void **)&nv.nvmlDeviceGetMigMode = dlsym(lib, "nvmlDeviceGetMigMode");
     load_status = 0;
     return;
 
@@ -48,7 +54,7 @@ out_close_lib:
     dlclose(lib);
 }
 
-int tw__nvml_bar1_total(int cuda_ordinal, uint64_t *bytes, char *err, size_t errlen)
+int tw__nvml_gpu_info(int cuda_ordinal, struct tw_nvml_gpu_info *out, char *err, size_t errlen)
 {
     pthread_once(&load_once, load_nvml);
     if (load_status != 0) {
@@ -89,9 +95,28 @@ int tw__nvml_bar1_total(int cuda_ordinal, uint64_t *bytes, char *err, size_t err
         rc = TW_EDEVICE;
         goto out_shutdown;
     }
-    *bytes = info.bar1Total;
+    out->bar1_total = info.bar1Total;
+    out->bar1_free = info.bar1Free;
+    out->mig_enabled = -1;
+    if (nv.nvmlDeviceGetMigMode) {
+        unsigned int cur = 0, pending = 0;
+        r = nv.nvmlDeviceGetMigMode(dev, &cur, &pending);
+        if (r == NVML_SUCCESS)
+            out->mig_enabled = cur != 0;
+        else if (r == TW_NVML_ERROR_NOT_SUPPORTED)
+            out->mig_enabled = 0; /* a GPU without MIG cannot have it on */
+    }
 
 out_shutdown:
     nv.nvmlShutdown();
+    return rc;
+}
+
+int tw__nvml_bar1_total(int cuda_ordinal, uint64_t *bytes, char *err, size_t errlen)
+{
+    struct tw_nvml_gpu_info info;
+    int rc = tw__nvml_gpu_info(cuda_ordinal, &info, err, errlen);
+    if (rc == 0)
+        *bytes = info.bar1_total;
     return rc;
 }

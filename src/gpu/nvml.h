@@ -34,6 +34,19 @@ typedef struct {
     X(nvmlDeviceGetBAR1MemoryInfo, "nvmlDeviceGetBAR1MemoryInfo", nvmlReturn_t,                    \
       (nvmlDevice_t dev, nvmlBAR1Memory_t * info))
 
+/* What GPUDirect admission asks NVML about one GPU. */
+struct tw_nvml_gpu_info {
+    uint64_t bar1_total, bar1_free; /* bytes */
+    int mig_enabled;                /* current MIG mode: 1, 0, or -1 unknown */
+};
+
+/*
+ * BAR1 and MIG mode of the GPU with CUDA ordinal `cuda_ordinal` (found as
+ * below). A GPU without MIG support reports mig_enabled 0; an NVML without
+ * nvmlDeviceGetMigMode reports -1. Returns 0 or TW_EDEVICE with the reason.
+ */
+int tw__nvml_gpu_info(int cuda_ordinal, struct tw_nvml_gpu_info *out, char *err, size_t errlen);
+
 /*
  * BAR1 size in bytes of the GPU with CUDA ordinal `cuda_ordinal`. The GPU is
  * found by PCI bus id when CUDA is loaded (CUDA and NVML may number devices

@@ -1,0 +1,48 @@
+/*
+ * What libfabric offers on this machine, for `tensorwire doctor` and
+ * GPUDirect admission (src/gdr/): its version, its providers with their
+ * capabilities, and whether a provider registers CUDA memory, proven by a
+ * real registration (the only test that tells a libfabric built without
+ * CUDA from one built with it: both list FI_HMEM for some providers).
+ *
+ * Ownership: the caller owns every output buffer. Nothing is kept open.
+ */
+#ifndef TW_FABRIC_PROBE_H
+#define TW_FABRIC_PROBE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct tw_fabric_prov_desc {
+    char provider[64]; /* "tcp;ofi_rxm" */
+    char fabric[64];   /* fabric name */
+    char domain[64];   /* domain (NIC or interface) name */
+    int rma;           /* FI_RMA with an RDM endpoint */
+    int hmem;          /* FI_HMEM in caps */
+    char mr_mode[160]; /* "FI_MR_LOCAL | FI_MR_VIRT_ADDR | ..." */
+};
+
+/* libfabric's runtime version as "1.17.0", or "" when libfabric cannot be
+ * used here. Writes into buf and returns it. */
+const char *tw__fabric_version_string(char *buf, size_t len);
+
+/*
+ * Lists every (provider, domain) libfabric reports, without duplicates, in
+ * libfabric's order. Returns how many exist (may exceed cap: only cap are
+ * written), or a negative code with the reason in err.
+ */
+int tw__fabric_list_providers(struct tw_fabric_prov_desc *out, size_t cap, char *err,
+                              size_t errlen);
+
+/*
+ * Opens `provider` with FI_HMEM and registers [dev_ptr, dev_ptr+len) of CUDA
+ * device `device` for remote read and write, then releases everything.
+ * Returns 1 when the registration worked, 0 when the provider opened but
+ * refused FI_HMEM or the registration (why in detail), or a negative code
+ * when the provider cannot be opened here at all (why in detail). With len
+ * 0 nothing is registered: 0 says the provider opens here.
+ */
+int tw__fabric_probe_cuda_mr(const char *provider, int device, uintptr_t dev_ptr, size_t len,
+                             char *detail, size_t detail_len);
+
+#endif
