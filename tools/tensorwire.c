@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "client/npy.h"
+#include "fabric/provider_names.h"
 #include "tools/cli.h"
 
 #define DEFAULT_SERVER "127.0.0.1:7450"
@@ -152,37 +153,19 @@ int tw_cli_bad_value(const char *cmd, const char *opt, const char *value, const 
     return TW_CLI_USAGE;
 }
 
-/* libfabric's provider names (core; then utility after ';'), as of 1.17..2.x.
- * A name outside this list is a typo, not a provider this host lacks: those
- * fall back to inline with the reason (-v). */
-static const char *const known_providers[] = {
-    "verbs", "efa", "tcp", "udp", "sockets", "shm",   "sm2",     "psm2",    "psm3",
-    "opx",   "cxi", "ucx", "lnx", "net",     "usnic", "ofi_rxm", "ofi_rxd", "ofi_mrail"};
-
 int tw_cli_check_fabric(const char *cmd, const char *value)
 {
-    if (strcmp(value, "auto") == 0 || strcmp(value, "none") == 0)
+    size_t n = 0;
+    const char *bad = tw__fabric_unknown_provider(value, &n);
+    if (!bad)
         return 0;
-    for (const char *p = value;;) {
-        size_t n = strcspn(p, ",;");
-        size_t k = 0, nk = sizeof(known_providers) / sizeof(known_providers[0]);
-        for (; k < nk; k++)
-            if (strlen(known_providers[k]) == n && strncmp(known_providers[k], p, n) == 0)
-                break;
-        if (n == 0 || k == nk) {
-            char shown[160], item[80];
-            snprintf(item, sizeof(item), "%.*s", (int)(n < 64 ? n : 64), p);
-            fprintf(stderr,
-                    "tensorwire%s%s: --fabric: unknown provider '%s' in '%s' (auto, none, or "
-                    "a comma-separated list of: tcp, shm, verbs, efa, ...; e.g. 'tcp;ofi_rxm')\n",
-                    cmd ? " " : "", cmd ? cmd : "", item,
-                    tw_cli_shown(value, shown, sizeof(shown), 64));
-            return TW_CLI_USAGE;
-        }
-        if (!p[n])
-            return 0;
-        p += n + 1;
-    }
+    char shown[160];
+    fprintf(stderr,
+            "tensorwire%s%s: --fabric: unknown provider '%.*s' in '%s' (auto, none, or a "
+            "comma-separated list of: tcp, shm, verbs, efa, ...; e.g. 'tcp;ofi_rxm')\n",
+            cmd ? " " : "", cmd ? cmd : "", (int)(n < 64 ? n : 64), bad,
+            tw_cli_shown(value, shown, sizeof(shown), 64));
+    return TW_CLI_USAGE;
 }
 
 int tw_cli_parse_push(const char *cmd, const char *value, int *out)

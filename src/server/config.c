@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fabric/provider_names.h"
 #include "proto/proto.h"
 #include "server/log.h"
 
@@ -246,9 +247,15 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
         if (tw__parse_seconds(value, &c->shutdown_grace_ms) != 0)
             FAIL("shutdown-grace: '%s' is not a number of seconds", value);
     } else if (strcmp(k, "fabric") == 0) {
+        size_t n = 0;
+        const char *bad = tw__fabric_unknown_provider(value, &n);
         if (!*value || strlen(value) >= sizeof(c->fabric))
             FAIL("fabric: '%s' must be auto, none or a provider list (tcp, shm, verbs, ...)",
                  value);
+        if (bad)
+            FAIL("fabric: unknown provider '%.*s' in '%.64s' (auto, none, or a list of tcp, shm, "
+                 "verbs, efa, ...; e.g. 'tcp;ofi_rxm')",
+                 (int)(n < 64 ? n : 64), bad, value);
         snprintf(c->fabric, sizeof(c->fabric), "%s", value);
     } else if (strcmp(k, "push") == 0) {
         if (strcmp(value, "auto") == 0)

@@ -86,6 +86,7 @@ expect 0 "$TW" --version && grep_out "^tensorwire [0-9.]* (protocol 1)$"
 expect 0 "$B/tensorwired" --version && grep_out "^tensorwired [0-9.]* (protocol 1)$" &&
     grep_out "^libfabric [0-9]" && grep_out "^cuda"
 expect 2 "$B/tensorwired" --foo && grep_err "unknown option '--foo'"
+expect 2 "$B/tensorwired" --fabric bogus && grep_err "unknown provider 'bogus'"
 long=$(python3 -c "print('n' * 2000)")
 expect 1 "$TW" $A stat "$long" && grep_err "the name (2000 bytes) is longer than 1024 bytes"
 [ "$(wc -c <"$W/err")" -lt 400 ] || fail "the 2000-byte name was echoed whole: $(wc -c <"$W/err") bytes"

@@ -109,6 +109,15 @@ static void test_args_and_file(void)
     TW_ASSERT_EQ(c.allow_insecure_token_file, 1);
     TW_ASSERT_ERR(tw__srv_config_set(&c, "allow-insecure-token-file", "maybe", err, sizeof(err)),
                   -EINVAL);
+    /* A provider name libfabric does not have is a typo: refused, named. */
+    TW_ASSERT_OK(tw__srv_config_set(&c, "fabric", "tcp;ofi_rxm,shm", err, sizeof(err)));
+    TW_ASSERT_OK(tw__srv_config_set(&c, "fabric", "verbs", err, sizeof(err)));
+    TW_ASSERT_ERR(tw__srv_config_set(&c, "fabric", "bogus", err, sizeof(err)), -EINVAL);
+    TW_ASSERT(strstr(err, "unknown provider 'bogus'") != NULL);
+    TW_ASSERT_ERR(tw__srv_config_set(&c, "fabric", "tcp,tpc", err, sizeof(err)), -EINVAL);
+    TW_ASSERT(strstr(err, "unknown provider 'tpc'") != NULL);
+    TW_ASSERT_ERR(tw__srv_config_set(&c, "fabric", "tcp,", err, sizeof(err)), -EINVAL);
+    fprintf(stderr, "  %s\n", err);
     char *bad4[] = {"tensorwired", "--max-inflight", "70000", NULL};
     TW_ASSERT_ERR(tw__srv_config_from_args(&c, 3, bad4, err, sizeof(err)), -EINVAL);
 
