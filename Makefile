@@ -5,7 +5,8 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps deps-dev build demo check asan tsan fuzz fuzz-smoke bench clean format format-check
+.PHONY: all deps deps-dev build demo check asan tsan fuzz fuzz-smoke bench clean format format-check \
+	python python-install python-bench
 
 all: build
 
@@ -60,6 +61,24 @@ fuzz-smoke:
 
 bench: build
 	@./scripts/bench.sh $(BUILD)
+
+# The Python package (python/, docs/python.md). "python" builds it into
+# $(BUILD)/python (also part of "build"; use it with PYTHONPATH=$(BUILD)/python).
+# "python-install" installs it into PYTHON's site-packages with pip, linked
+# (rpath) to $(BUILD)'s libtensorwire.so. Debian marks its own interpreter
+# externally managed: use a venv (PYTHON=venv/bin/python), or accept
+# PIP_FLAGS=--break-system-packages on a throwaway machine such as CI.
+PYTHON ?= /usr/bin/python3
+PIP_FLAGS ?=
+python: build
+	@cmake --build $(BUILD) --target python
+
+python-install: build
+	@TW_LIB_DIR=$(abspath $(BUILD)) $(PYTHON) -m pip install --no-build-isolation --no-index $(PIP_FLAGS) ./python
+
+# Python binding vs the C library in the same run (docs/performance.md).
+python-bench: build
+	@PYTHONPATH=$(abspath $(BUILD))/python $(PYTHON) bench/bench_python.py --build $(BUILD)
 
 FORMAT_DIRS = src include tools tests bench fuzz python
 format:

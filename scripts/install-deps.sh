@@ -4,7 +4,9 @@
 #   scripts/install-deps.sh --dev    also clang and its sanitizer/fuzzer runtimes
 # As root it runs apt-get; as another user it prints the command to run.
 set -eu
+# python3-dev .. python3-pytest: the Python package (python/) and its tests.
 pkgs="build-essential cmake pkg-config libfabric-dev libfabric-bin libssl-dev python3 procps"
+pkgs="$pkgs python3-dev python3-setuptools python3-numpy python3-pytest python3-torch"
 if [ "${1:-}" = "--dev" ]; then
     pkgs="$pkgs clang clang-format libclang-rt-14-dev valgrind"
 fi

@@ -42,6 +42,10 @@ static void load_driver(void)
     }
     TW_CUDA_SYMBOLS(TW_CUDA_RESOLVE)
 #undef TW_CUDA_RESOLVE
+#define TW_CUDA_RESOLVE_OPTIONAL(field, sym, ret, params)                                          \
+    *(void **)&api_table.field = dlsym(lib, sym);
+    TW_CUDA_OPTIONAL_SYMBOLS(TW_CUDA_RESOLVE_OPTIONAL)
+#undef TW_CUDA_RESOLVE_OPTIONAL
 
     CUresult r = api_table.cuInit(0);
     if (r != CUDA_SUCCESS) {
@@ -98,6 +102,7 @@ int tw__cuda_to_err(CUresult r)
         return TW_EINVAL;
     case CUDA_ERROR_NOT_INITIALIZED:
     case CUDA_ERROR_NO_DEVICE:
+    case CUDA_ERROR_INVALID_DEVICE:
         return TW_EDEVICE;
     default:
         return TW_EINTERNAL;
@@ -140,5 +145,39 @@ int tw__cuda_use_device(int ordinal, char *err, size_t errlen)
                      tw__cuda_strerror(r, buf, sizeof(buf)));
         return tw__cuda_to_err(r);
     }
+    return 0;
+}
+
+int tw__cuda_device_count(void)
+{
+    const struct tw_cuda_api *cu;
+    int n = 0;
+    if (tw__cuda_get(&cu, NULL, 0) != 0)
+        return 0;
+    if (cu->cuDeviceGetCount(&n) != CUDA_SUCCESS || n < 0)
+        return 0;
+    return n < TW_CUDA_MAX_DEVICES ? n : TW_CUDA_MAX_DEVICES;
+}
+
+int tw__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, char *err,
+                      size_t errlen)
+{
+    const struct tw_cuda_api *cu;
+    char buf[128];
+    int rc = tw__cuda_get(&cu, err, errlen);
+    if (rc == 0)
+        rc = tw__cuda_use_device(ordinal, err, errlen);
+    if (rc)
+        return rc;
+    size_t f = 0, t = 0;
+    CUresult r = cu->cuMemGetInfo(&f, &t);
+    if (r != CUDA_SUCCESS) {
+        if (err && errlen)
+            snprintf(err, errlen, "cuMemGetInfo(device %d): %s", ordinal,
+                     tw__cuda_strerror(r, buf, sizeof(buf)));
+        return tw__cuda_to_err(r);
+    }
+    *free_bytes = f;
+    *total_bytes = t;
     return 0;
 }

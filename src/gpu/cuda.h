@@ -22,12 +22,26 @@ typedef int CUresult;
 typedef int CUdevice;
 typedef unsigned long long CUdeviceptr;
 typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NOT_INITIALIZED 3
 #define CUDA_ERROR_NO_DEVICE 100
+#define CUDA_ERROR_INVALID_DEVICE 101
+#define CUDA_ERROR_NOT_READY 600 /* cuEventQuery: work still pending */
+
+#define CU_STREAM_NON_BLOCKING 0x1      /* no implicit sync with the NULL stream */
+#define CU_EVENT_DISABLE_TIMING 0x2     /* cheaper record/query */
+#define CU_MEMHOSTALLOC_PORTABLE 0x1    /* pinned for every context, not only the current */
+#define CU_MEMHOSTREGISTER_PORTABLE 0x1 /* the same for cuMemHostRegister */
+
+/* cuFlushGPUDirectRDMAWrites(target, scope) arguments. */
+#define CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX 0
+#define CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER 100
+#define CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_ALL_DEVICES 200
 
 typedef enum {
     CU_POINTER_ATTRIBUTE_CONTEXT = 1,
@@ -99,11 +113,38 @@ typedef enum {
     X(cuMemAlloc, "cuMemAlloc_v2", CUresult, (CUdeviceptr * ptr, size_t size))                     \
     X(cuMemFree, "cuMemFree_v2", CUresult, (CUdeviceptr ptr))                                      \
     X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", CUresult, (CUdeviceptr dst, const void *src, size_t n))     \
-    X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", CUresult, (void *dst, CUdeviceptr src, size_t n))
+    X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", CUresult, (void *dst, CUdeviceptr src, size_t n))           \
+    X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", CUresult,                                         \
+      (CUdeviceptr dst, const void *src, size_t n, CUstream stream))                               \
+    X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", CUresult,                                         \
+      (void *dst, CUdeviceptr src, size_t n, CUstream stream))                                     \
+    X(cuMemHostAlloc, "cuMemHostAlloc", CUresult, (void **ptr, size_t size, unsigned int flags))   \
+    X(cuMemFreeHost, "cuMemFreeHost", CUresult, (void *ptr))                                       \
+    X(cuMemHostRegister, "cuMemHostRegister_v2", CUresult,                                         \
+      (void *ptr, size_t size, unsigned int flags))                                                \
+    X(cuMemHostUnregister, "cuMemHostUnregister", CUresult, (void *ptr))                           \
+    X(cuMemGetInfo, "cuMemGetInfo_v2", CUresult, (size_t * free_bytes, size_t * total_bytes))      \
+    X(cuStreamCreate, "cuStreamCreate", CUresult, (CUstream * stream, unsigned int flags))         \
+    X(cuStreamDestroy, "cuStreamDestroy_v2", CUresult, (CUstream stream))                          \
+    X(cuStreamSynchronize, "cuStreamSynchronize", CUresult, (CUstream stream))                     \
+    X(cuEventCreate, "cuEventCreate", CUresult, (CUevent * event, unsigned int flags))             \
+    X(cuEventDestroy, "cuEventDestroy_v2", CUresult, (CUevent event))                              \
+    X(cuEventRecord, "cuEventRecord", CUresult, (CUevent event, CUstream stream))                  \
+    X(cuEventQuery, "cuEventQuery", CUresult, (CUevent event))                                     \
+    X(cuEventSynchronize, "cuEventSynchronize", CUresult, (CUevent event))
+
+/*
+ * Symbols a driver may lack without making the GPU unusable: resolved when
+ * present, NULL otherwise (callers check). cuFlushGPUDirectRDMAWrites came
+ * with CUDA 11.3.
+ */
+#define TW_CUDA_OPTIONAL_SYMBOLS(X)                                                                \
+    X(cuFlushGPUDirectRDMAWrites, "cuFlushGPUDirectRDMAWrites", CUresult, (int target, int scope))
 
 struct tw_cuda_api {
 #define TW_CUDA_FIELD(field, sym, ret, params) ret(*field) params;
     TW_CUDA_SYMBOLS(TW_CUDA_FIELD)
+    TW_CUDA_OPTIONAL_SYMBOLS(TW_CUDA_FIELD)
 #undef TW_CUDA_FIELD
     int driver_version; /* e.g. 13000 for CUDA 13.0 */
 };
@@ -132,5 +173,16 @@ int tw__cuda_to_err(CUresult r);
  * Returns 0 or a negative code with the reason in err.
  */
 int tw__cuda_use_device(int ordinal, char *err, size_t errlen);
+
+/* Number of visible CUDA devices (0 when there is no driver: that is not an
+ * error here, so callers can treat "no GPU" and "no driver" alike). */
+int tw__cuda_device_count(void);
+
+/*
+ * Free and total memory of device `ordinal` (through its primary context,
+ * which is left current). Returns 0 or a negative code with reason in err.
+ */
+int tw__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, char *err,
+                      size_t errlen);
 
 #endif

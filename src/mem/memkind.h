@@ -40,6 +40,43 @@ struct tw_mem_attr {
     uint64_t lifetime_gen; /* host: tw__hostmem_generation() when queried */
 };
 
+/*
+ * Asynchronous copies for the staging pipeline (mem/staging.h), provided by
+ * kinds whose memory the CPU cannot touch (CUDA); NULL for host memory.
+ * Streams and events are opaque handles owned by whoever created them and
+ * bound to `device` (ops that need the device's context make it current on
+ * the calling thread). Every op returns 0 or a negative code with the reason
+ * in err (may be NULL); none keeps pointers to its arguments.
+ */
+struct tw_memkind_async_ops {
+    /* Page-lock [p, p+len) (page aligned host memory the caller owns) so
+     * the devices of this kind can DMA to and from it, through `device`'s
+     * context, usable from every device's. Undone with unpin before the
+     * memory is freed. */
+    int (*pin)(int device, void *p, size_t len, char *err, size_t errlen);
+    void (*unpin)(int device, void *p);
+    int (*stream_create)(int device, void **stream, char *err, size_t errlen);
+    void (*stream_destroy)(int device, void *stream);
+    /* Blocks until everything queued on stream finished: 0 or its error. */
+    int (*stream_wait)(int device, void *stream, char *err, size_t errlen);
+    int (*event_create)(int device, void **event, char *err, size_t errlen);
+    void (*event_destroy)(int device, void *event);
+    /* Queue a copy on stream and return; the bytes move later. dst/src of
+     * the host side must stay valid (and, for pinned staging, untouched)
+     * until an event recorded after the copy completed. */
+    int (*copy_to_host_async)(void *stream, void *dst, uintptr_t src, size_t len,
+                              const struct tw_mem_attr *attr, char *err, size_t errlen);
+    int (*copy_from_host_async)(void *stream, uintptr_t dst, const void *src, size_t len,
+                                const struct tw_mem_attr *attr, char *err, size_t errlen);
+    /* Mark the end of the work queued so far on stream. */
+    int (*event_record)(int device, void *event, void *stream, char *err, size_t errlen);
+    /* 1 when the work before the record finished, 0 while it runs, or the
+     * negative code of a copy that failed. Never blocks. */
+    int (*event_query)(int device, void *event, char *err, size_t errlen);
+    /* Blocks until the work before the record finished: 0 or its error. */
+    int (*event_wait)(int device, void *event, char *err, size_t errlen);
+};
+
 struct tw_memkind_ops {
     enum tw_memkind kind;
     const char *name; /* "host", "cuda" */
@@ -93,10 +130,15 @@ struct tw_memkind_ops {
      */
     int (*export_dmabuf)(uintptr_t addr, size_t len, const struct tw_mem_attr *attr, int *fd,
                          uint64_t *offset, char *err, size_t errlen);
+
+    /* Optional (NULL for memory the CPU reads directly): asynchronous copies
+     * through pinned host memory, for the staging pipeline. */
+    const struct tw_memkind_async_ops *async;
 };
 
 extern const struct tw_memkind_ops tw__memkind_host;
 extern const struct tw_memkind_ops tw__memkind_cuda;
+extern const struct tw_memkind_async_ops tw__memkind_cuda_async;
 
 /* The built-in table for a kind, NULL for AUTO or out of range. */
 const struct tw_memkind_ops *tw__memkind_ops(enum tw_memkind kind);

@@ -172,4 +172,5 @@ const struct tw_memkind_ops tw__memkind_cuda = {
     .copy_to_host = cuda_copy_to_host,
     .copy_from_host = cuda_copy_from_host,
     .export_dmabuf = cuda_export_dmabuf,
+    .async = &tw__memkind_cuda_async,
 };

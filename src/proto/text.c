@@ -8,6 +8,7 @@
  */
 #include <string.h>
 
+#include "proto/device.h"
 #include "proto/proto.h"
 
 int tw__utf8_valid(const uint8_t *s, size_t len)
@@ -97,18 +98,11 @@ int tw__device_tag_check(const uint8_t *s, size_t len)
         if (!tag_char_ok(s[i]))
             return TW_EBAD_DEVICE_TAG;
     /* Anything that starts with "cuda" names a CUDA device and must be
-     * exactly "cuda:N", N in 0..255 without leading zeros, so that one device
-     * has one spelling. */
+     * exactly "cuda:N" (proto/device.h has the one parser), so that one
+     * device has one spelling. */
     if (len >= 4 && memcmp(s, "cuda", 4) == 0) {
-        if (len < 6 || s[4] != ':' || len > 8)
-            return TW_EBAD_DEVICE_TAG;
-        unsigned n = 0;
-        for (size_t i = 5; i < len; i++) {
-            if (s[i] < '0' || s[i] > '9')
-                return TW_EBAD_DEVICE_TAG;
-            n = n * 10 + (unsigned)(s[i] - '0');
-        }
-        if ((len > 6 && s[5] == '0') || n > 255)
+        struct tw_device dev;
+        if (tw__device_parse((const char *)s, len, &dev) != 0)
             return TW_EBAD_DEVICE_TAG;
     }
     return 0;

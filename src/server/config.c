@@ -11,6 +11,7 @@
 #include "fabric/provider_names.h"
 #include "proto/proto.h"
 #include "server/log.h"
+#include "tensorwire/error.h"
 
 void tw__srv_config_defaults(struct tw_srv_config *c)
 {
@@ -50,9 +51,15 @@ void tw__srv_config_usage(const char *argv0)
            "  --listen HOST:PORT       address to listen on (default %s);\n"
            "                           port 0 picks a free port. The bound address is\n"
            "                           printed on stdout as 'listening on HOST:PORT'.\n"
-           "  --capacity SIZE          most bytes stored, in-progress puts included\n"
-           "                           (default 3/4 of RAM, 0 = unlimited);\n"
+           "  --capacity SIZE          most bytes stored in host memory, in-progress\n"
+           "                           puts included (default 3/4 of RAM, 0 = unlimited);\n"
            "                           K/M/G = 1000^n, Ki/Mi/Gi = 1024^n\n"
+           "  --capacity cpu=SIZE,cuda:N=SIZE,...\n"
+           "                           the same per device; a GPU not named gets 3/4 of\n"
+           "                           its free memory at startup\n"
+           "  --devices cpu,cuda:N,... where tensors may be stored (default: cpu and\n"
+           "                           every visible GPU); a put naming another device\n"
+           "                           is refused with DEVICE_UNAVAILABLE\n"
            "  --token-file PATH        require HMAC-SHA256 authentication with this token\n"
            "  --log-level LEVEL        error, warn, info (default) or debug\n"
            "  --config FILE            read 'key = value' lines with the same keys\n"
@@ -139,6 +146,102 @@ int tw__parse_size(const char *s, uint64_t *out)
     return 0;
 }
 
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        if (errbuf && errlen)                                                                      \
+            snprintf(errbuf, errlen, __VA_ARGS__);                                                 \
+        return -EINVAL;                                                                            \
+    } while (0)
+
+/* The next comma-separated item of *s: [*item, *item + *len); advances *s
+ * past the comma. 0 at the end of the string. */
+static int next_item(const char **s, const char **item, size_t *len)
+{
+    if (!*s)
+        return 0;
+    const char *comma = strchr(*s, ',');
+    *item = *s;
+    *len = comma ? (size_t)(comma - *s) : strlen(*s);
+    *s = comma ? comma + 1 : NULL;
+    return 1;
+}
+
+int tw__srv_parse_devices(const char *s, struct tw_device *out, unsigned max, unsigned *n,
+                          char *errbuf, size_t errlen)
+{
+    struct tw_device found[TW_SRV_MAX_DEVICES];
+    unsigned k = 0;
+    const char *item;
+    size_t len;
+    if (!*s)
+        FAIL("empty device list");
+    while (next_item(&s, &item, &len)) {
+        struct tw_device d;
+        int rc = tw__device_parse(item, len, &d);
+        if (rc == TW_EDEVICE)
+            FAIL("'%.*s' is not a device this server can use (cpu or cuda:N)", (int)len, item);
+        if (rc < 0)
+            FAIL("'%.*s' is not a device tag (cpu or cuda:N, N in 0..255 without leading "
+                 "zeros)",
+                 (int)len, item);
+        for (unsigned i = 0; i < k; i++)
+            if (tw__device_equal(&found[i], &d))
+                FAIL("'%.*s' is listed twice", (int)len, item);
+        if (k >= max || k >= TW_SRV_MAX_DEVICES)
+            FAIL("more than %u devices", max);
+        found[k++] = d;
+    }
+    memcpy(out, found, k * sizeof(found[0]));
+    *n = k;
+    return 0;
+}
+
+int tw__srv_parse_capacity(const char *s, struct tw_srv_config *c, char *errbuf, size_t errlen)
+{
+    uint64_t v;
+    if (!strchr(s, '=')) {
+        if (tw__parse_size(s, &v) != 0)
+            FAIL("'%s' is not a size", s);
+        c->capacity = v;
+        return 0;
+    }
+    uint64_t cpu = c->capacity;
+    struct tw_srv_device_capacity caps[TW_SRV_MAX_DEVICES];
+    unsigned k = 0, cpu_seen = 0;
+    const char *item;
+    size_t len;
+    while (next_item(&s, &item, &len)) {
+        const char *eq = memchr(item, '=', len);
+        if (!eq)
+            FAIL("'%.*s' is not TAG=SIZE", (int)len, item);
+        struct tw_device d;
+        if (tw__device_parse(item, (size_t)(eq - item), &d) != 0)
+            FAIL("'%.*s' is not a device tag (cpu or cuda:N)", (int)(eq - item), item);
+        char size[32];
+        size_t slen = len - (size_t)(eq + 1 - item);
+        if (slen >= sizeof(size))
+            FAIL("'%.*s': size too long", (int)len, item);
+        memcpy(size, eq + 1, slen);
+        size[slen] = '\0';
+        if (tw__parse_size(size, &v) != 0)
+            FAIL("'%.*s': '%s' is not a size", (int)len, item, size);
+        if (d.type == TW_DEVICE_CPU) {
+            if (cpu_seen++)
+                FAIL("cpu is given twice");
+            cpu = v;
+            continue;
+        }
+        for (unsigned i = 0; i < k; i++)
+            if (tw__device_equal(&caps[i].dev, &d))
+                FAIL("'%.*s' is given twice", (int)(eq - item), item);
+        caps[k++] = (struct tw_srv_device_capacity){.dev = d, .bytes = v};
+    }
+    c->capacity = cpu;
+    memcpy(c->capacities, caps, k * sizeof(caps[0]));
+    c->ncapacities = k;
+    return 0;
+}
+
 int tw__parse_seconds(const char *s, uint64_t *out_ms)
 {
     uint64_t whole = 0, frac_ms = 0;
@@ -186,13 +289,6 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
     return 0;
 }
 
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        if (errbuf && errlen)                                                                      \
-            snprintf(errbuf, errlen, __VA_ARGS__);                                                 \
-        return -EINVAL;                                                                            \
-    } while (0)
-
 int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *value, char *errbuf,
                        size_t errlen)
 {
@@ -216,8 +312,14 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
             FAIL("allow-insecure-token-file: '%s' is not true (it is a flag)", value);
         c->allow_insecure_token_file = 1;
     } else if (strcmp(k, "capacity") == 0) {
-        if (tw__parse_size(value, &c->capacity) != 0)
-            FAIL("capacity: '%s' is not a size (examples: 1073741824, 64Mi, 2G)", value);
+        char why[160];
+        if (tw__srv_parse_capacity(value, c, why, sizeof(why)) != 0)
+            FAIL("capacity: %s (examples: 64Gi, 2G, cpu=64Gi,cuda:0=40Gi)", why);
+    } else if (strcmp(k, "devices") == 0) {
+        char why[160];
+        if (tw__srv_parse_devices(value, c->devices, TW_SRV_MAX_DEVICES, &c->ndevices, why,
+                                  sizeof(why)) != 0)
+            FAIL("devices: %s (example: cpu,cuda:0,cuda:1)", why);
     } else if (strcmp(k, "max-frame") == 0) {
         uint64_t v;
         if (tw__parse_size(value, &v) != 0 || v < TW_MIN_MAX_FRAME || v > TW_MAX_MAX_FRAME)

@@ -13,14 +13,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/device.h"
+
 #define TW_SRV_DEFAULT_LISTEN "127.0.0.1:7450"
+
+/* The CPU plus every CUDA ordinal a tag can name (proto/device.h). */
+#define TW_SRV_MAX_DEVICES (TW_DEVICE_MAX_CUDA_ORDINAL + 2)
+
+/* One "--capacity TAG=SIZE" entry for a GPU. */
+struct tw_srv_device_capacity {
+    struct tw_device dev;
+    uint64_t bytes; /* 0 = unlimited */
+};
 
 struct tw_srv_config {
     char listen[256];
     char token_file[4096];         /* "" = no authentication */
     int allow_insecure_token_file; /* accept a token file group or others can read */
-    uint64_t capacity;             /* bytes; 0 = unlimited; default 3/4 of RAM */
-    int log_level;                 /* enum tw_log_level */
+    uint64_t capacity;             /* of cpu: bytes; 0 = unlimited; default 3/4 of RAM */
+    /* --devices: where tensors may be stored; ndevices 0 = the default
+     * (cpu plus every visible GPU, decided at startup: server/devices.h). */
+    unsigned ndevices;
+    struct tw_device devices[TW_SRV_MAX_DEVICES];
+    /* --capacity cuda:N=SIZE entries (cpu's goes to `capacity`); a GPU
+     * without one gets the default fraction of its free memory. */
+    unsigned ncapacities;
+    struct tw_srv_device_capacity capacities[TW_SRV_MAX_DEVICES];
+    int log_level; /* enum tw_log_level */
     uint32_t max_connections;
     uint32_t max_inflight; /* per connection, announced in HELLO_ACK */
     uint32_t max_frame;    /* announced in HELLO_ACK */
@@ -70,6 +89,21 @@ void tw__srv_print_version(void);
 
 /* "64Mi" -> 67108864. Returns 0 or -EINVAL (also on overflow). */
 int tw__parse_size(const char *s, uint64_t *out);
+/*
+ * "--devices" value: comma-separated device tags ("cpu,cuda:0,cuda:1"),
+ * each through tw__device_parse, no duplicates, no empty entries. Fills
+ * out[0..*n). Returns 0 or -EINVAL with the reason in err.
+ */
+int tw__srv_parse_devices(const char *s, struct tw_device *out, unsigned max, unsigned *n,
+                          char *err, size_t errlen);
+/*
+ * "--capacity" value: a bare SIZE (the CPU's, as before) or a list
+ * "cpu=64Gi,cuda:0=40Gi". Sets c->capacity for cpu and replaces
+ * c->capacities with the GPU entries given. Returns 0 or -EINVAL with the
+ * reason in err (c unchanged then).
+ */
+int tw__srv_parse_capacity(const char *s, struct tw_srv_config *c, char *err, size_t errlen);
+
 /* "2.5" -> 2500 (milliseconds). Returns 0 or -EINVAL. */
 int tw__parse_seconds(const char *s, uint64_t *out_ms);
 

@@ -208,6 +208,53 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
     }
 }
 
+/*
+ * The device check of a put, before PUT_ACCEPT and so before any RDMA
+ * handshake (protocol §9.8): a device that is unknown, absent, not served
+ * or (a GPU) without room gets DEVICE_UNAVAILABLE naming the reason and the
+ * devices served. Returns 1 when the put may go on.
+ */
+static int device_ok(struct tw_srv_conn *c, uint64_t id, const struct tw_descriptor *d)
+{
+    struct tw_srv *srv = c->srv;
+    uint64_t free_bytes[TW_SRV_MAX_DEVICES];
+    char name[96], tag[40], list[256];
+    for (unsigned i = 0; i < srv->devices.n; i++)
+        free_bytes[i] = tw__store_device_free_bytes(&srv->store, &srv->devices.d[i].dev);
+    struct tw_srv_device_verdict v =
+        tw__srv_device_admit(&srv->devices, srv->gpu_count, free_bytes,
+                             (const char *)d->device_tag.ptr, d->device_tag.len, d->byte_length);
+    show_name(&d->name, name, sizeof(name));
+    show_name(&d->device_tag, tag, sizeof(tag));
+    tw__srv_devices_format(&srv->devices, list, sizeof(list));
+    if (v.reason == TW_SRV_DEVICE_NO_ROOM) {
+        tw__conn_send_error(c, id, TW_WIRE_DEVICE_UNAVAILABLE,
+                            "put of '%s': device %s has %llu of %llu bytes free, %llu needed "
+                            "(devices: %s)",
+                            name, tag, (unsigned long long)free_bytes[v.index],
+                            (unsigned long long)srv->devices.d[v.index].capacity,
+                            (unsigned long long)d->byte_length, list);
+        return 0;
+    }
+    if (v.reason != TW_SRV_DEVICE_OK) {
+        tw__conn_send_error(c, id, TW_WIRE_DEVICE_UNAVAILABLE,
+                            "put of '%s': device %s %s (devices: %s)", name, tag,
+                            tw__srv_device_reason_str(v.reason), list);
+        return 0;
+    }
+    /* The store can hold GPU tensors, but the data planes cannot move bytes
+     * into device memory until staging is wired into them (issue #11):
+     * refuse cleanly rather than let a plane write to a device address. */
+    if (v.dev.type == TW_DEVICE_CUDA) {
+        tw__conn_send_error(c, id, TW_WIRE_DEVICE_UNAVAILABLE,
+                            "put of '%s': device %s is served, but this server's data planes "
+                            "cannot move GPU tensors yet (devices: %s)",
+                            name, tag, list);
+        return 0;
+    }
+    return 1;
+}
+
 static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
 {
     char name[96];
@@ -215,15 +262,8 @@ static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
     uint64_t id = m->hdr.request_id;
     struct tw_store *st = &c->srv->store;
     count_request(c);
-    if (d->device_tag.len != 3 || memcmp(d->device_tag.ptr, "cpu", 3) != 0) {
-        char tag[40];
-        tw__conn_send_error(c, id, TW_WIRE_DEVICE_UNAVAILABLE,
-                            "put of '%s': device '%s' is not available on this server "
-                            "(it stores tensors in host memory: use 'cpu')",
-                            show_name(&d->name, name, sizeof(name)),
-                            show_name(&d->device_tag, tag, sizeof(tag)));
+    if (!device_ok(c, id, d))
         return;
-    }
     struct tw_tensor *t = NULL;
     int rc = tw__store_alloc(st, d, &t);
     if (rc == TW_ECAPACITY) {
@@ -368,6 +408,40 @@ out_free_list:
     tw__store_list_free(list, n);
 }
 
+/* Per device served: device.<dev>.{capacity,reserved,stored}_bytes, <dev>
+ * being "cpu" or "cudaN" (STATS keys have no ':'). Adds to *count. */
+static ssize_t encode_device_stats(struct tw_srv *srv, uint8_t *buf, size_t cap, uint32_t *count)
+{
+    size_t used = 0;
+    for (unsigned i = 0; i < srv->devices.n; i++) {
+        const struct tw_device *d = &srv->devices.d[i].dev;
+        uint64_t v[3] = {srv->store.capacity, srv->store.reserved, srv->store.stored_bytes};
+        char dev[16];
+        if (d->type == TW_DEVICE_CUDA) {
+            const struct tw_store_gpu *g = tw__store_gpu(&srv->store, d->ordinal);
+            if (!g)
+                continue;
+            v[0] = g->capacity;
+            v[1] = g->reserved;
+            v[2] = g->stored_bytes;
+            snprintf(dev, sizeof(dev), "cuda%d", d->ordinal);
+        } else {
+            snprintf(dev, sizeof(dev), "cpu");
+        }
+        static const char *const what[3] = {"capacity", "reserved", "stored"};
+        for (int k = 0; k < 3; k++) {
+            char key[64];
+            snprintf(key, sizeof(key), "device.%s.%s_bytes", dev, what[k]);
+            ssize_t w = tw__stats_entry_encode(key, v[k], buf + used, cap - used);
+            if (w < 0)
+                return w;
+            used += (size_t)w;
+            (*count)++;
+        }
+    }
+    return (ssize_t)used;
+}
+
 static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
 {
     struct tw_srv *srv = c->srv;
@@ -427,9 +501,10 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"regcache_bytes", mst.total.bytes},
         {"regcache_reg_ns", mst.total.reg_ns},
     };
-    uint8_t buf[2048];
+    uint8_t buf[8192];
     size_t used = 0;
-    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++) {
+    uint32_t count = 0;
+    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++, count++) {
         ssize_t w = tw__stats_entry_encode(kv[i].key, kv[i].value, buf + used, sizeof(buf) - used);
         if (w < 0) {
             tw__conn_send_error(c, m->hdr.request_id, TW_WIRE_INTERNAL, "cannot encode stats");
@@ -437,11 +512,17 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         }
         used += (size_t)w;
     }
+    ssize_t w = encode_device_stats(srv, buf + used, sizeof(buf) - used, &count);
+    if (w < 0) {
+        tw__conn_send_error(c, m->hdr.request_id, TW_WIRE_INTERNAL, "cannot encode stats");
+        return;
+    }
+    used += (size_t)w;
     struct tw_msg r;
     memset(&r, 0, sizeof(r));
     r.hdr.tag = TW_TAG_STATS_REPLY;
     r.hdr.request_id = m->hdr.request_id;
-    r.u.stats_reply.count = (uint32_t)(sizeof(kv) / sizeof(kv[0]));
+    r.u.stats_reply.count = count;
     r.u.stats_reply.entries.ptr = buf;
     r.u.stats_reply.entries.len = (uint32_t)used;
     tw__conn_send(c, &r);

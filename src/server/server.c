@@ -15,6 +15,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "gpu/cuda.h"
 #include "net/sock.h"
 #include "server/log.h"
 
@@ -87,6 +88,55 @@ static void on_grace_timeout(struct tw_loop *loop, struct tw_timer *t)
         tw__conn_destroy(srv->conns, "shutdown grace period over");
 }
 
+static int served(const struct tw_srv_config *c, int ordinal)
+{
+    if (c->ndevices == 0)
+        return 1;
+    for (unsigned i = 0; i < c->ndevices; i++)
+        if (c->devices[i].type == TW_DEVICE_CUDA && c->devices[i].ordinal == ordinal)
+            return 1;
+    return 0;
+}
+
+/* Resolves --devices/--capacity against the GPUs of this host (none without
+ * a CUDA driver) and declares the GPUs to the store. Free memory is asked
+ * only of GPUs that will be served (asking creates their CUDA context). */
+static int setup_devices(struct tw_srv *srv, char *errbuf, size_t errlen)
+{
+    const struct tw_srv_config *c = &srv->cfg;
+    static uint64_t gpu_free[TW_DEVICE_MAX_CUDA_ORDINAL + 1];
+    char why[256];
+    srv->gpu_count = tw__cuda_device_count();
+    if (srv->gpu_count > TW_DEVICE_MAX_CUDA_ORDINAL + 1)
+        srv->gpu_count = TW_DEVICE_MAX_CUDA_ORDINAL + 1;
+    for (int i = 0; i < srv->gpu_count; i++) {
+        uint64_t total = 0;
+        gpu_free[i] = 0;
+        if (served(c, i) && tw__cuda_mem_info(i, &gpu_free[i], &total, why, sizeof(why)) < 0)
+            TW_LOGW("cuda:%d: cannot read its free memory: %s", i, why);
+    }
+    int rc = tw__srv_devices_resolve(c, srv->gpu_count, gpu_free, &srv->devices, errbuf, errlen);
+    if (rc < 0)
+        return rc;
+    for (unsigned i = 0; i < srv->devices.n; i++) {
+        const struct tw_srv_device *d = &srv->devices.d[i];
+        char tag[TW_DEVICE_TAG_BUFLEN];
+        tw__device_format(&d->dev, tag, sizeof(tag));
+        if (d->dev.type != TW_DEVICE_CUDA)
+            continue;
+        if (tw__store_add_gpu(&srv->store, d->dev.ordinal, d->capacity) < 0) {
+            snprintf(errbuf, errlen, "--devices: too many GPUs (at most %d)", TW_STORE_MAX_GPUS);
+            return TW_EINVAL;
+        }
+        char cap[32] = "unlimited";
+        if (d->capacity)
+            snprintf(cap, sizeof(cap), "%.2f GiB", (double)d->capacity / (double)(1ull << 30));
+        TW_LOGI("device %s: capacity %s (%.2f GiB free at startup)", tag, cap,
+                (double)gpu_free[d->dev.ordinal] / (double)(1ull << 30));
+    }
+    return 0;
+}
+
 int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errbuf, size_t errlen)
 {
     struct sockaddr_storage ss;
@@ -116,6 +166,9 @@ int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errb
         snprintf(errbuf, errlen, "out of memory");
         goto out_destroy_loop;
     }
+    rc = setup_devices(srv, errbuf, errlen);
+    if (rc < 0)
+        goto out_destroy_store;
     srv->scratch_len = SCRATCH_LEN;
     srv->scratch = malloc(srv->scratch_len);
     if (!srv->scratch) {

@@ -25,6 +25,7 @@
 #include "proto/proto.h"
 #include "proto/sm.h"
 #include "server/config.h"
+#include "server/devices.h"
 #include "server/store.h"
 #include "server/xfer.h"
 
@@ -135,6 +136,10 @@ struct tw_srv {
     struct tw_srv_config cfg;
     struct tw_loop loop;
     struct tw_store store;
+    /* Devices tensors may be stored on (--devices, resolved at startup)
+     * and the GPUs this host has (devices.h). */
+    struct tw_srv_devices devices;
+    int gpu_count;
     struct tw_token token;
     int lfd;
     struct tw_io listen_io;

@@ -7,9 +7,11 @@
  */
 #include "server/store.h"
 
+#include "gpu/cuda.h"
 #include "mem/hostmem.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -64,6 +66,109 @@ static uint64_t hash_name(const uint8_t *s, size_t n)
     return h;
 }
 
+/* GPU-resident versions: device memory on the device's primary context. */
+static int cuda_devmem_alloc(int ordinal, size_t len, void **p, char *err, size_t errlen)
+{
+    const struct tw_cuda_api *cu;
+    int rc = tw__cuda_get(&cu, err, errlen);
+    if (rc == 0)
+        rc = tw__cuda_use_device(ordinal, err, errlen);
+    if (rc)
+        return rc;
+    CUdeviceptr d = 0;
+    CUresult r = cu->cuMemAlloc(&d, len);
+    if (r != CUDA_SUCCESS) {
+        char buf[128];
+        if (err && errlen)
+            snprintf(err, errlen, "cuMemAlloc(%zu) on cuda:%d: %s", len, ordinal,
+                     tw__cuda_strerror(r, buf, sizeof(buf)));
+        return tw__cuda_to_err(r);
+    }
+    *p = (void *)(uintptr_t)d;
+    return 0;
+}
+
+static void cuda_devmem_free(int ordinal, void *p)
+{
+    const struct tw_cuda_api *cu;
+    if (p && tw__cuda_get(&cu, NULL, 0) == 0 && tw__cuda_use_device(ordinal, NULL, 0) == 0)
+        cu->cuMemFree((CUdeviceptr)(uintptr_t)p);
+}
+
+const struct tw_store_devmem_ops tw__store_devmem_cuda = {
+    .alloc = cuda_devmem_alloc,
+    .free = cuda_devmem_free,
+};
+
+static struct tw_store_gpu *find_gpu(const struct tw_store *s, int ordinal, int *index)
+{
+    for (unsigned i = 0; i < s->ngpus; i++)
+        if (s->gpu[i].ordinal == ordinal) {
+            if (index)
+                *index = (int)i;
+            return (struct tw_store_gpu *)&s->gpu[i];
+        }
+    return NULL;
+}
+
+int tw__store_add_gpu(struct tw_store *s, int ordinal, uint64_t capacity)
+{
+    if (ordinal < 0 || find_gpu(s, ordinal, NULL) || s->ngpus >= TW_STORE_MAX_GPUS)
+        return TW_EINVAL;
+    s->gpu[s->ngpus++] = (struct tw_store_gpu){.ordinal = ordinal, .capacity = capacity};
+    return 0;
+}
+
+const struct tw_store_gpu *tw__store_gpu(const struct tw_store *s, int ordinal)
+{
+    return find_gpu(s, ordinal, NULL);
+}
+
+static uint64_t room(uint64_t capacity, uint64_t reserved)
+{
+    if (capacity == 0)
+        return UINT64_MAX;
+    return capacity > reserved ? capacity - reserved : 0;
+}
+
+uint64_t tw__store_device_free_bytes(const struct tw_store *s, const struct tw_device *d)
+{
+    if (d->type == TW_DEVICE_CPU)
+        return tw__store_free_bytes(s);
+    const struct tw_store_gpu *g = find_gpu(s, d->ordinal, NULL);
+    return g ? room(g->capacity, g->reserved) : 0;
+}
+
+/* The stored_bytes counter t's device adds to. */
+static uint64_t *stored_of(struct tw_store *s, const struct tw_tensor *t)
+{
+    return t->gpu >= 0 ? &s->gpu[t->gpu].stored_bytes : &s->stored_bytes;
+}
+
+/* A GPU-resident version: device memory instead of host pages. */
+static int alloc_on_gpu(struct tw_store *s, const struct tw_descriptor *d, int ordinal,
+                        struct tw_tensor *t)
+{
+    int gi;
+    struct tw_store_gpu *g = find_gpu(s, ordinal, &gi);
+    if (!g)
+        return TW_EDEVICE;
+    if (d->byte_length > room(g->capacity, g->reserved))
+        return TW_ECAPACITY;
+    if (d->byte_length > 0) {
+        const struct tw_store_devmem_ops *m = s->devmem ? s->devmem : &tw__store_devmem_cuda;
+        void *p = NULL;
+        int rc = m->alloc(ordinal, (size_t)d->byte_length, &p, NULL, 0);
+        if (rc < 0)
+            return -ENOMEM;
+        t->data = p;
+        t->alloc_len = (size_t)d->byte_length;
+    }
+    t->gpu = gi;
+    g->reserved += d->byte_length;
+    return 0;
+}
+
 int tw__store_init(struct tw_store *s, uint64_t capacity)
 {
     memset(s, 0, sizeof(*s));
@@ -85,7 +190,7 @@ void tw__store_destroy(struct tw_store *s)
         while (t) {
             struct tw_tensor *next = t->hnext;
             t->hnext = NULL;
-            s->stored_bytes -= t->byte_length;
+            *stored_of(s, t) -= t->byte_length;
             tw__tensor_unref(t);
             t = next;
         }
@@ -110,16 +215,27 @@ uint64_t tw__store_free_bytes(const struct tw_store *s)
 
 int tw__store_alloc(struct tw_store *s, const struct tw_descriptor *d, struct tw_tensor **out)
 {
-    if (d->byte_length > tw__store_free_bytes(s))
+    struct tw_device dev = {.type = TW_DEVICE_CPU, .ordinal = -1};
+    int rc = tw__device_parse((const char *)d->device_tag.ptr, d->device_tag.len, &dev);
+    if (rc < 0)
+        return TW_EDEVICE;
+    if (dev.type == TW_DEVICE_CPU && d->byte_length > tw__store_free_bytes(s))
         return TW_ECAPACITY;
     if (d->byte_length > SIZE_MAX / 2)
         return -ENOMEM;
     struct tw_tensor *t = calloc(1, sizeof(*t) + d->name.len + 1);
     if (!t)
         return -ENOMEM;
+    t->gpu = -1;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t len = (size_t)d->byte_length;
-    if (len > 0) {
+    if (dev.type == TW_DEVICE_CUDA) {
+        rc = alloc_on_gpu(s, d, dev.ordinal, t);
+        if (rc < 0) {
+            free(t);
+            return rc;
+        }
+    } else if (len > 0) {
         size_t alloc = (len + page - 1) & ~(page - 1);
         if (alloc >= MMAP_THRESHOLD) {
             void *p = take_spare(s, alloc);
@@ -158,7 +274,8 @@ int tw__store_alloc(struct tw_store *s, const struct tw_descriptor *d, struct tw
     t->name_len = (uint16_t)d->name.len;
     memcpy(t->name, d->name.ptr, d->name.len);
     t->name[d->name.len] = '\0';
-    s->reserved += t->byte_length;
+    if (t->gpu < 0)
+        s->reserved += t->byte_length;
     *out = t;
     return 0;
 
@@ -176,11 +293,19 @@ void tw__tensor_unref(struct tw_tensor *t)
 {
     if (!t || --t->refs > 0)
         return;
-    t->store->reserved -= t->byte_length;
-    if (t->mmapped)
-        give_spare(t->store, t->data, t->alloc_len);
-    else
-        free(t->data);
+    struct tw_store *s = t->store;
+    if (t->gpu >= 0) {
+        const struct tw_store_devmem_ops *m = s->devmem ? s->devmem : &tw__store_devmem_cuda;
+        s->gpu[t->gpu].reserved -= t->byte_length;
+        if (t->data)
+            m->free(s->gpu[t->gpu].ordinal, t->data);
+    } else {
+        s->reserved -= t->byte_length;
+        if (t->mmapped)
+            give_spare(s, t->data, t->alloc_len);
+        else
+            free(t->data);
+    }
     free(t);
 }
 
@@ -225,15 +350,15 @@ void tw__store_commit(struct tw_store *s, struct tw_tensor *t)
         t->hnext = old->hnext;
         *pp = t;
         old->hnext = NULL;
-        s->stored_bytes -= old->byte_length;
-        s->stored_bytes += t->byte_length;
+        *stored_of(s, old) -= old->byte_length;
+        *stored_of(s, t) += t->byte_length;
         tw__tensor_unref(old);
         return;
     }
     t->hnext = NULL;
     *pp = t;
     s->count++;
-    s->stored_bytes += t->byte_length;
+    *stored_of(s, t) += t->byte_length;
     maybe_grow(s);
 }
 
@@ -254,7 +379,7 @@ int tw__store_delete(struct tw_store *s, const uint8_t *name, size_t len)
     *pp = t->hnext;
     t->hnext = NULL;
     s->count--;
-    s->stored_bytes -= t->byte_length;
+    *stored_of(s, t) -= t->byte_length;
     tw__tensor_unref(t);
     return 0;
 }

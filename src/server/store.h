@@ -19,6 +19,12 @@
  * registration caches know their lifetime and may keep them registered;
  * smaller ones are posix_memalign'd (unknown lifetime: registered per use).
  *
+ * A version whose device tag is cuda:N lives in that GPU's memory instead
+ * (allocated through the store's devmem ops, on that device's primary
+ * context, freed with the last reference) and counts against that GPU's
+ * capacity; tw__store_add_gpu() declares the GPUs first. The CPU's numbers
+ * stay in capacity/reserved/stored_bytes.
+ *
  * Single-threaded (the daemon's event loop); no locks.
  */
 #ifndef TW_SERVER_STORE_H
@@ -27,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/device.h"
 #include "proto/proto.h"
 
 struct tw_store;
@@ -41,7 +48,9 @@ struct tw_tensor {
     uint32_t crc32c;
     uint64_t byte_length;
     uint64_t shape[TW_MAX_NDIM];
-    uint8_t *data;    /* byte_length bytes, page aligned; NULL when 0 bytes */
+    int gpu;          /* index in store->gpu, -1 in host memory */
+    uint8_t *data;    /* byte_length bytes, page aligned; NULL when 0 bytes.
+                       * On a GPU: a device address (not for the CPU). */
     size_t alloc_len; /* bytes actually mapped / allocated */
     struct tw_tensor *hnext;
     char device_tag[TW_MAX_DEVICE_TAG_LEN + 1];
@@ -52,6 +61,24 @@ struct tw_tensor {
 /* Freed large buffers kept for reuse: a put of the same (page-rounded) size
  * gets memory that is already faulted in, instead of fresh zeroed pages. */
 #define TW_STORE_SPARES 16
+
+/* Device memory for GPU-resident versions: CUDA (tw__store_devmem_cuda) in
+ * the daemon, a host-memory double in tests. */
+struct tw_store_devmem_ops {
+    int (*alloc)(int ordinal, size_t len, void **p, char *err, size_t errlen);
+    void (*free)(int ordinal, void *p);
+};
+extern const struct tw_store_devmem_ops tw__store_devmem_cuda;
+
+#define TW_STORE_MAX_GPUS 64
+
+/* Accounting of one GPU (same meaning as the CPU's fields below). */
+struct tw_store_gpu {
+    int ordinal;
+    uint64_t capacity; /* 0 = unlimited */
+    uint64_t reserved;
+    uint64_t stored_bytes;
+};
 
 struct tw_store {
     uint64_t capacity;     /* 0 = unlimited */
@@ -72,6 +99,9 @@ struct tw_store {
      * NULL: nothing to do. */
     void (*on_recycle)(void *ctx, void *p, size_t len);
     void *recycle_ctx;
+    const struct tw_store_devmem_ops *devmem; /* default: CUDA */
+    unsigned ngpus;
+    struct tw_store_gpu gpu[TW_STORE_MAX_GPUS];
 };
 
 int tw__store_init(struct tw_store *s, uint64_t capacity);
@@ -79,11 +109,21 @@ int tw__store_init(struct tw_store *s, uint64_t capacity);
  * (their store pointer too: call this only after every reader released). */
 void tw__store_destroy(struct tw_store *s);
 
+/* Declares GPU `ordinal` with its capacity (0 = unlimited). Returns 0,
+ * TW_EINVAL when it is already declared or TW_STORE_MAX_GPUS are. */
+int tw__store_add_gpu(struct tw_store *s, int ordinal, uint64_t capacity);
+/* Bytes device d can still take (UINT64_MAX when unlimited, 0 for a GPU
+ * that was not declared). */
+uint64_t tw__store_device_free_bytes(const struct tw_store *s, const struct tw_device *d);
+/* The accounting of a declared GPU, or NULL. */
+const struct tw_store_gpu *tw__store_gpu(const struct tw_store *s, int ordinal);
+
 /*
  * Allocates a new, unpublished version described by d (the descriptor must
  * already have passed tw__descriptor_check). On success *out holds the only
  * reference. Returns 0, TW_ECAPACITY when byte_length does not fit in the
- * remaining capacity (nothing changes), or -ENOMEM.
+ * remaining capacity of its device (nothing changes), TW_EDEVICE when its
+ * tag names no declared device, or -ENOMEM (host or device memory).
  */
 int tw__store_alloc(struct tw_store *s, const struct tw_descriptor *d, struct tw_tensor **out);
 /* Publishes t under its name, replacing any current version atomically. The

@@ -1,0 +1,71 @@
+/*
+ * GPU-resident tensors in the store on real GPUs (exit 77 without a CUDA
+ * driver or device): a version tagged cuda:N lives in that device's memory
+ * (the driver says so), counts against that GPU only, keeps its memory while
+ * a reader holds it, and gives it back to the driver with the last
+ * reference. Every visible GPU.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/cuda.h"
+#include "mem/memkind.h"
+#include "server/store.h"
+#include "tw_test.h"
+#include "tw_test_gpu.h"
+
+static void test_gpu(const struct tw_cuda_api *cu, int ordinal)
+{
+    struct tw_store s;
+    struct tw_descriptor d;
+    struct tw_tensor *t, *reader;
+    struct tw_mem_attr attr;
+    char tag[16], err[256];
+    const uint64_t n = (64ull << 20) + 3;
+    snprintf(tag, sizeof(tag), "cuda:%d", ordinal);
+    TW_ASSERT_OK(tw__store_init(&s, 1 << 20));
+    TW_ASSERT_OK(tw__store_add_gpu(&s, ordinal, 1ull << 30));
+    tw_test_desc_u8(&d, "w", tag, n);
+    TW_ASSERT_OK(tw__store_alloc(&s, &d, &t));
+    TW_ASSERT(t->data != NULL);
+    TW_ASSERT_OK(tw__memkind_cuda.query((uintptr_t)t->data, n, &attr, err, sizeof(err)));
+    TW_ASSERT_EQ(attr.device, ordinal);
+    TW_ASSERT_EQ_U64(tw__store_gpu(&s, ordinal)->reserved, n);
+    TW_ASSERT_EQ_U64(s.reserved, 0);
+    /* The memory is usable: bytes in and out through the driver. */
+    uint8_t *a = malloc(n), *b = malloc(n);
+    TW_ASSERT(a && b);
+    for (uint64_t i = 0; i < n; i++)
+        a[i] = (uint8_t)(i * 131 + 7);
+    TW_ASSERT_OK(
+        tw__memkind_cuda.copy_from_host((uintptr_t)t->data, a, n, &attr, err, sizeof(err)));
+    TW_ASSERT_OK(tw__memkind_cuda.copy_to_host(b, (uintptr_t)t->data, n, &attr, err, sizeof(err)));
+    TW_ASSERT_MEM_EQ(a, b, n);
+    tw__store_commit(&s, t);
+    TW_ASSERT_EQ_U64(tw__store_gpu(&s, ordinal)->stored_bytes, n);
+    /* A reader keeps the old version's device memory alive. */
+    reader = tw__store_get(&s, (const uint8_t *)"w", 1);
+    uintptr_t addr = (uintptr_t)reader->data;
+    tw__tensor_unref(t);
+    TW_ASSERT_OK(tw__store_delete(&s, (const uint8_t *)"w", 1));
+    TW_ASSERT_OK(tw__memkind_cuda.query(addr, n, &attr, err, sizeof(err)));
+    tw__tensor_unref(reader);
+    /* Gone with the last reference: the driver no longer knows it. */
+    TW_ASSERT(tw__memkind_cuda.query(addr, n, &attr, err, sizeof(err)) != 0);
+    TW_ASSERT_EQ_U64(tw__store_gpu(&s, ordinal)->reserved, 0);
+    fprintf(stderr, "cuda:%d: %llu-byte tensor stored, read back, freed\n", ordinal,
+            (unsigned long long)n);
+    /* More than the GPU's capacity. */
+    tw_test_desc_u8(&d, "big", tag, (1ull << 30) + 1);
+    TW_ASSERT_ERR(tw__store_alloc(&s, &d, &t), TW_ECAPACITY);
+    tw__store_destroy(&s);
+    free(a);
+    free(b);
+}
+
+int main(void)
+{
+    tw_test_each_gpu("test_gpu", test_gpu);
+    TW_DONE();
+}
