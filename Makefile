@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps deps-dev build demo check asan tsan fuzz fuzz-smoke bench clean format format-check \
+.PHONY: all deps deps-dev build demo check install asan tsan fuzz fuzz-smoke bench clean format format-check \
 	python python-install python-bench
 
 all: build
@@ -35,6 +35,14 @@ demo:
 
 check: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# Installs the library, headers, tensorwired, the CLI, tensorwire.pc and the
+# CMake package config under $(PREFIX) (below $(DESTDIR) when set), e.g.
+#   make install PREFIX=/usr DESTDIR=/tmp/stage
+# `make check` verifies an installed copy (test_install, scripts/check-install.sh).
+PREFIX ?= /usr/local
+install: build
+	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
 asan: deps-dev

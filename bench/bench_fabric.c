@@ -106,13 +106,13 @@ static double engine_rep(struct engine *e, int write, size_t size, struct tw_fab
                                     .remote = rk,
                                     .length = size};
     struct tw_fabric_completion c;
-    uint64_t t0 = tw__fabric_now_ns();
+    uint64_t t0 = tw__now_ns();
     for (int i = 0; i < iters; i++) {
-        d.deadline_ns = tw__fabric_now_ns() + 60ull * 1000000000ull;
+        d.deadline_ns = tw__now_ns() + 60ull * 1000000000ull;
         if (tw__fabric_xfer_run(e->plane, &d, &c))
             DIE("engine transfer: %s", c.msg);
     }
-    return (double)(tw__fabric_now_ns() - t0) / iters;
+    return (double)(tw__now_ns() - t0) / iters;
 }
 
 static double engine_rep_once(struct engine *e, int write, size_t size, struct tw_fabric_rkey rk)
@@ -122,12 +122,12 @@ static double engine_rep_once(struct engine *e, int write, size_t size, struct t
                                     .local = e->mr,
                                     .remote = rk,
                                     .length = size,
-                                    .deadline_ns = tw__fabric_now_ns() + 60ull * 1000000000ull};
+                                    .deadline_ns = tw__now_ns() + 60ull * 1000000000ull};
     struct tw_fabric_completion c;
-    uint64_t t0 = tw__fabric_now_ns();
+    uint64_t t0 = tw__now_ns();
     if (tw__fabric_xfer_run(e->plane, &d, &c))
         DIE("engine transfer: %s", c.msg);
-    return (double)(tw__fabric_now_ns() - t0);
+    return (double)(tw__now_ns() - t0);
 }
 
 /* The raw loop (tools/raw_fabric.c), one operation at a time like the

@@ -106,7 +106,7 @@ static void pull(struct tw_fabric_mr *local, uint64_t loff, struct tw_fabric_rke
                                     .local_offset = loff,
                                     .remote = key,
                                     .length = size,
-                                    .deadline_ns = tw__fabric_now_ns() + 60ull * 1000000000};
+                                    .deadline_ns = tw__now_ns() + 60ull * 1000000000};
     struct tw_fabric_completion c;
     int rc = tw__fabric_xfer_run(cli, &d, &c);
     if (rc)
@@ -119,8 +119,8 @@ static void pull(struct tw_fabric_mr *local, uint64_t loff, struct tw_fabric_rke
  * *xfer_ns the pull alone. */
 static uint64_t round_per_transfer(unsigned i, uint64_t *reg_ns, uint64_t *xfer_ns)
 {
-    struct timespec t0, t1, t2, t3;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t t0, t1, t2, t3;
+    t0 = tw__now_ns();
     struct tw_fabric_mr *r = NULL, *l = NULL;
     int rc =
         tw__fabric_mr_register(srv_peer, src, size, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &r);
@@ -129,24 +129,22 @@ static uint64_t round_per_transfer(unsigned i, uint64_t *reg_ns, uint64_t *xfer_
     if ((rc = tw__fabric_mr_register(cli_peer, dst, size, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0,
                                      &l)))
         die("register destination", rc, tw__fabric_errmsg(cli));
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    t1 = tw__now_ns();
     pull(l, 0, tw__fabric_mr_rkey(r), i);
-    clock_gettime(CLOCK_MONOTONIC, &t2);
+    t2 = tw__now_ns();
     tw__fabric_mr_deregister(l);
     tw__fabric_mr_deregister(r);
-    clock_gettime(CLOCK_MONOTONIC, &t3);
-    uint64_t ns01 = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));
-    uint64_t ns23 = (uint64_t)((t3.tv_sec - t2.tv_sec) * 1000000000ll + (t3.tv_nsec - t2.tv_nsec));
-    *reg_ns = ns01 + ns23;
-    *xfer_ns = (uint64_t)((t2.tv_sec - t1.tv_sec) * 1000000000ll + (t2.tv_nsec - t1.tv_nsec));
-    return (uint64_t)((t3.tv_sec - t0.tv_sec) * 1000000000ll + (t3.tv_nsec - t0.tv_nsec));
+    t3 = tw__now_ns();
+    *reg_ns = (t1 - t0) + (t3 - t2);
+    *xfer_ns = t2 - t1;
+    return t3 - t0;
 }
 
 static uint64_t round_cached(unsigned i, uint64_t *reg_ns, uint64_t *xfer_ns)
 {
-    struct timespec t0, t1, t2, t3;
+    uint64_t t0, t1, t2, t3;
     char err[512];
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    t0 = tw__now_ns();
     struct tw_fabric_mrc *r = NULL, *l = NULL;
     int rc = tw__fabric_mrcache_acquire_peer(smc, srv_peer, src, size, TW_FABRIC_REMOTE_READ,
                                              TW_MEMKIND_HOST, &r, err, sizeof(err));
@@ -155,17 +153,15 @@ static uint64_t round_cached(unsigned i, uint64_t *reg_ns, uint64_t *xfer_ns)
     if ((rc = tw__fabric_mrcache_acquire_peer(cmc, cli_peer, dst, size, TW_FABRIC_LOCAL_READ,
                                               TW_MEMKIND_HOST, &l, err, sizeof(err))))
         die("acquire destination", rc, err);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    t1 = tw__now_ns();
     pull(tw__fabric_mrc_mr(l), tw__fabric_mrc_offset(l), tw__fabric_mrc_rkey(r), i);
-    clock_gettime(CLOCK_MONOTONIC, &t2);
+    t2 = tw__now_ns();
     tw__fabric_mrcache_release(cmc, l);
     tw__fabric_mrcache_release(smc, r);
-    clock_gettime(CLOCK_MONOTONIC, &t3);
-    uint64_t ns01 = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));
-    uint64_t ns23 = (uint64_t)((t3.tv_sec - t2.tv_sec) * 1000000000ll + (t3.tv_nsec - t2.tv_nsec));
-    *reg_ns = ns01 + ns23;
-    *xfer_ns = (uint64_t)((t2.tv_sec - t1.tv_sec) * 1000000000ll + (t2.tv_nsec - t1.tv_nsec));
-    return (uint64_t)((t3.tv_sec - t0.tv_sec) * 1000000000ll + (t3.tv_nsec - t0.tv_nsec));
+    t3 = tw__now_ns();
+    *reg_ns = (t1 - t0) + (t3 - t2);
+    *xfer_ns = t2 - t1;
+    return t3 - t0;
 }
 
 int main(int argc, char **argv)

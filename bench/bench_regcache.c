@@ -30,6 +30,7 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_errno.h>
 
+#include "common/clock.h"
 #include "fabric/fabric.h"
 #include "fabric/mrcache.h"
 #include "gpu/cuda.h"
@@ -41,13 +42,6 @@
 
 #define ACC (TW_ACCESS_LOCAL_READ | TW_ACCESS_REMOTE_READ)
 #define BIG ((size_t)64 << 20)
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -89,13 +83,13 @@ static void bench_polluted_hits(struct tw_regcache *c, char *buf, size_t page, s
             off = off + 64 < span ? off + 64 : 0;
         }
         struct tw_regcache_region *r;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = tw__now_ns();
         tw__regcache_lookup(c, buf + k * page + 64, 256, ACC, TW_MEMKIND_HOST, &r, NULL, 0);
-        uint64_t t1 = now_ns();
+        uint64_t t1 = tw__now_ns();
         tw__regcache_release(c, r);
         ns[i] = t1 - t0;
-        t0 = now_ns();
-        timer[i] = now_ns() - t0;
+        t0 = tw__now_ns();
+        timer[i] = tw__now_ns() - t0;
     }
     uint64_t raw = median(ns, samples), cost = median(timer, samples);
     printf("hits, L2-cold (%zu bytes written between lookups): regions=%zu lookups=%zu: lookup "
@@ -145,21 +139,21 @@ static uint64_t bench_hits(size_t regions, size_t batches, size_t pollute)
 
     for (size_t b = 0; b < batches; b++) {
         const size_t *o = &order[b * batch];
-        uint64_t t0 = now_ns();
+        uint64_t t0 = tw__now_ns();
         for (size_t i = 0; i < batch; i++)
             tw__regcache_lookup(c, buf + o[i] * page + 64, 256, ACC, TW_MEMKIND_HOST, &held[i],
                                 NULL, 0);
-        uint64_t t1 = now_ns();
+        uint64_t t1 = tw__now_ns();
         for (size_t i = 0; i < batch; i++)
             tw__regcache_release(c, held[i]);
         lookup_ns[b] = (t1 - t0) / batch;
         /* lookup + release, as a transfer does it */
-        t0 = now_ns();
+        t0 = tw__now_ns();
         for (size_t i = 0; i < batch; i++) {
             tw__regcache_lookup(c, buf + o[i] * page + 64, 256, ACC, TW_MEMKIND_HOST, &r, NULL, 0);
             tw__regcache_release(c, r);
         }
-        uint64_t dt = now_ns() - t0;
+        uint64_t dt = tw__now_ns() - t0;
         pair_total += dt;
         pair_ns[b] = dt / batch;
     }
@@ -210,12 +204,12 @@ static struct cmp_result compare(const char *label, const struct tw_registrar_op
     /* Baseline: register and deregister around every transfer. */
     for (int i = 0; i < transfers; i++) {
         void *h = NULL;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = tw__now_ns();
         rc = ops->reg(ctx, &req, &h, err, sizeof(err));
         if (rc)
             die("register", rc, err);
         ops->dereg(ctx, h);
-        per[i] = now_ns() - t0;
+        per[i] = tw__now_ns() - t0;
     }
     /* Cached: the first transfer registers, the rest hit. */
     struct tw_regcache *c = NULL;
@@ -224,12 +218,12 @@ static struct cmp_result compare(const char *label, const struct tw_registrar_op
         die("create", rc, NULL);
     for (int i = 0; i < transfers; i++) {
         struct tw_regcache_region *r;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = tw__now_ns();
         rc = tw__regcache_lookup(c, addr, BIG, ACC, kind, &r, err, sizeof(err));
         if (rc)
             die("lookup", rc, err);
         tw__regcache_release(c, r);
-        cached[i] = now_ns() - t0;
+        cached[i] = tw__now_ns() - t0;
     }
     struct tw_regcache_stats st;
     tw__regcache_stats(c, &st);
@@ -276,25 +270,25 @@ static void bench_fabric(int transfers)
     uint64_t *cached = malloc((size_t)transfers * sizeof(*cached));
     for (int i = 0; i < transfers; i++) {
         struct tw_fabric_mr *m = NULL;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = tw__now_ns();
         rc = tw__fabric_mr_register_rail(fab, 0, buf, BIG, acc, TW_FABRIC_HOST, 0, &m);
         if (rc)
             die("register", rc, tw__fabric_errmsg(fab));
         tw__fabric_mr_deregister(m);
-        per[i] = now_ns() - t0;
+        per[i] = tw__now_ns() - t0;
     }
     struct tw_fabric_mrcache *mc = NULL;
     if ((rc = tw__fabric_mrcache_create(fab, NULL, &mc)))
         die("mrcache create", rc, NULL);
     for (int i = 0; i < transfers; i++) {
         struct tw_fabric_mrc *h = NULL;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = tw__now_ns();
         rc =
             tw__fabric_mrcache_acquire(mc, 0, buf, BIG, acc, TW_MEMKIND_HOST, &h, err, sizeof(err));
         if (rc)
             die("acquire", rc, err);
         tw__fabric_mrcache_release(mc, h);
-        cached[i] = now_ns() - t0;
+        cached[i] = tw__now_ns() - t0;
     }
     struct tw_fabric_mrcache_stats st;
     tw__fabric_mrcache_stats(mc, &st);

@@ -4,10 +4,12 @@
  * limit when the first byte is odd and the largest limit otherwise, the way
  * a connection reads them. Decoded LIST_REPLY / STATS_REPLY bodies are
  * walked with their iterators, and the zero-copy DATA path is exercised on
- * every DATA header. ASan catches any read past the input.
+ * every DATA header; a verdict gets its explanation (tw__explain_request_verdict).
+ * ASan catches any read past the input.
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "proto/proto.h"
 
@@ -31,8 +33,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 dm.u.data.bytes.len != h.payload_len - 8)
                 abort();
         }
-        if (n < 0)
+        if (n < 0) {
+            /* The words for a request-level verdict re-read the raw fields:
+             * they must stay inside the frame too. */
+            if (hr == 0 && size - off >= TW_FRAME_HEADER_LEN + (size_t)h.payload_len) {
+                char why[200];
+                tw__explain_request_verdict(data + off, TW_FRAME_HEADER_LEN + h.payload_len, (int)n,
+                                            why, sizeof(why));
+                if (memchr(why, 0, sizeof(why)) == NULL)
+                    abort();
+            }
             break;
+        }
         if ((size_t)n > size - off || (size_t)n != TW_FRAME_HEADER_LEN + m.hdr.payload_len)
             abort();
         if (m.hdr.tag == TW_TAG_LIST_REPLY) {

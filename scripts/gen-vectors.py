@@ -170,9 +170,12 @@ def vectors():
     v["data"] = frame("DATA", 1, p(
         ("offset u64 = 0", u64(0)),
         ("bytes [24] = 00 01 .. 17", TENSOR)))
+    # The first of two frames of the same 24-byte tensor: MORE set, bytes
+    # left for the last frame (section 4.8: a frame with MORE never ends at
+    # byte_length).
     v["data_more"] = frame("DATA", 1, p(
-        ("offset u64 = 16", u64(16)),
-        ("bytes [8] = 10 11 .. 17", TENSOR[16:])), flags=1)
+        ("offset u64 = 0", u64(0)),
+        ("bytes [16] = 00 01 .. 0f", TENSOR[:16])), flags=1)
     v["put_accept"] = frame("PUT_ACCEPT", 2, p(
         ("data_plane u8 = 2 (rdma)", u8(2)),
         ("reserved u8[3] = 0", bytes(3))))

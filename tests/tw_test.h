@@ -12,10 +12,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tensorwire/error.h"
 
 static int tw_test_cases_run;
+
+/* CLOCK_MONOTONIC in ns for tests that link only the public library (the
+ * library's own clock, src/common/clock.h, is internal). */
+static inline uint64_t tw_test_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 #define TW_FAIL(...)                                                                               \
     do {                                                                                           \

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client/npy.h"
+#include "tools/npy.h"
 #include "tools/cli.h"
 #include "tools/raw_fabric.h"
 
@@ -92,7 +92,7 @@ static long long server_setting(tw_client *c, const char *key)
 
 static int parse_count(const char *s, uint64_t *v, uint64_t max)
 {
-    return s && (tw__cli_parse_size(s, v) != 0 || *v == 0 || *v > max);
+    return s && (tw_parse_size(s, v) != 0 || *v == 0 || *v > max);
 }
 
 int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
@@ -161,7 +161,7 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     op_put = strcmp(o_op, "put") == 0;
     if (!op_put && strcmp(o_op, "get") != 0)
         return tw_cli_bad_value("bench", "--op", o_op, "get or put");
-    if (tw__cli_parse_size(o_size, &size) || size > (64ull << 30))
+    if (tw_parse_size(o_size, &size) || size > (64ull << 30))
         return tw_cli_bad_value("bench", "--size", o_size, "a size up to 64Gi (e.g. 4Ki, 1Mi)");
     if (parse_count(o_count, &count, 100000000))
         return tw_cli_bad_value("bench", "--count", o_count, "a count 1..100000000");
@@ -169,9 +169,9 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
         return tw_cli_bad_value("bench", "--inflight", o_inflight, "a count 1..65536");
     if (parse_count(o_rounds, &rounds, 100))
         return tw_cli_bad_value("bench", "--rounds", o_rounds, "a count 1..100");
-    if (o_warmup && tw__cli_parse_size(o_warmup, &warmup))
+    if (o_warmup && tw_parse_size(o_warmup, &warmup))
         return tw_cli_bad_value("bench", "--warmup", o_warmup, "a count");
-    if (o_sockbuf && (tw__cli_parse_size(o_sockbuf, &sockbuf) || sockbuf > (1u << 30)))
+    if (o_sockbuf && (tw_parse_size(o_sockbuf, &sockbuf) || sockbuf > (1u << 30)))
         return tw_cli_bad_value("bench", "--sockbuf", o_sockbuf, "a size up to 1Gi");
     if (o_push && tw_cli_parse_push("bench", o_push, &cli2.opts.push))
         return TW_CLI_USAGE;
@@ -180,7 +180,7 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
             return TW_CLI_USAGE;
         cli2.opts.fabric = o_fabric;
     }
-    if (o_rdma_min && tw__cli_parse_size(o_rdma_min, &cli2.opts.rdma_min_bytes))
+    if (o_rdma_min && tw_parse_size(o_rdma_min, &cli2.opts.rdma_min_bytes))
         return tw_cli_bad_value("bench", "--rdma-min-bytes", o_rdma_min,
                                 "a size (e.g. 0, 65536, 256Ki, 1Mi)");
     if (!o_count) {

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "tensorwire/tensorwire.h"
+#include "tools/clock.h"
 
 /* Exit statuses of every command. */
 #define TW_CLI_OK 0
@@ -58,8 +59,6 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv);
  */
 int tw_raw_loop(int op_put, uint64_t size, uint64_t count, uint32_t inflight, int sockbuf,
                 uint64_t *lat_ns, uint64_t *elapsed_ns);
-
-uint64_t tw_cli_now_ns(void);
 
 /* Terminal-safe copy of s in buf (cap >= 32 bytes): control characters (C0,
  * DEL, C1) as \xNN, a backslash doubled, and at most max_shown bytes of s,

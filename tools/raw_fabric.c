@@ -5,6 +5,9 @@
  */
 #include "tools/raw_fabric.h"
 
+#include "tensorwire/error.h"
+#include "tools/clock.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <rdma/fabric.h>
@@ -45,13 +48,6 @@ struct tw_raw_fabric {
     char prov[64];
     char err[256];
 };
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int fail(char *err, size_t cap, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -144,7 +140,7 @@ int tw_raw_fabric_set_target(struct tw_raw_fabric *r, const struct tw_raw_fabric
         r->have_peer = 0;
     }
     if (fi_av_insert(r->init.av, t->addr, 1, &r->peer, 0, NULL) != 1)
-        return fail(r->err, sizeof(r->err), -EINVAL, "fi_av_insert of the target failed");
+        return fail(r->err, sizeof(r->err), TW_EINVAL, "fi_av_insert of the target failed");
     r->have_peer = 1;
     r->remote_addr = t->remote_addr;
     r->key = t->key;
@@ -251,7 +247,7 @@ static int reap(struct tw_raw_fabric *r, struct fi_context2 *ctx, const uint64_t
     }
     if (n < 0)
         return fail(r->err, sizeof(r->err), (int)n, "fi_cq_read: %s", fi_strerror((int)-n));
-    uint64_t t = now_ns();
+    uint64_t t = tw_cli_now_ns();
     for (ssize_t i = 0; i < n; i++) {
         uint32_t s = (uint32_t)((struct fi_context2 *)e[i].op_context - ctx);
         if (lat_ns)
@@ -272,7 +268,7 @@ int tw_raw_fabric_loop(struct tw_raw_fabric *r, int write, uint64_t size, uint64
     pthread_t th;
     int rc = 0;
     if (!r->have_peer)
-        return fail(r->err, sizeof(r->err), -EINVAL, "no target");
+        return fail(r->err, sizeof(r->err), TW_EINVAL, "no target");
     if (size == 0 || size > r->len || size > r->init.info->ep_attr->max_msg_size)
         return fail(r->err, sizeof(r->err), -EMSGSIZE,
                     "%llu bytes: larger than the buffer or the provider's largest message",
@@ -285,13 +281,13 @@ int tw_raw_fabric_loop(struct tw_raw_fabric *r, int write, uint64_t size, uint64
     if (tt.cq && (rc = pthread_create(&th, NULL, target_main, &tt)) != 0)
         return fail(r->err, sizeof(r->err), -rc, "pthread_create: %s", strerror(rc));
 
-    t0 = now_ns();
+    t0 = tw_cli_now_ns();
     while (done < count) {
         while (posted < count && nfree > 0) {
             uint32_t s = free_slots[nfree - 1];
             uint64_t off = (posted % slots) * size;
             slot_op[s] = posted;
-            t_post[s] = now_ns();
+            t_post[s] = tw_cli_now_ns();
             ssize_t ret = write ? fi_write(r->init.ep, r->buf + off, size, desc, r->peer,
                                            r->remote_addr + off, r->key, &ctx[s])
                                 : fi_read(r->init.ep, r->buf + off, size, desc, r->peer,
@@ -314,7 +310,7 @@ int tw_raw_fabric_loop(struct tw_raw_fabric *r, int write, uint64_t size, uint64
         }
         done += (uint64_t)n;
     }
-    *elapsed_ns = now_ns() - t0;
+    *elapsed_ns = tw_cli_now_ns() - t0;
 
 out_join:
     if (tt.cq) {

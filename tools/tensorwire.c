@@ -19,8 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client/npy.h"
-#include "fabric/provider_names.h"
+#include "src/fabric/provider_names.h"
+#include "tools/npy.h"
 #include "tools/cli.h"
 
 #define DEFAULT_SERVER "127.0.0.1:7450"
@@ -97,13 +97,6 @@ static const char usage_rm[] = "usage: tensorwire rm NAME... | rm --prefix PREFI
                                "  any failed. -v prints each name removed.\n";
 static const char usage_ping[] = "usage: tensorwire ping [--count N]\n";
 static const char usage_stats[] = "usage: tensorwire stats [--json]\n";
-
-uint64_t tw_cli_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 int tw_cli_fail(tw_client *c, int rc, const char *fmt, ...)
 {
@@ -900,7 +893,7 @@ static int cmd_ping(const struct tw_cli *cli, int argc, char **argv)
         return fputs(usage_ping, stdout), TW_CLI_OK;
     if (parse_args(argc, argv, specs, pos, 0, &npos, usage_ping))
         return TW_CLI_USAGE;
-    if (o_count && (tw__cli_parse_size(o_count, &count) || count == 0))
+    if (o_count && (tw_parse_size(o_count, &count) || count == 0))
         return tw_cli_bad_value("ping", "--count", o_count, "a count of 1 or more");
     c = tw_cli_connect(cli);
     if (!c)
@@ -1006,7 +999,7 @@ int main(int argc, char **argv)
     cli.opts.allow_insecure_token_file = o_insecure != NULL;
     cli.opts.checksum = o_checksum != NULL;
     if (o_timeout) {
-        if (tw__cli_parse_size(o_timeout, &ms) || ms > 86400000u)
+        if (tw_parse_size(o_timeout, &ms) || ms > 86400000u)
             return tw_cli_bad_value(NULL, "--timeout", o_timeout,
                                     "a number of milliseconds (0..86400000; 0 waits forever)");
         cli.opts.request_timeout_ms = (int)ms;
@@ -1015,7 +1008,7 @@ int main(int argc, char **argv)
             cli.opts.connect_timeout_ms = (int)ms;
     }
     if (o_connect) {
-        if (tw__cli_parse_size(o_connect, &ms) || ms == 0 || ms > 86400000u)
+        if (tw_parse_size(o_connect, &ms) || ms == 0 || ms > 86400000u)
             return tw_cli_bad_value(NULL, "--connect-timeout", o_connect,
                                     "a number of milliseconds (1..86400000)");
         cli.opts.connect_timeout_ms = (int)ms;
@@ -1027,7 +1020,7 @@ int main(int argc, char **argv)
     }
     if (o_push && tw_cli_parse_push(NULL, o_push, &cli.opts.push))
         return TW_CLI_USAGE;
-    if (o_rdma_min && tw__cli_parse_size(o_rdma_min, &cli.opts.rdma_min_bytes))
+    if (o_rdma_min && tw_parse_size(o_rdma_min, &cli.opts.rdma_min_bytes))
         return tw_cli_bad_value(NULL, "--rdma-min-bytes", o_rdma_min,
                                 "a size (e.g. 0, 65536, 256Ki, 1Mi)");
     cli.quiet = o_quiet != NULL;

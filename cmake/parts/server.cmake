@@ -42,3 +42,18 @@ if(TW_FUZZ)
   target_link_libraries(fuzz_server_session PRIVATE tw_server)
   set_target_properties(fuzz_server_session PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz)
 endif()
+
+# RDMA data plane of tensorwired and libtensorwire end to end (src/server/
+# xfer_rdma.c, src/client/dp_rdma.c): a real server with --fabric PROVIDER,
+# library clients and a raw protocol peer. One executable per provider; each
+# skips (77) when its provider cannot be opened here.
+# The tcp variant also runs under ThreadSanitizer (server mover thread +
+# event loop, client mover thread); shm is left out for the reason given in
+# tw_fabric_labels (uninstrumented lock-free queues inside libfabric).
+foreach(prov tcp shm)
+  tw_fabric_labels(${prov} _labels)
+  tw_add_test(test_rdma_${prov} ${CMAKE_SOURCE_DIR}/tests/integration/test_rdma.c
+              TIMEOUT 120 LABELS ${_labels} LIBS tw_itest)
+  target_compile_definitions(test_rdma_${prov} PRIVATE TW_TEST_PROVIDER="${prov}")
+  add_dependencies(test_rdma_${prov} tensorwired)
+endforeach()

@@ -99,7 +99,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
         return 0;
     struct sockaddr_un peer = {.sun_family = AF_UNIX};
-    if (tw__conn_new(&srv, sv[0], (struct sockaddr *)&peer, 0) < 0) {
+    if (tw__conn_new(&srv, sv[0], (struct sockaddr *)&peer, 0, NULL, srv.cfg.handshake_timeout_ms) <
+        0) {
         close(sv[1]);
         return 0;
     }
@@ -141,8 +142,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     close(sv[1]);
     /* Whatever is left (e.g. waiting for a timer) goes now. */
-    while (srv.conns)
-        tw__conn_destroy(srv.conns, "fuzz input done");
+    for (struct tw_srv_conn *c = srv.conns; c; c = c->next)
+        tw__conn_destroy(c, "fuzz input done");
     tw__srv_poll(&srv, 0);
     return 0;
 }

@@ -9,15 +9,18 @@
  *   -errno                 a system call failed (-ECONNREFUSED, -ENOMEM ...)
  *   TW_ENOTFOUND ...       the server answered ERROR with that code; the
  *                          server's message is in tw_client_last_error_message
- *   TW_E* verdicts         the server sent something malformed or out of order
- *                          (the connection is then closed, see below)
+ *   -1100..-1199           a local verdict (TW_ERR_IS_VERDICT): the server
+ *                          sent something malformed or out of order (the
+ *                          connection is then closed, see below)
+ *   TW_EINVAL              also for argument errors caught locally
  *
  * Request-level errors (NOT_FOUND, INVALID_ARGUMENT, CAPACITY_EXCEEDED,
  * CHECKSUM_MISMATCH, BUSY, DEVICE_UNAVAILABLE, -ENOBUFS for a too-small
  * buffer) leave the connection usable. Connection-level errors (any protocol
  * violation, UNAUTHORIZED, SHUTTING_DOWN with GOODBYE, a timeout, a socket
  * error) close it: every later call on the handle fails with -ENOTCONN, and
- * the handle must still be released with tw_close().
+ * the handle must still be released with tw_close(). After a failed call,
+ * tw_client_is_connected() says which of the two happened.
  *
  * Thread-safety: a tw_client is NOT thread-safe. Use one handle per thread
  * (connections are cheap; the server serves each independently), or serialise
@@ -87,13 +90,26 @@ struct tw_tensor_desc {
 };
 
 /* Byte length of desc (product of shape times element size) into *out.
- * Returns 0, TW_EINVAL (unknown dtype or ndim > 16) or -EOVERFLOW. */
+ * Returns 0 or TW_EINVAL (unknown dtype, ndim > 16, or a byte length that
+ * does not fit in 64 bits). */
 TW_EXTERN int tw_tensor_desc_bytes(const struct tw_tensor_desc *desc, uint64_t *out);
 
 /* Connection options. Initialise with tw_client_options_init() and change
  * only the fields you need; every pointer is read during tw_client_connect
- * only (nothing is kept). */
+ * only (nothing is kept).
+ *
+ * Growing without breaking binaries: the struct starts with its own size,
+ * which tw_client_options_init() sets to sizeof(struct tw_client_options) as
+ * seen by the header the caller was compiled with. New fields are only ever
+ * added at the end. The library reads only the first `size` bytes: a
+ * program built against an older, smaller struct gets the defaults for every
+ * field it does not know; a struct from a newer header may be larger, and is
+ * accepted when every byte beyond what this library knows is zero (the
+ * newer options left at their defaults), else refused with TW_EINVAL (an
+ * option this library cannot honour). A size below the first version's
+ * struct (e.g. a struct never initialised) is TW_EINVAL. */
 struct tw_client_options {
+    size_t size;             /* set by tw_client_options_init(); do not change */
     const char *token;       /* shared secret (1..1024 bytes), or NULL */
     const char *token_file;  /* read when token is NULL; the token is the
                                 content without trailing space, tab, CR, LF
@@ -146,7 +162,15 @@ struct tw_client_options {
  * announce bit 3. */
 enum tw_push_policy { TW_PUSH_AUTO = 0, TW_PUSH_ALWAYS = 1, TW_PUSH_NEVER = 2 };
 
-TW_EXTERN void tw_client_options_init(struct tw_client_options *opts);
+/* Writes the defaults into the first size bytes of opts (nothing beyond)
+ * and sets opts->size = size. Use tw_client_options_init(). */
+TW_EXTERN void tw_client_options_init_size(struct tw_client_options *opts, size_t size);
+
+/* Fills opts with the defaults, with opts->size from this header. */
+static inline void tw_client_options_init(struct tw_client_options *opts)
+{
+    tw_client_options_init_size(opts, sizeof(*opts));
+}
 
 typedef struct tw_client tw_client;
 
@@ -192,6 +216,14 @@ TW_EXTERN const char *tw_client_data_plane(const tw_client *c);
  * server has no RDMA plane, the server declined and why, the local plane
  * did not open and why). Valid as long as c. */
 TW_EXTERN const char *tw_client_fabric_status(const tw_client *c);
+
+/* 1 while c's connection is usable, 0 once a connection-level error closed
+ * it (every later call then fails with -ENOTCONN; reconnect with a new
+ * handle), once the server said GOODBYE (the next call fails with
+ * TW_ESHUTDOWN, every one after it with -ENOTCONN), or for NULL. Exact, unlike guessing from an
+ * error code: the same code can be request-level or connection-level depending on how the server
+ * sent it. Never fails, does no I/O. */
+TW_EXTERN int tw_client_is_connected(const tw_client *c);
 
 /* Negotiated limits, valid after connect. */
 TW_EXTERN uint32_t tw_client_max_frame(const tw_client *c);

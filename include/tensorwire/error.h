@@ -8,10 +8,25 @@
  *                   converted once, at the system call that failed;
  *   -1000 .. -1099  a protocol error code: -(TW_WIRE_ERROR_BASE + wire code),
  *                   so the code a peer sent in an ERROR message maps 1:1;
- *   -1100 .. -1199  a local decoder or state-machine verdict (malformed or
- *                   out-of-order input). On the wire all of these become
- *                   PROTOCOL_ERROR (or INVALID_ARGUMENT where docs/protocol.md
- *                   says so).
+ *   -1100 .. -1199  a local verdict on what the peer sent: malformed or
+ *                   out-of-order input, a feature used without negotiating
+ *                   it, no usable RDMA data plane. The individual codes are
+ *                   internal and may change; test the range with
+ *                   TW_ERR_IS_VERDICT() and print them with tw_strerror() /
+ *                   tw_strerror_name(). On the wire all of these become
+ *                   PROTOCOL_ERROR (or INVALID_ARGUMENT where
+ *                   docs/protocol.md says so).
+ *
+ * Argument errors (a NULL handle, a bad name, options out of range) are
+ * TW_EINVAL, never -EINVAL: a negated errno always comes from a failed
+ * system call, so its text (strerror) describes what the kernel said. The
+ * exceptions are documented per call: -ENOBUFS (a get's buffer is too
+ * small) and -ENOTCONN (a call on a connection that already failed).
+ *
+ * Whether an error closed a client's connection depends on how it arose,
+ * not only on the code (TW_EPROTO in a reply to one request leaves the
+ * connection usable; sent with request id 0 it closes it): ask the handle
+ * with tw_client_is_connected() (include/tensorwire/client.h).
  *
  * tw_strerror() returns a static string for any code; it never fails and the
  * string must not be freed.
@@ -51,6 +66,11 @@ enum tw_wire_error {
 
 #define TW_ERR_FROM_WIRE(code) (-(TW_WIRE_ERROR_BASE + (int)(code)))
 
+/* First code of the local verdict range (-1100 .. -1199). */
+#define TW_VERDICT_BASE 1100
+/* Non-zero when err is a local verdict on the peer's input (see above). */
+#define TW_ERR_IS_VERDICT(err) ((err) <= -TW_VERDICT_BASE && (err) > -(TW_VERDICT_BASE + 100))
+
 enum tw_error {
     TW_OK = 0,
 
@@ -68,30 +88,6 @@ enum tw_error {
     TW_EVERSION = TW_ERR_FROM_WIRE(TW_WIRE_UNSUPPORTED_VERSION),
     TW_ESHUTDOWN = TW_ERR_FROM_WIRE(TW_WIRE_SHUTTING_DOWN),
     TW_ECANCELLED = TW_ERR_FROM_WIRE(TW_WIRE_CANCELLED),
-
-    /* Decoder verdicts, in the order the decoder checks (docs/protocol.md). */
-    TW_EAGAIN_FRAME = -1100, /* not an error: frame incomplete, read more */
-    TW_EBAD_MAGIC = -1101,
-    TW_EBAD_VERSION = -1102,
-    TW_EUNKNOWN_TAG = -1103,
-    TW_EFRAME_TOO_LARGE = -1104, /* payload_len above the negotiated limit */
-    TW_EBAD_FLAGS = -1105,       /* reserved header/payload flag bits set */
-    TW_EBAD_LENGTH = -1106,      /* payload length inconsistent with fields */
-    TW_EBAD_NAME = -1107,        /* empty, too long, NUL or not UTF-8 */
-    TW_EBAD_DTYPE = -1108,
-    TW_EBAD_SHAPE = -1109, /* ndim too large or byte_length mismatch */
-    TW_EOVERFLOW = -1110,  /* shape product overflows 64 bits */
-    TW_EBAD_DEVICE_TAG = -1111,
-    TW_EBAD_CAPS = -1112,        /* RDMA_GPUDIRECT without RDMA_DATA_PLANE */
-    TW_EBAD_FIELD = -1113,       /* a field outside its allowed values */
-    TW_EBAD_DIRECTION = -1114,   /* a message this role must never receive */
-    TW_EOUT_OF_ORDER = -1115,    /* valid message, wrong point in sequence */
-    TW_EUNKNOWN_REQUEST = -1116, /* request id not in flight */
-    TW_EDUP_REQUEST = -1117,     /* request id already in flight */
-    TW_ETOO_MANY_INFLIGHT = -1118,
-    TW_ENOT_NEGOTIATED = -1119, /* feature used without its capability */
-    TW_EBAD_REQUEST_ID = -1120, /* zero where non-zero required, or v.v. */
-    TW_ENOFABRIC = -1121,       /* no usable RDMA data plane */
 };
 
 /* Static, never-NULL description of any code (positive values too). */

@@ -11,6 +11,7 @@
 #include "tensorwire/mem.h"
 #include "tensorwire/version.h"
 #include "tensorwire/client.h"
+#include "tensorwire/size.h"
 #include "tensorwire/doctor.h"
 
 #endif

@@ -67,23 +67,12 @@ int tw_tensor_desc_bytes(const struct tw_tensor_desc *desc, uint64_t *out)
 {
     if (!desc || !out || desc->ndim > TW_TENSOR_MAX_NDIM || tw_dtype_size(desc->dtype) == 0)
         return TW_EINVAL;
-    int rc = tw__shape_bytes(desc->dtype, desc->ndim, desc->shape, out);
-    if (rc == TW_EOVERFLOW)
-        return -EOVERFLOW;
-    return rc ? TW_EINVAL : 0;
+    /* An overflowing product is an argument error too (TW_EINVAL), not an
+     * errno: no system call failed. */
+    return tw__shape_bytes(desc->dtype, desc->ndim, desc->shape, out) ? TW_EINVAL : 0;
 }
 
 /* --- connection --------------------------------------------------------- */
-
-void tw_client_options_init(struct tw_client_options *o)
-{
-    memset(o, 0, sizeof(*o));
-    o->connect_timeout_ms = 10000;
-    o->request_timeout_ms = 30000;
-    o->max_inflight = 64;
-    o->max_frame = TW_DEFAULT_MAX_FRAME;
-    o->rdma_min_bytes = TW_DEFAULT_RDMA_MIN_BYTES;
-}
 
 static void client_free(struct tw_client *c)
 {
@@ -224,14 +213,13 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
     if (!out)
         return TW_EINVAL;
     *out = NULL;
-    if (opts)
-        o = *opts;
-    else
-        tw_client_options_init(&o);
     c = calloc(1, sizeof(*c));
     if (!c)
         return -ENOMEM;
     c->fd = -1;
+    rc = tw__client_options_resolve(opts, &o, c->errmsg, sizeof(c->errmsg));
+    if (rc)
+        goto out_free_client;
     c->next_id = 1;
     c->request_timeout_ms = o.request_timeout_ms;
     c->want_inflight = o.max_inflight;
@@ -326,6 +314,12 @@ const char *tw_client_fabric_status(const tw_client *c)
     return c ? c->fabric_status : "";
 }
 
+int tw_client_is_connected(const tw_client *c)
+{
+    /* After the server's GOODBYE nothing new can start: not usable. */
+    return c && !c->broken && !c->closing && c->fd >= 0;
+}
+
 const char *tw_client_last_error_message(const tw_client *c)
 {
     return c ? c->errmsg : "";
@@ -411,16 +405,14 @@ int tw_delete(tw_client *c, const char *name)
 int tw_ping(tw_client *c, uint64_t *rtt_ns)
 {
     struct tw__creq r = {.op = TW__OP_PING};
-    struct timespec t0, t1;
+    uint64_t t0;
     int rc;
     if (c)
         memcpy(r.ping, &c->next_id, sizeof(r.ping));
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    t0 = tw__now_ns();
     rc = run_one(c, &r);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     if (!rc && rtt_ns)
-        *rtt_ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t1.tv_nsec -
-                  (uint64_t)t0.tv_nsec;
+        *rtt_ns = tw__now_ns() - t0;
     return rc;
 }
 

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "common/clock.h"
 #include "fabric/fabric.h"
 #include "proto/proto.h"
 #include "proto/sm.h"
@@ -175,6 +176,15 @@ void tw__client_seterr(struct tw_client *c, const char *fmt, ...)
  * detail in c->errmsg. */
 int tw__client_conn_open(struct tw_client *c, const char *addr, int timeout_ms, int sockbuf);
 
+/* --- options.c --------------------------------------------------------- */
+
+/* The caller's options (NULL: defaults) as this library's struct: fields
+ * outside in->size get their defaults. Returns 0, or TW_EINVAL (size below
+ * sizeof(size_t), or non-zero bytes in a newer header's unknown tail) with a
+ * sentence in err. Reads no byte of *in beyond in->size. */
+int tw__client_options_resolve(const struct tw_client_options *in, struct tw_client_options *out,
+                               char *err, size_t errlen);
+
 /* Queues msg (validated by the codec and the state machine). For DATA with
  * msg->u.data.bytes.ptr set, the bytes are sent from that memory without a
  * copy and must stay valid until tw__client_conn_flush returns. */
@@ -195,6 +205,13 @@ int tw__client_conn_recv_payload(struct tw_client *c, uint8_t *dst, size_t n, in
 /* Marks the connection dead after a fatal verdict: best-effort
  * ERROR(wire_code, 0) when send_error, then shutdown. Returns err. */
 int tw__client_conn_fail(struct tw_client *c, int err, int send_error);
+/* After the server closed under a send (EPIPE, ECONNRESET): reads what it
+ * sent before closing, without waiting, and looks for its reason: a
+ * connection-level ERROR (returns its code), or GOODBYE / ERROR(SHUTTING_DOWN)
+ * (returns TW_ESHUTDOWN and sets c->closing). c->errmsg gets the server's
+ * words. Returns 0 when it said nothing (or the bytes are not at a frame
+ * boundary). Works on a broken connection; consumes the receive buffer. */
+int tw__client_conn_last_words(struct tw_client *c);
 
 /* --- engine.c ---------------------------------------------------------- */
 
@@ -207,8 +224,6 @@ int tw__client_engine_on_data(struct tw_client *c, const struct tw_msg *msg);
 /* Ends request r with status (records the error message for the run). */
 void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int status, const char *msg,
                               size_t msg_len);
-/* CLOCK_MONOTONIC in nanoseconds. */
-uint64_t tw__client_now_ns(void);
 /* --- dp_rdma.c --------------------------------------------------------- */
 
 /* After the handshake: opens the plane (provider list, "auto") when the

@@ -26,12 +26,14 @@
 #include <unistd.h>
 
 #include "client/client_internal.h"
+#include "common/errbuf.h"
+#include "net/addr.h"
 
 void tw__client_seterr(struct tw_client *c, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->errmsg, sizeof(c->errmsg), fmt, ap);
+    tw__errbuf_vset(c->errmsg, sizeof(c->errmsg), fmt, ap);
     va_end(ap);
 }
 
@@ -52,103 +54,16 @@ static int wait_fd(struct tw_client *c, short events, int timeout_ms)
     }
 }
 
-static int split_addr(const char *addr, char *host, size_t hostcap, char *port, size_t portcap)
-{
-    const char *colon;
-    const char *h = addr;
-    size_t hlen;
-    if (addr[0] == '[') {
-        const char *end = strchr(addr, ']');
-        if (!end || end[1] != ':')
-            return TW_EINVAL;
-        h = addr + 1;
-        hlen = (size_t)(end - h);
-        colon = end + 1;
-    } else {
-        colon = strrchr(addr, ':');
-        if (!colon)
-            return TW_EINVAL;
-        hlen = (size_t)(colon - addr);
-    }
-    if (hlen == 0 || hlen >= hostcap || strlen(colon + 1) == 0 || strlen(colon + 1) >= portcap)
-        return TW_EINVAL;
-    memcpy(host, h, hlen);
-    host[hlen] = '\0';
-    strcpy(port, colon + 1);
-    for (const char *p = port; *p; p++)
-        if (*p < '0' || *p > '9')
-            return TW_EINVAL;
-    return 0;
-}
-
-static int connect_one(struct tw_client *c, const struct addrinfo *ai, int timeout_ms, int sockbuf)
-{
-    int one = 1, err;
-    socklen_t elen = sizeof(err);
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-    if (fd < 0)
-        return -errno;
-    /* Small control frames must not wait for Nagle. */
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (sockbuf > 0) {
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sockbuf, sizeof(sockbuf));
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sockbuf, sizeof(sockbuf));
-    }
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
-        return fd;
-    if (errno != EINPROGRESS) {
-        err = -errno;
-        goto out_close_fd;
-    }
-    c->fd = fd;
-    err = wait_fd(c, POLLOUT, timeout_ms);
-    c->fd = -1;
-    if (err)
-        goto out_close_fd;
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) < 0) {
-        err = -errno;
-        goto out_close_fd;
-    }
-    if (err) {
-        err = -err;
-        goto out_close_fd;
-    }
-    return fd;
-
-out_close_fd:
-    close(fd);
-    return err;
-}
-
 int tw__client_conn_open(struct tw_client *c, const char *addr, int timeout_ms, int sockbuf)
 {
-    char host[256], port[16];
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
-    struct addrinfo *res, *ai;
-    int rc, fd = TW_EINVAL;
-
-    if (!addr || split_addr(addr, host, sizeof(host), port, sizeof(port)) != 0) {
-        tw__client_seterr(c, "bad server address '%s': expected HOST:PORT", addr ? addr : "(null)");
-        return TW_EINVAL;
-    }
-    rc = getaddrinfo(host, port, &hints, &res);
-    if (rc != 0) {
-        tw__client_seterr(c, "cannot resolve '%s': %s", host, gai_strerror(rc));
-        return rc == EAI_SYSTEM ? -errno : -EHOSTUNREACH;
-    }
-    for (ai = res; ai; ai = ai->ai_next) {
-        fd = connect_one(c, ai, timeout_ms, sockbuf);
-        if (fd >= 0)
-            break;
-    }
-    freeaddrinfo(res);
-    if (fd < 0) {
-        if (fd != TW_ETIMEDOUT)
-            tw__client_seterr(c, "cannot connect to %s: %s", addr, tw_strerror(fd));
-        else
-            tw__client_seterr(c, "cannot connect to %s within %d ms", addr, timeout_ms);
-        return fd;
-    }
+    char why[sizeof(c->errmsg) - 32];
+    int fd, rc = tw__net_connect_hostport(addr, timeout_ms, sockbuf, &fd, why, sizeof(why));
+    if (rc == TW_EINVAL)
+        tw__client_seterr(c, "bad server address: %s", why);
+    else if (rc)
+        tw__client_seterr(c, "%s", why);
+    if (rc)
+        return rc;
     /* From here the socket is blocking, and every call that must not block
      * says MSG_DONTWAIT. Only the receive of a large DATA payload blocks in
      * the kernel (MSG_WAITALL), bounded by SO_RCVTIMEO: one system call per
@@ -440,6 +355,66 @@ int tw__client_conn_fail(struct tw_client *c, int err, int send_error)
     if (c->fd >= 0)
         shutdown(c->fd, SHUT_RDWR);
     return err;
+}
+
+int tw__client_conn_last_words(struct tw_client *c)
+{
+    int said = 0;
+    if (c->fd < 0 || !c->rbuf)
+        return 0;
+    size_t pos = c->rpos + c->rconsume;
+    if (pos > c->rlen)
+        return 0; /* inside a DATA payload: no frame boundary to read from */
+    memmove(c->rbuf, c->rbuf + pos, c->rlen - pos);
+    c->rlen -= pos;
+    c->rpos = c->rconsume = 0;
+    /* What the kernel already holds; the server wrote it before closing. */
+    for (;;) {
+        if (c->rlen == c->rcap)
+            break;
+        ssize_t r = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, MSG_DONTWAIT);
+        if (r > 0)
+            c->rlen += (size_t)r;
+        else if (r < 0 && errno == EINTR)
+            continue;
+        else
+            break;
+    }
+    size_t off = 0;
+    while (c->rlen - off >= TW_FRAME_HEADER_LEN) {
+        struct tw_frame_header hdr;
+        struct tw_msg m;
+        if (tw__frame_decode_header(c->rbuf + off, c->rlen - off, c->sm.max_frame, &hdr) < 0)
+            break;
+        size_t flen = TW_FRAME_HEADER_LEN + (size_t)hdr.payload_len;
+        if (c->rlen - off < flen)
+            break;
+        if ((hdr.tag == TW_TAG_ERROR || hdr.tag == TW_TAG_GOODBYE) &&
+            tw__msg_decode(c->rbuf + off, flen, c->sm.max_frame, &m) >= 0) {
+            if (hdr.tag == TW_TAG_GOODBYE) {
+                c->closing = 1;
+                if (!said) {
+                    said = TW_ESHUTDOWN;
+                    tw__client_seterr(c, "the server is shutting down (it said GOODBYE)");
+                }
+            } else if (m.hdr.request_id == 0 || m.u.error.code == TW_WIRE_SHUTTING_DOWN) {
+                /* A fatal ERROR explains more than a GOODBYE: it wins. */
+                if (m.hdr.request_id == 0 || !said) {
+                    uint32_t code = m.u.error.code;
+                    said = m.hdr.request_id != 0     ? TW_ESHUTDOWN
+                           : code >= 1 && code < 100 ? TW_ERR_FROM_WIRE(code)
+                                                     : TW_EINTERNAL;
+                    tw__client_seterr(c, "%.*s", (int)m.u.error.message.len,
+                                      (const char *)m.u.error.message.ptr);
+                }
+                if (m.u.error.code == TW_WIRE_SHUTTING_DOWN)
+                    c->closing = 1;
+            }
+        }
+        off += flen;
+    }
+    c->rlen = 0;
+    return said;
 }
 
 /* The server broke the protocol: say what, tell it (ERROR(PROTOCOL_ERROR,

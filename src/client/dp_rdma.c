@@ -34,7 +34,7 @@ static uint64_t deadline_ns(const struct tw_client *c)
 {
     if (c->request_timeout_ms <= 0)
         return 0;
-    return tw__fabric_now_ns() + (uint64_t)c->request_timeout_ms * 1000000ull;
+    return tw__now_ns() + (uint64_t)c->request_timeout_ms * 1000000ull;
 }
 
 /* The local address of the control connection: the interface that reaches

@@ -22,13 +22,6 @@
 
 #include "client/client_internal.h"
 
-uint64_t tw__client_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static int status_from_wire(uint32_t code)
 {
     if (code >= 1 && code < 100)
@@ -56,7 +49,7 @@ void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int statu
             snprintf(c->last_plane, sizeof(c->last_plane), "%s", r->dp->name);
     }
     if (r->started) {
-        r->t_end = tw__client_now_ns();
+        r->t_end = tw__now_ns();
         if (c->run_active > 0)
             c->run_active--;
     }
@@ -493,7 +486,7 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
     r->id = c->next_id;
     m.hdr.request_id = r->id;
     r->started = 1;
-    r->t_start = tw__client_now_ns();
+    r->t_start = tw__now_ns();
     rc = tw__client_conn_queue(c, &m);
     if (rc) {
         r->started = 0;
@@ -607,12 +600,29 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     c->run = NULL;
     free(c->run_map);
     c->run_map = NULL;
+    /* client.h: SHUTTING_DOWN with GOODBYE closes the connection. Once a
+     * call has reported it, later calls fail with -ENOTCONN (a call that
+     * only succeeded while GOODBYE arrived leaves that to the next one). */
+    if (c->closing) {
+        for (size_t i = 0; i < n; i++)
+            if (reqs[i].status == TW_ESHUTDOWN) {
+                tw__client_conn_fail(c, 0, 0);
+                break;
+            }
+    }
     return 0;
 
 out_fail:
     /* Connection-level failure: every unfinished request shares it. The
      * message explaining it is already in c->errmsg. A close after the
-     * server's GOODBYE is its shutdown, not a network fault. */
+     * server's GOODBYE is its shutdown, not a network fault; so is a send
+     * that failed (EPIPE, ECONNRESET) because the server closed after
+     * saying GOODBYE or ERROR(SHUTTING_DOWN) that was not read yet. */
+    if (rc == -EPIPE || rc == -ECONNRESET) {
+        int said = tw__client_conn_last_words(c);
+        if (said)
+            rc = said;
+    }
     if (c->closing && rc == -ECONNRESET) {
         rc = TW_ESHUTDOWN;
         tw__client_seterr(c, "the server shut down (GOODBYE) before answering");

@@ -2,7 +2,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "tensorwire/error.h"
+#include "common/verdict.h"
 
 struct err_entry {
     int code;

@@ -7,6 +7,7 @@
  * skipped without storing it, which a fixed-size read would get wrong (it
  * would either refuse a valid file or silently cut a long token short).
  */
+#include "common/errbuf.h"
 #include "common/token.h"
 
 #include <errno.h>
@@ -27,17 +28,6 @@ static int is_token_space(uint8_t b)
     return b == ' ' || b == '\t' || b == '\r' || b == '\n';
 }
 
-__attribute__((format(printf, 3, 4))) static void seterr(char *errbuf, size_t errlen,
-                                                         const char *fmt, ...)
-{
-    va_list ap;
-    if (!errbuf || !errlen)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(errbuf, errlen, fmt, ap);
-    va_end(ap);
-}
-
 int tw__token_load_file(struct tw_token *tok, const char *path, unsigned flags, char *errbuf,
                         size_t errlen)
 {
@@ -51,28 +41,29 @@ int tw__token_load_file(struct tw_token *tok, const char *path, unsigned flags, 
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         rc = -errno;
-        seterr(errbuf, errlen, "cannot open token file '%s': %s", path, strerror(-rc));
+        tw__errbuf_set(errbuf, errlen, "cannot open token file '%s': %s", path, strerror(-rc));
         return rc;
     }
     /* Checked on the open descriptor, not the path, so the file judged is
      * the file read. A secret that others can read is no secret. */
     if (fstat(fd, &st) < 0) {
         rc = -errno;
-        seterr(errbuf, errlen, "cannot stat token file '%s': %s", path, strerror(-rc));
+        tw__errbuf_set(errbuf, errlen, "cannot stat token file '%s': %s", path, strerror(-rc));
         close(fd);
         return rc;
     }
     if (S_ISDIR(st.st_mode)) {
-        seterr(errbuf, errlen, "token file '%s' is a directory", path);
+        tw__errbuf_set(errbuf, errlen, "token file '%s' is a directory", path);
         close(fd);
         return -EISDIR;
     }
     if ((st.st_mode & (S_IRWXG | S_IRWXO)) && !(flags & TW__TOKEN_ALLOW_INSECURE)) {
-        seterr(errbuf, errlen,
-               "token file '%s' is readable or writable by %s (mode %03o); run 'chmod 600 %s' "
-               "(or pass --allow-insecure-token-file)",
-               path, (st.st_mode & S_IRWXO) ? "others" : "its group", (unsigned)(st.st_mode & 0777),
-               path);
+        tw__errbuf_set(
+            errbuf, errlen,
+            "token file '%s' is readable or writable by %s (mode %03o); run 'chmod 600 %s' "
+            "(or pass --allow-insecure-token-file)",
+            path, (st.st_mode & S_IRWXO) ? "others" : "its group", (unsigned)(st.st_mode & 0777),
+            path);
         close(fd);
         return -EACCES;
     }
@@ -82,7 +73,7 @@ int tw__token_load_file(struct tw_token *tok, const char *path, unsigned flags, 
             continue;
         if (n < 0) {
             rc = -errno;
-            seterr(errbuf, errlen, "cannot read token file '%s': %s", path, strerror(-rc));
+            tw__errbuf_set(errbuf, errlen, "cannot read token file '%s': %s", path, strerror(-rc));
             goto out_wipe;
         }
         if (n == 0)
@@ -91,10 +82,10 @@ int tw__token_load_file(struct tw_token *tok, const char *path, unsigned flags, 
             if (!is_token_space(chunk[i])) {
                 end = pos + 1;
                 if (end > TW_AUTH_MAX_TOKEN_LEN) {
-                    seterr(errbuf, errlen,
-                           "token file '%s' holds a token longer than %u bytes (trailing "
-                           "whitespace aside)",
-                           path, TW_AUTH_MAX_TOKEN_LEN);
+                    tw__errbuf_set(errbuf, errlen,
+                                   "token file '%s' holds a token longer than %u bytes (trailing "
+                                   "whitespace aside)",
+                                   path, TW_AUTH_MAX_TOKEN_LEN);
                     rc = TW_EINVAL;
                     goto out_wipe;
                 }
@@ -106,8 +97,8 @@ int tw__token_load_file(struct tw_token *tok, const char *path, unsigned flags, 
         }
     }
     if (end == 0) {
-        seterr(errbuf, errlen, "token file '%s' is %s (the token must be 1..%u bytes)", path,
-               pos == 0 ? "empty" : "only whitespace", TW_AUTH_MAX_TOKEN_LEN);
+        tw__errbuf_set(errbuf, errlen, "token file '%s' is %s (the token must be 1..%u bytes)",
+                       path, pos == 0 ? "empty" : "only whitespace", TW_AUTH_MAX_TOKEN_LEN);
         rc = TW_EINVAL;
         goto out_wipe;
     }
@@ -129,8 +120,8 @@ int tw__token_set(struct tw_token *tok, const void *bytes, size_t len, char *err
 {
     tw__token_clear(tok);
     if (!bytes || len == 0 || len > TW_AUTH_MAX_TOKEN_LEN) {
-        seterr(errbuf, errlen, "the token must be 1..%u bytes (got %zu)", TW_AUTH_MAX_TOKEN_LEN,
-               bytes ? len : (size_t)0);
+        tw__errbuf_set(errbuf, errlen, "the token must be 1..%u bytes (got %zu)",
+                       TW_AUTH_MAX_TOKEN_LEN, bytes ? len : (size_t)0);
         return TW_EINVAL;
     }
     memcpy(tok->bytes, bytes, len);

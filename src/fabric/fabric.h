@@ -97,8 +97,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/clock.h" /* tw__now_ns(): the clock of deadline_ns */
 #include "proto/proto.h"
-#include "tensorwire/error.h"
+#include "common/verdict.h"
 
 #define TW_FABRIC_MAX_RAILS 8u /* usable rails at once; also the most RDMA_ENDPOINT entries */
 /* Rail slots of a plane: the usable rails plus retired ones, which keep
@@ -340,7 +341,7 @@ struct tw_fabric_xfer_desc {
     uint64_t local_offset;        /* byte offset inside `local` */
     struct tw_fabric_rkey remote; /* from the peer's RDMA_REGISTER */
     uint64_t length;              /* bytes to move; <= remote.length and fits `local` */
-    uint64_t deadline_ns;         /* absolute tw__fabric_now_ns(); 0 = none */
+    uint64_t deadline_ns;         /* absolute tw__now_ns(); 0 = none */
     uint64_t cookie;              /* caller's, returned in the completion */
 };
 
@@ -361,9 +362,6 @@ struct tw_fabric_completion {
 /* The RDMA_DONE status for a completion: 0, TIMEOUT, CANCELLED,
  * SHUTTING_DOWN, or INTERNAL for provider and connection errors. */
 uint32_t tw__fabric_status_to_wire(int status);
-
-/* CLOCK_MONOTONIC in nanoseconds: the clock of deadline_ns. */
-uint64_t tw__fabric_now_ns(void);
 
 /* Starts an asynchronous transfer. On success (0) the plane owns it and
  * queues exactly one completion (tw__fabric_done_pop(); the event fd becomes

@@ -33,6 +33,7 @@
 #include <rdma/fi_rma.h>
 #include <stdarg.h>
 
+#include "common/errbuf.h"
 #include "fabric/fabric.h"
 
 #define TW_FABRIC_API FI_VERSION(1, 17)

@@ -191,7 +191,7 @@ void tw__fabric_mr_expose(struct tw_fabric_mr *m, int delta)
     } else {
         m->exposed--;
         fab->remote_mrs--;
-        fab->linger_until_ns = tw__fabric_now_ns() + TW_FABRIC_LINGER_NS;
+        fab->linger_until_ns = tw__now_ns() + TW_FABRIC_LINGER_NS;
     }
     pthread_mutex_unlock(&fab->lock);
     if (delta > 0)
@@ -219,7 +219,7 @@ void tw__fabric_mr_put_locked(struct tw_fabric_mr *m)
          * raced with the revocation gets its error answer instead of
          * waiting for its deadline. */
         m->rail->fab->remote_mrs--;
-        m->rail->fab->linger_until_ns = tw__fabric_now_ns() + TW_FABRIC_LINGER_NS;
+        m->rail->fab->linger_until_ns = tw__now_ns() + TW_FABRIC_LINGER_NS;
     }
     link_del(&m->node);
     tw__fabric_rail_released_locked(m->rail);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "fabric/fabric_int.h"
 #include "fabric/mrcache.h"
 
@@ -57,18 +58,6 @@ struct tw_fabric_mrcache {
     _Atomic uint64_t direct, busy_releases;
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* ---- registrar over the rail's domain -------------------------------- */
 
 static int rail_reg(void *ctx, const struct tw_reg_request *req, void **handle, char *err,
@@ -78,7 +67,7 @@ static int rail_reg(void *ctx, const struct tw_reg_request *req, void **handle, 
     struct tw_fabric *fab = rl->mc->fab;
     struct mrc_reg *reg = calloc(1, sizeof(*reg));
     if (!reg) {
-        seterr(err, errlen, "%s", "out of memory");
+        tw__errbuf_set(err, errlen, "%s", "out of memory");
         return -ENOMEM;
     }
     enum tw_fabric_iface iface =
@@ -86,7 +75,7 @@ static int rail_reg(void *ctx, const struct tw_reg_request *req, void **handle, 
     int ret = tw__fabric_mr_register_rail(fab, rl->index, (void *)req->addr, req->len, req->access,
                                           iface, req->attr.device, &reg->mr);
     if (ret) {
-        seterr(err, errlen, "%s", tw__fabric_errmsg(fab));
+        tw__errbuf_set(err, errlen, "%s", tw__fabric_errmsg(fab));
         free(reg);
         return ret;
     }
@@ -208,7 +197,8 @@ static int rail_cache(struct tw_fabric_mrcache *mc, unsigned rail, struct tw_reg
     if (!rc) {
         ret = tw__regcache_create(&mc->cfg, &rail_registrar, rl, &rc);
         if (ret)
-            seterr(err, errlen, "registration cache of rail %u: %s", rail, tw_strerror(ret));
+            tw__errbuf_set(err, errlen, "registration cache of rail %u: %s", rail,
+                           tw_strerror(ret));
         else
             atomic_store_explicit(&rl->rc, rc, memory_order_release);
     }
@@ -240,7 +230,7 @@ static int acquire_direct(struct tw_fabric_mrcache *mc, struct tw_fabric_mrc *h,
     int ret = tw__fabric_mr_register_rail(mc->fab, h->rail->index, (void *)addr, len, access, iface,
                                           device, &h->mr);
     if (ret) {
-        seterr(err, errlen, "%s", tw__fabric_errmsg(mc->fab));
+        tw__errbuf_set(err, errlen, "%s", tw__fabric_errmsg(mc->fab));
         return ret;
     }
     h->rkey = tw__fabric_mr_rkey(h->mr);
@@ -255,20 +245,20 @@ int tw__fabric_mrcache_acquire(struct tw_fabric_mrcache *mc, unsigned rail, cons
 {
     unsigned slots = tw__fabric_rail_slots(mc->fab);
     if (rail >= slots) {
-        seterr(err, errlen, "rail %u out of range (%u rails)", rail, slots);
+        tw__errbuf_set(err, errlen, "rail %u out of range (%u rails)", rail, slots);
         return TW_EINVAL;
     }
     if (access == 0 || (access & ~ACCESS_KNOWN)) {
-        seterr(err, errlen, "registration access 0x%x invalid", access);
+        tw__errbuf_set(err, errlen, "registration access 0x%x invalid", access);
         return TW_EINVAL;
     }
     if ((uintptr_t)addr + len < (uintptr_t)addr || (len && !addr)) {
-        seterr(err, errlen, "invalid range %p + %zu", addr, len);
+        tw__errbuf_set(err, errlen, "invalid range %p + %zu", addr, len);
         return TW_EINVAL;
     }
     struct tw_fabric_mrc *h = calloc(1, sizeof(*h));
     if (!h) {
-        seterr(err, errlen, "%s", "out of memory");
+        tw__errbuf_set(err, errlen, "%s", "out of memory");
         return -ENOMEM;
     }
     h->mc = mc;

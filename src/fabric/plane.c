@@ -9,6 +9,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "common/errbuf.h"
 #include "fabric/fabric_int.h"
 
 /* Planes closed while a thread was still inside a wedged call (see
@@ -20,7 +21,7 @@ int tw__fabric_fail(struct tw_fabric *fab, int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(fab->errmsg, sizeof(fab->errmsg), fmt, ap);
+    tw__errbuf_vset(fab->errmsg, sizeof(fab->errmsg), fmt, ap);
     va_end(ap);
     return code;
 }

@@ -1,4 +1,4 @@
-#include "fabric/provider_names.h"
+#include "provider_names.h"
 
 #include <string.h>
 

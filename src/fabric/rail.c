@@ -166,7 +166,7 @@ static int open_rail(struct tw_fabric_rail *r, struct fi_info *info, char *why, 
          * process left in /dev/shm (seen: a peer inserted that stale one). */
         int len = snprintf(name, sizeof(name), "fi_shm://tw_%d_%u_%08x", (int)getpid(),
                            __atomic_fetch_add(&shm_seq, 1, __ATOMIC_RELAXED),
-                           (unsigned)(tw__fabric_now_ns() & 0xffffffffu));
+                           (unsigned)(tw__now_ns() & 0xffffffffu));
         char *dup = strdup(name);
         if (dup) {
             free(info->src_addr);

@@ -34,7 +34,7 @@ void tw__fabric_rail_retire_locked(struct tw_fabric *fab, struct tw_fabric_rail 
     r->retired = 1;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(r->retire_why, sizeof(r->retire_why), fmt, ap);
+    tw__errbuf_vset(r->retire_why, sizeof(r->retire_why), fmt, ap);
     va_end(ap);
     fab->st.rails_retired++;
     __atomic_or_fetch(&fab->reopen, 1u << (unsigned)(r - fab->rails), __ATOMIC_RELEASE);
@@ -234,7 +234,7 @@ static void *watchdog_main(void *arg)
         uint64_t seq = __atomic_load_n(&fab->call_seq, __ATOMIC_ACQUIRE);
         unsigned rail = __atomic_load_n(&fab->call_rail, __ATOMIC_RELAXED);
         unsigned gen = __atomic_load_n(&fab->call_gen, __ATOMIC_RELAXED);
-        uint64_t now = tw__fabric_now_ns();
+        uint64_t now = tw__now_ns();
         if (!(seq & 1) || seq != seen_seq) {
             seen_seq = seq;
             seen_ns = now;

@@ -36,13 +36,6 @@
 
 #include "fabric/fabric_int.h"
 
-uint64_t tw__fabric_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 uint32_t tw__fabric_status_to_wire(int status)
 {
     switch (status) {
@@ -65,13 +58,13 @@ static void stop(struct tw_fabric_xfer *x, int status, const char *fmt, ...)
 {
     if (!x->stopping) {
         x->stopping = 1;
-        x->stop_ns = tw__fabric_now_ns();
+        x->stop_ns = tw__now_ns();
     }
     if (x->status == 0 && status != 0) {
         x->status = status;
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(x->msg, sizeof(x->msg), fmt, ap);
+        tw__errbuf_vset(x->msg, sizeof(x->msg), fmt, ap);
         va_end(ap);
     }
 }
@@ -404,7 +397,7 @@ int tw__fabric_progress_locked(struct tw_fabric *fab)
     /* Parked operations of dead shm peers: looked at every 10 ms, not on
      * every poll (each look costs a kill() per parked transfer). */
     if (!link_empty(&fab->zombies)) {
-        uint64_t t = tw__fabric_now_ns();
+        uint64_t t = tw__now_ns();
         if (t - fab->zombies_checked_ns >= 10000000ull) {
             fab->zombies_checked_ns = t;
             tw__fabric_zombies_reap_locked(fab, t);
@@ -418,7 +411,7 @@ int tw__fabric_progress_locked(struct tw_fabric *fab)
         if (fab->rails[i].info && !tw__fabric_rail_wedged(&fab->rails[i]) &&
             read_cq(fab, &fab->rails[i], &n))
             return -1;
-    uint64_t now = tw__fabric_now_ns();
+    uint64_t now = tw__now_ns();
     /* advance() may drop the lock; meanwhile other threads only append to
      * fab->active (a new tail is picked up next round) or set flags, and
      * only this thread unlinks, so `next` stays valid. */
@@ -647,8 +640,8 @@ void tw__fabric_xfers_abort_locked(struct tw_fabric *fab)
     for (struct tw_fabric_link *l = fab->active.next; l != &fab->active; l = l->next)
         stop(TW_CONTAINER_OF(l, struct tw_fabric_xfer, node), TW_ESHUTDOWN, "data plane closing");
     /* Bounded drain: cancelling and abandoning happen inside progress. */
-    uint64_t until = tw__fabric_now_ns() + 2 * fab->drain_ns;
-    while (!link_empty(&fab->active) && tw__fabric_now_ns() < until)
+    uint64_t until = tw__now_ns() + 2 * fab->drain_ns;
+    while (!link_empty(&fab->active) && tw__now_ns() < until)
         if (tw__fabric_progress_locked(fab) < 0) {
             pthread_mutex_lock(&fab->lock); /* cannot happen: no watchdog runs now */
             break;
@@ -729,5 +722,5 @@ void tw__fabric_orphans_free_locked(struct tw_fabric *fab, const struct tw_fabri
 int tw__fabric_busy_locked(const struct tw_fabric *fab)
 {
     return !link_empty(&fab->active) || fab->remote_mrs > 0 || fab->reap_pending ||
-           tw__fabric_now_ns() < fab->linger_until_ns || zombies_pending(fab);
+           tw__now_ns() < fab->linger_until_ns || zombies_pending(fab);
 }

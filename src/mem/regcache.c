@@ -55,6 +55,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/errbuf.h"
 #include "gpu/nvml.h"
 #include "mem/hostmem.h"
 #include "mem/regcache.h"
@@ -152,19 +154,6 @@ struct tw_regcache {
     size_t log_head, log_tail, log_cap;
     struct tw_regcache_stats st; /* hits and in_use live above */
 };
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void seterr(char *err, size_t errlen, const char *fmt, const char *a)
-{
-    if (err && errlen)
-        snprintf(err, errlen, fmt, a);
-}
 
 /* ---- index (lock held) ---- */
 
@@ -593,9 +582,9 @@ static int do_register(struct tw_regcache *c, struct tw_regcache_region *r, char
         .attr = r->attr,
     };
     for (int round = 0;; round++) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = tw__now_ns();
         int rc = c->reg->reg(c->reg_ctx, &req, &r->handle, err, errlen);
-        uint64_t dt = now_ns() - t0;
+        uint64_t dt = tw__now_ns() - t0;
 
         struct tw_regcache_region *dead = NULL;
         unsigned evicted = 0;
@@ -952,11 +941,12 @@ int tw__regcache_lookup(struct tw_regcache *c, const void *addr, size_t len, uin
 {
     uintptr_t a = (uintptr_t)addr;
     if (access == 0 || (access & ~TW_ACCESS_ALL) || len == 0 || a + len < a) {
-        seterr(err, errlen, "%s", "invalid lookup: empty/wrapping range or bad access flags");
+        tw__errbuf_set(err, errlen, "%s",
+                       "invalid lookup: empty/wrapping range or bad access flags");
         return TW_EINVAL;
     }
     if ((unsigned)hint >= TW_MEMKIND_MAX) {
-        seterr(err, errlen, "%s", "invalid memory kind");
+        tw__errbuf_set(err, errlen, "%s", "invalid memory kind");
         return TW_EINVAL;
     }
     /* The hot path. A hint whose kind has no check_on_hit (host) needs no

@@ -14,14 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_EVENTS 128
+#include "common/clock.h"
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
+#define MAX_EVENTS 128
 
 int tw__loop_init(struct tw_loop *loop)
 {
@@ -30,7 +25,7 @@ int tw__loop_init(struct tw_loop *loop)
     loop->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (loop->epfd < 0)
         return -errno;
-    loop->now_ms = mono_ms();
+    loop->now_ms = tw__now_ms();
     loop->batch_gen = 1;
     return 0;
 }
@@ -59,7 +54,7 @@ uint64_t tw__loop_now(const struct tw_loop *loop)
 
 void tw__loop_update_time(struct tw_loop *loop)
 {
-    loop->now_ms = mono_ms();
+    loop->now_ms = tw__now_ms();
 }
 
 void tw__io_init(struct tw_io *io, int fd, tw_io_cb cb, void *data)
@@ -240,7 +235,7 @@ int tw__loop_run_once(struct tw_loop *loop, int max_wait_ms)
     int n = epoll_wait(loop->epfd, evs, MAX_EVENTS, next_timeout(loop, max_wait_ms));
     if (n < 0 && errno != EINTR)
         return -errno;
-    loop->now_ms = mono_ms();
+    loop->now_ms = tw__now_ms();
     loop->batch_gen++;
     uint64_t gen = loop->batch_gen;
     for (int i = 0; i < n; i++) {
@@ -254,7 +249,7 @@ int tw__loop_run_once(struct tw_loop *loop, int max_wait_ms)
     }
     /* Timers: pop everything due. A callback may re-arm its own timer for a
      * later time; one armed "now" again runs on the next iteration. */
-    loop->now_ms = mono_ms();
+    loop->now_ms = tw__now_ms();
     uint64_t now = loop->now_ms;
     while (loop->heap_len > 0 && loop->heap[0]->deadline_ms <= now) {
         struct tw_timer *t = loop->heap[0];

@@ -890,3 +890,14 @@ ssize_t tw__msg_encode(const struct tw_msg *msg, uint8_t *buf, size_t cap)
         return rc;
     return total;
 }
+
+void tw__msg_error_init(struct tw_msg *m, uint64_t id, uint32_t code, const char *text)
+{
+    memset(m, 0, sizeof(*m));
+    m->hdr.version = TW_PROTO_VERSION;
+    m->hdr.tag = TW_TAG_ERROR;
+    m->hdr.request_id = id;
+    m->u.error.code = code;
+    m->u.error.message.ptr = (const uint8_t *)text;
+    m->u.error.message.len = (uint32_t)strlen(text);
+}

@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "tensorwire/error.h"
+#include "common/verdict.h" /* TW_E* verdicts; includes tensorwire/error.h */
 
 #define TW_PROTO_MAGIC 0x52495754u /* bytes 'T' 'W' 'I' 'R' on the wire */
 #define TW_PROTO_VERSION 1
@@ -311,6 +311,9 @@ int tw__msg_decode_data_prefix(const struct tw_frame_header *hdr, const uint8_t 
  */
 ssize_t tw__msg_encoded_len(const struct tw_msg *msg);
 ssize_t tw__msg_encode(const struct tw_msg *msg, uint8_t *buf, size_t cap);
+/* Fills *m as ERROR(code, id) whose message is text (NUL-terminated, kept
+ * by reference: it must outlive *m's encoding). */
+void tw__msg_error_init(struct tw_msg *m, uint64_t id, uint32_t code, const char *text);
 
 /*
  * Descriptor helpers. tw__descriptor_check validates a descriptor by the
@@ -323,6 +326,10 @@ int tw__shape_bytes(uint8_t dtype, uint8_t ndim, const uint64_t *shape, uint64_t
 /* UTF-8 validity (RFC 3629: no overlongs, no surrogates, <= U+10FFFF).
  * Returns 1 when s[0..len) is valid UTF-8 (an empty string is), else 0. */
 int tw__utf8_valid(const uint8_t *s, size_t len);
+/* Offset of the first byte that does not start a valid RFC 3629 sequence
+ * (the sequence is truncated, overlong, a surrogate or above U+10FFFF), or
+ * len when all of s is valid. */
+size_t tw__utf8_invalid_at(const uint8_t *s, size_t len);
 /* Why s[0..len) is not a valid tensor name ("is empty", "is longer than
  * 1024 bytes", "is not valid UTF-8", "holds a control character ..."), a
  * static string; NULL when it is valid. */
@@ -334,6 +341,15 @@ int tw__name_check(const uint8_t *s, size_t len);
  * or another [a-z0-9_:.-]{1,32} tag (syntactically valid, possibly unknown
  * to the receiver: that is DEVICE_UNAVAILABLE, not a protocol error). */
 int tw__device_tag_check(const uint8_t *s, size_t len);
+
+/* Explains a request-level verdict (EBAD_NAME, EBAD_DTYPE, EBAD_SHAPE,
+ * EOVERFLOW, EBAD_DEVICE_TAG) about the request-opening frame at frame
+ * (flen bytes, header included, framing already checked) with the rule and
+ * the value that broke it, e.g. "name is 1040 bytes, limit 1024" or "name
+ * is not valid UTF-8 at byte offset 7". Pure: no I/O. Writes a
+ * NUL-terminated text (possibly cut) into buf; returns buf. */
+const char *tw__explain_request_verdict(const uint8_t *frame, size_t flen, int verdict, char *buf,
+                                        size_t len);
 
 /* Iterators over LIST_REPLY and STATS_REPLY entries. *cursor starts at 0.
  * Return 1 with the next entry, 0 at the end, or a violation. */

@@ -103,7 +103,7 @@ int tw__sm_init(struct tw_sm *sm, enum tw_role role, uint32_t max_inflight_local
 {
     memset(sm, 0, sizeof(*sm));
     if (max_inflight_local < 1 || max_inflight_local > 65536)
-        return -EINVAL;
+        return TW_EINVAL;
     uint32_t cap = 8;
     while (cap < 2 * max_inflight_local)
         cap <<= 1;

@@ -87,7 +87,7 @@ struct tw_sm {
 };
 
 /* max_inflight_local: the most requests this side will track (what it
- * announces in HELLO / HELLO_ACK, 1..65536). Returns 0, -EINVAL for a
+ * announces in HELLO / HELLO_ACK, 1..65536). Returns 0, TW_EINVAL for a
  * value outside that range, or -ENOMEM. */
 int tw__sm_init(struct tw_sm *sm, enum tw_role role, uint32_t max_inflight_local);
 void tw__sm_destroy(struct tw_sm *sm);

@@ -13,6 +13,11 @@
 
 int tw__utf8_valid(const uint8_t *s, size_t len)
 {
+    return tw__utf8_invalid_at(s, len) == len;
+}
+
+size_t tw__utf8_invalid_at(const uint8_t *s, size_t len)
+{
     size_t i = 0;
     while (i < len) {
         uint8_t c = s[i];
@@ -35,21 +40,21 @@ int tw__utf8_valid(const uint8_t *s, size_t len)
             cp = c & 0x07;
             min = 0x10000;
         } else {
-            return 0; /* continuation byte, C0/C1 overlong lead, or > U+10FFFF lead */
+            return i; /* continuation byte, C0/C1 overlong lead, or > U+10FFFF lead */
         }
         if (len - i - 1 < n)
-            return 0;
+            return i;
         for (size_t k = 1; k <= n; k++) {
             uint8_t cc = s[i + k];
             if ((cc & 0xC0) != 0x80)
-                return 0;
+                return i;
             cp = (cp << 6) | (cc & 0x3F);
         }
         if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
+            return i;
         i += n + 1;
     }
-    return 1;
+    return len;
 }
 
 /* A control character at s[i]: C0 (NUL included), DEL, or C1 (U+0080..

@@ -20,9 +20,12 @@ void tw__srv_config_defaults(struct tw_srv_config *c)
     c->capacity = tw__srv_default_capacity();
     c->log_level = TW_LOG_INFO;
     c->max_connections = 1024;
+    c->max_handshakes = 256;
+    c->max_handshakes_per_address = 128;
     c->max_inflight = 256;
     c->max_frame = TW_DEFAULT_MAX_FRAME;
     c->handshake_timeout_ms = 10000;
+    c->handshake_timeout_busy_ms = 1000;
     c->idle_timeout_ms = 300000;
     c->transfer_timeout_ms = 300000;
     c->shutdown_grace_ms = 5000;
@@ -67,6 +70,15 @@ void tw__srv_config_usage(const char *argv0)
            "  --max-inflight N         requests in flight per connection (default 256)\n"
            "  --max-frame SIZE         largest frame payload announced (default 16Mi)\n"
            "  --handshake-timeout S    seconds to finish HELLO/AUTH (default 10)\n"
+           "  --max-handshakes N       connections still in HELLO/AUTH at once (default\n"
+           "                           256); when full, the one waiting longest is\n"
+           "                           refused with BUSY to make room\n"
+           "  --max-handshakes-per-address N\n"
+           "                           of those, from one client address (default 128);\n"
+           "                           more are refused with BUSY\n"
+           "  --handshake-timeout-busy S\n"
+           "                           handshake deadline while over half of\n"
+           "                           --max-handshakes wait (default 1)\n"
            "  --idle-timeout S         close connections without traffic (default 300, 0 off)\n"
            "  --transfer-timeout S     deadline of one put/get (default 300, 0 off)\n"
            "  --shutdown-grace S       on SIGTERM, wait this long for peers (default 5)\n"
@@ -89,68 +101,11 @@ void tw__srv_config_usage(const char *argv0)
            argv0, TW_SRV_DEFAULT_LISTEN, (unsigned long long)(TW_DEFAULT_RDMA_MIN_BYTES / 1024));
 }
 
-int tw__parse_size(const char *s, uint64_t *out)
-{
-    uint64_t v = 0;
-    const char *p = s;
-    if (!isdigit((unsigned char)*p))
-        return -EINVAL;
-    for (; isdigit((unsigned char)*p); p++) {
-        if (v > (UINT64_MAX - 9) / 10)
-            return -EINVAL;
-        v = v * 10 + (uint64_t)(*p - '0');
-    }
-    uint64_t mult = 1;
-    if (*p) {
-        uint64_t base = 1000;
-        int exp;
-        switch (*p) {
-        case 'k':
-        case 'K':
-            exp = 1;
-            break;
-        case 'm':
-        case 'M':
-            exp = 2;
-            break;
-        case 'g':
-        case 'G':
-            exp = 3;
-            break;
-        case 't':
-        case 'T':
-            exp = 4;
-            break;
-        case 'b':
-        case 'B':
-            exp = 0;
-            break;
-        default:
-            return -EINVAL;
-        }
-        p++;
-        if (exp > 0 && *p == 'i') {
-            base = 1024;
-            p++;
-        }
-        if (exp > 0 && (*p == 'b' || *p == 'B'))
-            p++;
-        if (*p)
-            return -EINVAL;
-        for (int i = 0; i < exp; i++)
-            mult *= base;
-    }
-    if (v != 0 && mult > UINT64_MAX / v)
-        return -EINVAL;
-    *out = v * mult;
-    return 0;
-}
-
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
         if (errbuf && errlen)                                                                      \
             snprintf(errbuf, errlen, __VA_ARGS__);                                                 \
-        return -EINVAL;                                                                            \
+        return TW_EINVAL;                                                                          \
     } while (0)
 
 /* The next comma-separated item of *s: [*item, *item + *len); advances *s
@@ -200,7 +155,7 @@ int tw__srv_parse_capacity(const char *s, struct tw_srv_config *c, char *errbuf,
 {
     uint64_t v;
     if (!strchr(s, '=')) {
-        if (tw__parse_size(s, &v) != 0)
+        if (tw_parse_size(s, &v) != 0)
             FAIL("'%s' is not a size", s);
         c->capacity = v;
         return 0;
@@ -223,7 +178,7 @@ int tw__srv_parse_capacity(const char *s, struct tw_srv_config *c, char *errbuf,
             FAIL("'%.*s': size too long", (int)len, item);
         memcpy(size, eq + 1, slen);
         size[slen] = '\0';
-        if (tw__parse_size(size, &v) != 0)
+        if (tw_parse_size(size, &v) != 0)
             FAIL("'%.*s': '%s' is not a size", (int)len, item, size);
         if (d.type == TW_DEVICE_CPU) {
             if (cpu_seen++)
@@ -247,17 +202,17 @@ int tw__parse_seconds(const char *s, uint64_t *out_ms)
     uint64_t whole = 0, frac_ms = 0;
     const char *p = s;
     if (!isdigit((unsigned char)*p))
-        return -EINVAL;
+        return TW_EINVAL;
     for (; isdigit((unsigned char)*p); p++) {
         if (whole > 100000000ull)
-            return -EINVAL;
+            return TW_EINVAL;
         whole = whole * 10 + (uint64_t)(*p - '0');
     }
     if (*p == '.') {
         p++;
         uint64_t scale = 100;
         if (!isdigit((unsigned char)*p))
-            return -EINVAL;
+            return TW_EINVAL;
         for (; isdigit((unsigned char)*p); p++) {
             frac_ms += (uint64_t)(*p - '0') * scale;
             scale /= 10;
@@ -266,7 +221,7 @@ int tw__parse_seconds(const char *s, uint64_t *out_ms)
     if (*p == 's')
         p++;
     if (*p)
-        return -EINVAL;
+        return TW_EINVAL;
     *out_ms = whole * 1000 + frac_ms;
     return 0;
 }
@@ -275,16 +230,16 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 {
     uint64_t v = 0;
     if (!isdigit((unsigned char)*s))
-        return -EINVAL;
+        return TW_EINVAL;
     for (; *s; s++) {
         if (!isdigit((unsigned char)*s))
-            return -EINVAL;
+            return TW_EINVAL;
         v = v * 10 + (uint64_t)(*s - '0');
         if (v > hi)
-            return -EINVAL;
+            return TW_EINVAL;
     }
     if (v < lo)
-        return -EINVAL;
+        return TW_EINVAL;
     *out = (uint32_t)v;
     return 0;
 }
@@ -322,7 +277,7 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
             FAIL("devices: %s (example: cpu,cuda:0,cuda:1)", why);
     } else if (strcmp(k, "max-frame") == 0) {
         uint64_t v;
-        if (tw__parse_size(value, &v) != 0 || v < TW_MIN_MAX_FRAME || v > TW_MAX_MAX_FRAME)
+        if (tw_parse_size(value, &v) != 0 || v < TW_MIN_MAX_FRAME || v > TW_MAX_MAX_FRAME)
             FAIL("max-frame: '%s' must be a size between 64Ki and 1Gi", value);
         c->max_frame = (uint32_t)v;
     } else if (strcmp(k, "log-level") == 0) {
@@ -339,6 +294,15 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
     } else if (strcmp(k, "handshake-timeout") == 0) {
         if (tw__parse_seconds(value, &c->handshake_timeout_ms) != 0)
             FAIL("handshake-timeout: '%s' is not a number of seconds", value);
+    } else if (strcmp(k, "max-handshakes") == 0) {
+        if (parse_u32(value, 1, 1000000, &c->max_handshakes) != 0)
+            FAIL("max-handshakes: '%s' must be a number 1..1000000", value);
+    } else if (strcmp(k, "max-handshakes-per-address") == 0) {
+        if (parse_u32(value, 1, 1000000, &c->max_handshakes_per_address) != 0)
+            FAIL("max-handshakes-per-address: '%s' must be a number 1..1000000", value);
+    } else if (strcmp(k, "handshake-timeout-busy") == 0) {
+        if (tw__parse_seconds(value, &c->handshake_timeout_busy_ms) != 0)
+            FAIL("handshake-timeout-busy: '%s' is not a number of seconds", value);
     } else if (strcmp(k, "idle-timeout") == 0) {
         if (tw__parse_seconds(value, &c->idle_timeout_ms) != 0)
             FAIL("idle-timeout: '%s' is not a number of seconds", value);
@@ -369,7 +333,7 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
         else
             FAIL("push: '%s' is not one of auto, always, never", value);
     } else if (strcmp(k, "rdma-min-bytes") == 0) {
-        if (tw__parse_size(value, &c->rdma_min_bytes) != 0)
+        if (tw_parse_size(value, &c->rdma_min_bytes) != 0)
             FAIL("rdma-min-bytes: '%s' is not a size (examples: 0, 65536, 256Ki, 1Mi)", value);
     } else {
         FAIL("unknown option '%s'", key);
@@ -411,7 +375,7 @@ int tw__srv_config_load_file(struct tw_srv_config *c, const char *path, char *er
         if (!eq) {
             if (errbuf && errlen)
                 snprintf(errbuf, errlen, "%s:%u: expected 'key = value'", path, lineno);
-            rc = -EINVAL;
+            rc = TW_EINVAL;
             goto out_close_file;
         }
         *eq = '\0';
@@ -419,7 +383,7 @@ int tw__srv_config_load_file(struct tw_srv_config *c, const char *path, char *er
         if (strcmp(key, "config") == 0) {
             if (errbuf && errlen)
                 snprintf(errbuf, errlen, "%s:%u: 'config' cannot be nested", path, lineno);
-            rc = -EINVAL;
+            rc = TW_EINVAL;
             goto out_close_file;
         }
         rc = tw__srv_config_set(c, key, value, err, sizeof(err));
@@ -456,7 +420,7 @@ static int is_known_key(const char *key)
 }
 
 /* Splits "--key=value" / "--key value" / "--flag". Returns the number of
- * argv slots consumed (1 or 2), or -EINVAL (key too long, value missing). */
+ * argv slots consumed (1 or 2), or TW_EINVAL (key too long, value missing). */
 static int split_opt(int argc, char **argv, int i, char *key, size_t keylen, const char **value)
 {
     const char *a = argv[i] + 2;
@@ -464,21 +428,21 @@ static int split_opt(int argc, char **argv, int i, char *key, size_t keylen, con
     if (eq) {
         size_t n = (size_t)(eq - a);
         if (n >= keylen)
-            return -EINVAL;
+            return TW_EINVAL;
         memcpy(key, a, n);
         key[n] = '\0';
         *value = eq + 1;
         return 1;
     }
     if (strlen(a) >= keylen)
-        return -EINVAL;
+        return TW_EINVAL;
     strcpy(key, a);
     if (is_flag(key)) {
         *value = "1";
         return 1;
     }
     if (i + 1 >= argc)
-        return -EINVAL;
+        return TW_EINVAL;
     *value = argv[i + 1];
     return 2;
 }
@@ -513,7 +477,7 @@ int tw__srv_config_from_args(struct tw_srv_config *c, int argc, char **argv, cha
         if (strcmp(key, "config") == 0) {
             rc = tw__srv_config_load_file(c, value, errbuf, errlen);
             if (rc < 0)
-                return -EINVAL;
+                return TW_EINVAL;
         }
         i += used;
     }

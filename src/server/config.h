@@ -3,8 +3,8 @@
  * config file with the same keys as the long options (without "--").
  * Command-line options override the file wherever they appear.
  *
- * Sizes accept K/M/G/T (powers of 1000) and Ki/Mi/Gi/Ti (powers of 1024),
- * an optional trailing "B". Durations are seconds, with an optional
+ * Sizes follow tw_parse_size (include/tensorwire/size.h), the rules the CLI
+ * uses too. Durations are seconds, with an optional
  * fraction ("0.5"); 0 disables a timeout.
  */
 #ifndef TW_SERVER_CONFIG_H
@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tensorwire/size.h"
 #include "proto/device.h"
 
 #define TW_SRV_DEFAULT_LISTEN "127.0.0.1:7450"
@@ -41,9 +42,16 @@ struct tw_srv_config {
     struct tw_srv_device_capacity capacities[TW_SRV_MAX_DEVICES];
     int log_level; /* enum tw_log_level */
     uint32_t max_connections;
+    /* Admission (src/server/admission.h): connections not yet through the
+     * handshake, in all and per client address. */
+    uint32_t max_handshakes;
+    uint32_t max_handshakes_per_address;
     uint32_t max_inflight; /* per connection, announced in HELLO_ACK */
     uint32_t max_frame;    /* announced in HELLO_ACK */
     uint64_t handshake_timeout_ms;
+    /* The handshake deadline of connections accepted while more than half
+     * of max_handshakes are waiting (never longer than the normal one). */
+    uint64_t handshake_timeout_busy_ms;
     uint64_t idle_timeout_ms;
     uint64_t transfer_timeout_ms;
     uint64_t shutdown_grace_ms; /* how long SIGTERM waits for peers to drain */
@@ -70,7 +78,7 @@ uint64_t tw__srv_default_capacity(void);
 
 /*
  * Applies argv. Returns 0, 1 when --help was given (usage is printed on
- * stdout, the caller exits 0), or -EINVAL with errbuf saying which option
+ * stdout, the caller exits 0), or TW_EINVAL with errbuf saying which option
  * and why (the caller prints it with the usage hint and exits 2).
  */
 int tw__srv_config_from_args(struct tw_srv_config *c, int argc, char **argv, char *errbuf,
@@ -87,24 +95,22 @@ void tw__srv_config_usage(const char *argv0);
  * driver versions found (src/server/version_info.c). */
 void tw__srv_print_version(void);
 
-/* "64Mi" -> 67108864. Returns 0 or -EINVAL (also on overflow). */
-int tw__parse_size(const char *s, uint64_t *out);
 /*
  * "--devices" value: comma-separated device tags ("cpu,cuda:0,cuda:1"),
  * each through tw__device_parse, no duplicates, no empty entries. Fills
- * out[0..*n). Returns 0 or -EINVAL with the reason in err.
+ * out[0..*n). Returns 0 or TW_EINVAL with the reason in err.
  */
 int tw__srv_parse_devices(const char *s, struct tw_device *out, unsigned max, unsigned *n,
                           char *err, size_t errlen);
 /*
  * "--capacity" value: a bare SIZE (the CPU's, as before) or a list
  * "cpu=64Gi,cuda:0=40Gi". Sets c->capacity for cpu and replaces
- * c->capacities with the GPU entries given. Returns 0 or -EINVAL with the
+ * c->capacities with the GPU entries given. Returns 0 or TW_EINVAL with the
  * reason in err (c unchanged then).
  */
 int tw__srv_parse_capacity(const char *s, struct tw_srv_config *c, char *err, size_t errlen);
 
-/* "2.5" -> 2500 (milliseconds). Returns 0 or -EINVAL. */
+/* "2.5" -> 2500 (milliseconds). Returns 0 or TW_EINVAL. */
 int tw__parse_seconds(const char *s, uint64_t *out_ms);
 
 #endif

@@ -8,8 +8,14 @@
  * flush, shutdown(SHUT_WR), then read and discard until the peer's EOF. Closing
  * with unread input would make the kernel send RST, which can destroy the
  * very ERROR frame the peer needs to see.
+ *
+ * Teardown is deferred (server.h): tw__conn_close / tw__conn_destroy only
+ * mark the connection and put it on srv->settle; tw__srv_settle, run by the
+ * server between loop iterations, is the only code that drops transfers,
+ * removes the fabric peer, closes the socket and unlinks the connection.
  */
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,7 +97,69 @@ void tw__conn_goodbye(struct tw_srv_conn *c, uint32_t code, const char *reason)
 
 /* ---- creation and teardown ---- */
 
-int tw__conn_new(struct tw_srv *srv, int fd, const struct sockaddr *peer, int rejecting)
+static void handshake_list_add(struct tw_srv_conn *c)
+{
+    struct tw_srv *srv = c->srv;
+    c->handshaking = 1;
+    c->hs_next = NULL;
+    c->hs_prev = srv->hs_tail;
+    if (srv->hs_tail)
+        srv->hs_tail->hs_next = c;
+    else
+        srv->hs_head = c;
+    srv->hs_tail = c;
+    srv->nhandshaking++;
+}
+
+static void handshake_list_remove(struct tw_srv_conn *c)
+{
+    struct tw_srv *srv = c->srv;
+    if (!c->handshaking)
+        return;
+    if (c->hs_prev)
+        c->hs_prev->hs_next = c->hs_next;
+    else
+        srv->hs_head = c->hs_next;
+    if (c->hs_next)
+        c->hs_next->hs_prev = c->hs_prev;
+    else
+        srv->hs_tail = c->hs_prev;
+    c->hs_next = c->hs_prev = NULL;
+    c->handshaking = 0;
+    srv->nhandshaking--;
+}
+
+void tw__conn_handshake_done(struct tw_srv_conn *c)
+{
+    handshake_list_remove(c);
+    tw__loop_timer_stop(&c->srv->loop, &c->handshake_timer);
+}
+
+uint32_t tw__srv_handshakes_from(const struct tw_srv *srv, const struct sockaddr *peer)
+{
+    uint32_t n = 0;
+    for (const struct tw_srv_conn *c = srv->hs_head; c; c = c->hs_next)
+        n += tw__net_same_host((const struct sockaddr *)&c->peer_addr, peer);
+    return n;
+}
+
+/* Admission counts: a connection still in its handshake leaves both
+ * budgets as soon as it is closing; others keep their served (or refusing)
+ * slot until destroyed. */
+static void release_slot(struct tw_srv_conn *c)
+{
+    handshake_list_remove(c);
+    if (!c->slot_held)
+        return;
+    c->slot_held = 0;
+    if (c->rejecting)
+        c->srv->nrejecting--;
+    else
+        c->srv->nconns--;
+}
+
+int tw__conn_new(struct tw_srv *srv, int fd, const struct sockaddr *peer, int rejecting,
+                 const char *why, uint64_t handshake_ms)
 {
     int rc;
     struct tw_srv_conn *c = calloc(1, sizeof(*c));
@@ -104,6 +172,8 @@ int tw__conn_new(struct tw_srv *srv, int fd, const struct sockaddr *peer, int re
     c->id = ++srv->next_conn_id;
     c->rejecting = rejecting;
     tw__net_addr_format(peer, c->peer, sizeof(c->peer));
+    memcpy(&c->peer_addr, peer,
+           peer->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
     c->in = malloc(TW_SRV_INBUF);
     if (!c->in) {
         rc = -ENOMEM;
@@ -137,21 +207,25 @@ int tw__conn_new(struct tw_srv *srv, int fd, const struct sockaddr *peer, int re
     if (srv->conns)
         srv->conns->prev = c;
     srv->conns = c;
+    c->slot_held = 1;
     if (rejecting) {
         srv->nrejecting++;
         srv->stats.connections_rejected++;
-        TW_LOGW("conn %llu %s: refused: already serving %u connections (--max-connections)",
-                (unsigned long long)c->id, c->peer, srv->nconns);
-        tw__conn_fail(c, TW_WIRE_BUSY, "server is at its connection limit (%u)",
-                      srv->cfg.max_connections);
+        /* A crowd is refused thousands of times: only the server's own
+         * limit is worth a warning (connections_rejected counts them all). */
+        TW_LOG(srv->nconns >= srv->cfg.max_connections ? TW_LOG_WARN : TW_LOG_DEBUG,
+               "conn %llu %s: refused: %s (%u connections, %u in their handshake)",
+               (unsigned long long)c->id, c->peer, why, srv->nconns, srv->nhandshaking);
+        tw__conn_fail(c, TW_WIRE_BUSY, "server busy, try again later: %s", why);
         return 0;
     }
     srv->nconns++;
     srv->stats.connections_total++;
+    handshake_list_add(c);
     TW_LOGI("conn %llu %s: accepted (%u connections)", (unsigned long long)c->id, c->peer,
             srv->nconns);
-    if (srv->cfg.handshake_timeout_ms)
-        tw__loop_timer_start(&srv->loop, &c->handshake_timer, srv->cfg.handshake_timeout_ms);
+    if (handshake_ms)
+        tw__loop_timer_start(&srv->loop, &c->handshake_timer, handshake_ms);
     if (srv->cfg.idle_timeout_ms)
         tw__loop_timer_start(&srv->loop, &c->idle_timer, srv->cfg.idle_timeout_ms);
     return 0;
@@ -183,13 +257,33 @@ static void drop_all_xfers(struct tw_srv_conn *c)
             tw__xfer_destroy(c->xtab[i]);
 }
 
+static void mark_teardown(struct tw_srv_conn *c, enum tw_conn_teardown kind)
+{
+    if (c->teardown == TW_TEARDOWN_NONE) {
+        c->settle_next = c->srv->settle;
+        c->srv->settle = c;
+    }
+    if (kind > c->teardown)
+        c->teardown = kind;
+}
+
 void tw__conn_destroy(struct tw_srv_conn *c, const char *reason)
 {
-    struct tw_srv *srv = c->srv;
-    if (c->state == TW_CONN_DEAD)
+    if (c->state == TW_CONN_DEAD || c->teardown == TW_TEARDOWN_DESTROY)
         return;
     if (reason && reason != c->close_reason)
         snprintf(c->close_reason, sizeof(c->close_reason), "%s", reason);
+    /* Nothing more is read or queued from here on. */
+    if (c->state == TW_CONN_OPEN)
+        c->state = TW_CONN_FLUSHING;
+    c->body.active = 0;
+    release_slot(c);
+    mark_teardown(c, TW_TEARDOWN_DESTROY);
+}
+
+static void conn_teardown_destroy(struct tw_srv_conn *c)
+{
+    struct tw_srv *srv = c->srv;
     drop_all_xfers(c);
     tw__srv_fabric_conn_gone(c);
     c->state = TW_CONN_DEAD;
@@ -211,11 +305,10 @@ void tw__conn_destroy(struct tw_srv_conn *c, const char *reason)
         srv->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    release_slot(c); /* already, unless destroyed without being marked */
     if (c->rejecting) {
-        srv->nrejecting--;
         TW_LOGD("conn %llu %s: refused connection closed", (unsigned long long)c->id, c->peer);
     } else {
-        srv->nconns--;
         TW_LOGI("conn %llu %s: closed: %s (%llu requests, %llu bytes in, %llu bytes out, %.1f s)",
                 (unsigned long long)c->id, c->peer, c->close_reason,
                 (unsigned long long)c->requests, (unsigned long long)c->bytes_in,
@@ -240,14 +333,41 @@ void tw__conn_close(struct tw_srv_conn *c, const char *reason)
     if (c->state != TW_CONN_OPEN)
         return;
     snprintf(c->close_reason, sizeof(c->close_reason), "%s", reason);
-    drop_all_xfers(c);
     c->state = TW_CONN_FLUSHING;
     c->body.active = 0;
+    /* One that never got through its handshake was never established: its
+     * slot is free at once (a crowd of them, refused or evicted, must not
+     * fill --max-connections while their close lingers). */
+    if (c->handshaking)
+        release_slot(c);
+    mark_teardown(c, TW_TEARDOWN_CLOSE);
+}
+
+static void conn_teardown_close(struct tw_srv_conn *c)
+{
+    drop_all_xfers(c);
     tw__loop_timer_stop(&c->srv->loop, &c->handshake_timer);
     tw__loop_timer_stop(&c->srv->loop, &c->idle_timer);
     tw__loop_timer_start(&c->srv->loop, &c->close_timer,
                          c->srv->cfg.shutdown_grace_ms ? c->srv->cfg.shutdown_grace_ms : 5000);
     conn_flush(c);
+}
+
+void tw__srv_settle(struct tw_srv *srv)
+{
+    /* A teardown may mark another (a flush that fails turns a close into
+     * a destroy): loop until nothing is left. */
+    while (srv->settle) {
+        struct tw_srv_conn *c = srv->settle;
+        srv->settle = c->settle_next;
+        c->settle_next = NULL;
+        enum tw_conn_teardown kind = c->teardown;
+        c->teardown = TW_TEARDOWN_NONE;
+        if (kind == TW_TEARDOWN_DESTROY)
+            conn_teardown_destroy(c);
+        else if (kind == TW_TEARDOWN_CLOSE)
+            conn_teardown_close(c);
+    }
 }
 
 void tw__conn_fail_transfers(struct tw_srv_conn *c, uint32_t code, const char *why)
@@ -260,9 +380,8 @@ void tw__conn_fail_transfers(struct tw_srv_conn *c, uint32_t code, const char *w
             snprintf(name, sizeof(name), "%.64s", x->t->name);
             int put = x->dir == TW_XFER_PUT;
             tw__xfer_destroy(x);
-            if (c->state == TW_CONN_OPEN)
-                tw__conn_send_error(c, id, code, "%s of '%s' abandoned: %s", put ? "put" : "get",
-                                    name, why);
+            tw__conn_send_error(c, id, code, "%s of '%s' abandoned: %s", put ? "put" : "get", name,
+                                why);
         }
     }
 }
@@ -372,7 +491,11 @@ int tw__conn_send(struct tw_srv_conn *c, struct tw_msg *m)
             TW_LOGE("conn %llu %s: internal: %s (id %llu) refused by the state machine: %s",
                     (unsigned long long)c->id, c->peer, tw__tag_name(m->hdr.tag),
                     (unsigned long long)m->hdr.request_id, tw_strerror_name(rc));
-            tw__conn_destroy(c, "internal error: server broke the protocol sequence");
+            tw__conn_fail(c, TW_WIRE_INTERNAL,
+                          "internal error: the server broke the protocol sequence (%s for "
+                          "request %llu: %s)",
+                          tw__tag_name(m->hdr.tag), (unsigned long long)m->hdr.request_id,
+                          tw_strerror_name(rc));
             return rc;
         }
     }
@@ -404,7 +527,10 @@ int tw__conn_send_data(struct tw_srv_conn *c, uint64_t id, struct tw_tensor *t, 
     if (rc < 0) {
         TW_LOGE("conn %llu %s: internal: DATA for %llu refused by the state machine: %s",
                 (unsigned long long)c->id, c->peer, (unsigned long long)id, tw_strerror_name(rc));
-        tw__conn_destroy(c, "internal error: server broke the protocol sequence");
+        tw__conn_fail(c, TW_WIRE_INTERNAL,
+                      "internal error: the server broke the protocol sequence (DATA for "
+                      "request %llu: %s)",
+                      (unsigned long long)id, tw_strerror_name(rc));
         return rc;
     }
     struct tw_out_chunk *ch = malloc(sizeof(*ch) + TW_FRAME_HEADER_LEN + TW_DATA_PREFIX_LEN);
@@ -417,7 +543,8 @@ int tw__conn_send_data(struct tw_srv_conn *c, uint64_t id, struct tw_tensor *t, 
         free(ch);
         TW_LOGE("conn %llu %s: internal: cannot encode DATA: %s", (unsigned long long)c->id,
                 c->peer, tw_strerror_name((int)n));
-        tw__conn_destroy(c, "internal error encoding DATA");
+        tw__conn_fail(c, TW_WIRE_INTERNAL, "internal error encoding DATA: %s",
+                      tw_strerror_name((int)n));
         return (int)n;
     }
     ch->hdr_len = (size_t)n;
@@ -463,20 +590,18 @@ static int vsend_error(struct tw_srv_conn *c, uint64_t id, uint32_t code, const 
     struct tw_msg m;
     vsnprintf(text, sizeof(text), fmt, ap);
     utf8_sanitize(text);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_ERROR;
-    m.hdr.request_id = id;
-    m.u.error.code = code;
-    m.u.error.message.ptr = (const uint8_t *)text;
-    m.u.error.message.len = (uint32_t)strlen(text);
+    tw__msg_error_init(&m, id, code, text);
     if (id != 0) {
         c->srv->stats.requests_failed++;
         TW_LOG(code == TW_WIRE_INTERNAL ? TW_LOG_ERROR : TW_LOG_INFO,
                "conn %llu %s: request %llu failed: %s: %s", (unsigned long long)c->id, c->peer,
                (unsigned long long)id, tw_strerror_name(TW_ERR_FROM_WIRE(code)), text);
     } else {
-        TW_LOGI("conn %llu %s: connection error %s: %s", (unsigned long long)c->id, c->peer,
-                tw_strerror_name(TW_ERR_FROM_WIRE(code)), text);
+        /* BUSY is admission at work: under a crowd of idle sockets one line
+         * each would flood the log (STATS counts them). */
+        TW_LOG(code == TW_WIRE_BUSY ? TW_LOG_DEBUG : TW_LOG_INFO,
+               "conn %llu %s: connection error %s: %s", (unsigned long long)c->id, c->peer,
+               tw_strerror_name(TW_ERR_FROM_WIRE(code)), text);
     }
     return tw__conn_send(c, &m);
 }
@@ -497,10 +622,8 @@ void tw__conn_fail(struct tw_srv_conn *c, uint32_t code, const char *fmt, ...)
     if (c->state != TW_CONN_OPEN)
         return;
     va_start(ap, fmt);
-    int rc = vsend_error(c, 0, code, fmt, ap);
+    (void)vsend_error(c, 0, code, fmt, ap); /* a failure marked the connection: close is a no-op */
     va_end(ap);
-    if (rc < 0)
-        return; /* already destroyed */
     va_start(ap, fmt);
     vsnprintf(reason, sizeof(reason), fmt, ap);
     va_end(ap);
@@ -516,9 +639,7 @@ static void pump_sources(struct tw_srv_conn *c)
            c->out_data_frames < TW_SRV_DATA_FRAMES_QUEUED) {
         struct tw_xfer *x = c->pump_head;
         c->pump_head = x->snext;
-        int rc = x->ops->pump(x);
-        if (c->state == TW_CONN_DEAD)
-            return; /* the send failed and closed the connection: x is gone */
+        int rc = x->ops->pump(x); /* x stays valid: teardown is deferred */
         if (rc == 0) {
             tw__xfer_destroy(x);
             tw__conn_maybe_finish(c);
@@ -534,7 +655,7 @@ static void conn_flush(struct tw_srv_conn *c)
 {
     size_t budget = TW_SRV_IO_BUDGET;
     for (;;) {
-        if (c->state == TW_CONN_DEAD)
+        if (c->state == TW_CONN_DEAD || c->teardown == TW_TEARDOWN_DESTROY)
             return;
         pump_sources(c);
         if (!c->out_head || budget == 0)
@@ -594,7 +715,8 @@ static void conn_flush(struct tw_srv_conn *c)
             free_chunk(ch);
         }
     }
-    if (c->state == TW_CONN_FLUSHING && !c->out_head) {
+    /* A close not yet settled still has to drop its transfers first. */
+    if (c->state == TW_CONN_FLUSHING && !c->out_head && c->teardown == TW_TEARDOWN_NONE) {
         /* Everything said: half-close and wait for the peer's EOF. */
         shutdown(c->fd, SHUT_WR);
         c->state = TW_CONN_DRAINING;
@@ -606,7 +728,7 @@ static void conn_flush(struct tw_srv_conn *c)
 static void conn_update_events(struct tw_srv_conn *c)
 {
     uint32_t ev = 0;
-    if (c->state == TW_CONN_DEAD)
+    if (c->state == TW_CONN_DEAD || c->teardown == TW_TEARDOWN_DESTROY)
         return;
     /* Hysteresis: pause at the high mark, resume below half of it. */
     int paused =
@@ -638,7 +760,8 @@ static const char *phase_limit_note(const struct tw_srv_conn *c)
 /* A verdict about a frame: fatal -> PROTOCOL_ERROR + close; otherwise the
  * request id is consumed and answered with ERROR(code, id). Returns 0 if the
  * connection lives on. */
-static int handle_verdict(struct tw_srv_conn *c, int v, const struct tw_frame_header *hdr)
+static int handle_verdict(struct tw_srv_conn *c, int v, const struct tw_frame_header *hdr,
+                          const uint8_t *frame, size_t flen)
 {
     /* An unauthenticated peer that skips AUTH is told so in those words
      * (framing violations stay PROTOCOL_ERROR). */
@@ -692,9 +815,13 @@ static int handle_verdict(struct tw_srv_conn *c, int v, const struct tw_frame_he
         tw__conn_send_error(c, hdr->request_id, code,
                             "too many requests in flight on this connection (limit %u)",
                             c->sm.max_inflight);
-    else
-        tw__conn_send_error(c, hdr->request_id, code, "%s request rejected: %s (%s)",
-                            tw__tag_name(hdr->tag), tw_strerror(v), tw_strerror_name(v));
+    else {
+        /* Which rule, and the value that broke it (protocol section 8). */
+        char why[200];
+        tw__explain_request_verdict(frame, frame ? flen : 0, v, why, sizeof(why));
+        tw__conn_send_error(c, hdr->request_id, code, "%s request rejected: %s: %s",
+                            tw__tag_name(hdr->tag), tw_strerror_name(v), why);
+    }
     return c->state == TW_CONN_OPEN ? 0 : -1;
 }
 
@@ -720,7 +847,7 @@ static int begin_data(struct tw_srv_conn *c, const struct tw_frame_header *hdr)
     const uint8_t *p = c->in + c->in_start;
     int v = tw__msg_decode_data_prefix(hdr, p + TW_FRAME_HEADER_LEN, m);
     if (v < 0)
-        return handle_verdict(c, v, hdr);
+        return handle_verdict(c, v, hdr, NULL, 0);
     c->in_start += TW_FRAME_HEADER_LEN + TW_DATA_PREFIX_LEN;
     c->body.active = 1;
     c->body.x = NULL;
@@ -732,7 +859,7 @@ static int begin_data(struct tw_srv_conn *c, const struct tw_frame_header *hdr)
                 c->peer, (unsigned long long)hdr->request_id);
     } else if (v < 0) {
         c->body.active = 0;
-        return handle_verdict(c, v, hdr);
+        return handle_verdict(c, v, hdr, NULL, 0);
     } else {
         struct tw_xfer *x = tw__conn_find_xfer(c, hdr->request_id);
         if (!x || !x->ops->data_begin) {
@@ -802,7 +929,7 @@ static int process_buffered(struct tw_srv_conn *c)
                           "protocol version %u not supported (this server speaks %u)", p[4],
                           TW_PROTO_VERSION);
         else
-            handle_verdict(c, v, &hdr);
+            handle_verdict(c, v, &hdr, NULL, 0);
         return -1;
     }
     if (hdr.tag == TW_TAG_DATA && c->sm.phase >= TW_PHASE_READY &&
@@ -823,13 +950,13 @@ static int process_buffered(struct tw_srv_conn *c)
     struct tw_msg m;
     ssize_t n = tw__msg_decode(p, flen, limit, &m);
     if (n < 0) {
-        int rc = handle_verdict(c, (int)n, &hdr);
+        int rc = handle_verdict(c, (int)n, &hdr, p, flen);
         c->in_start += flen;
         return rc < 0 ? -1 : 1;
     }
     /* Tell an unauthenticated peer why, rather than "out of order". */
     if (c->sm.phase == TW_PHASE_AUTH && hdr.tag != TW_TAG_AUTH) {
-        handle_verdict(c, TW_EOUT_OF_ORDER, &hdr);
+        handle_verdict(c, TW_EOUT_OF_ORDER, &hdr, NULL, 0);
         return -1;
     }
     v = tw__sm_on_recv(&c->sm, &m);
@@ -837,7 +964,7 @@ static int process_buffered(struct tw_srv_conn *c)
         TW_LOGD("conn %llu %s: dropping %s for ended request %llu", (unsigned long long)c->id,
                 c->peer, tw__tag_name(hdr.tag), (unsigned long long)hdr.request_id);
     } else if (v < 0) {
-        if (handle_verdict(c, v, &hdr) < 0)
+        if (handle_verdict(c, v, &hdr, p, flen) < 0)
             return -1;
     } else {
         tw__handle_msg(c, &m);
@@ -943,12 +1070,9 @@ static void conn_on_io(struct tw_loop *loop, struct tw_io *io, uint32_t events)
     c->in_io = 1;
     if (events & EPOLLIN)
         conn_read(c);
-    if (c->state == TW_CONN_DEAD)
-        return;
-    if ((events & (EPOLLERR | EPOLLHUP)) && !(events & EPOLLIN)) {
+    if ((events & (EPOLLERR | EPOLLHUP)) && !(events & EPOLLIN))
         conn_eof(c, (events & EPOLLERR) ? "connection reset by peer" : "peer hung up", 0);
-        return;
-    }
-    conn_flush(c);
+    else
+        conn_flush(c);
     c->in_io = 0;
 }

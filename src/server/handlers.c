@@ -82,7 +82,7 @@ static void handle_hello(struct tw_srv_conn *c, const struct tw_msg *m)
             (unsigned long long)caps, c->max_frame, c->max_inflight,
             auth ? ", authentication required" : "");
     if (!auth)
-        tw__loop_timer_stop(&srv->loop, &c->handshake_timer);
+        tw__conn_handshake_done(c);
 }
 
 static void handle_auth(struct tw_srv_conn *c, const struct tw_msg *m)
@@ -111,7 +111,7 @@ static void handle_auth(struct tw_srv_conn *c, const struct tw_msg *m)
     }
     if (tw__conn_send(c, &r) < 0)
         return;
-    tw__loop_timer_stop(&srv->loop, &c->handshake_timer);
+    tw__conn_handshake_done(c);
     TW_LOGD("conn %llu %s: authenticated", (unsigned long long)c->id, c->peer);
 }
 
@@ -197,8 +197,10 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
     r.hdr.request_id = id;
     r.u.tensor_info.data_plane = ops->wire_plane;
     tw__tensor_describe(x->t, (c->caps & TW_CAP_PAYLOAD_CRC32C) != 0, &r.u.tensor_info.desc);
+    /* A refused send means the connection is closing: x stays in its table
+     * and goes with the deferred teardown; only starting it is pointless. */
     if (tw__conn_send(c, &r) < 0)
-        return; /* the connection is gone, x with it */
+        return;
     c->srv->stats.gets++;
     int rc = ops->start(x);
     if (rc < 0) {
@@ -461,6 +463,8 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"connections", srv->nconns},
         {"connections_total", srv->stats.connections_total},
         {"connections_rejected", srv->stats.connections_rejected},
+        {"connections_evicted", srv->stats.connections_evicted},
+        {"connections_handshaking", srv->nhandshaking},
         {"requests", srv->stats.requests},
         {"requests_failed", srv->stats.requests_failed},
         {"bytes_in", srv->stats.bytes_in},

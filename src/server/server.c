@@ -17,11 +17,80 @@
 
 #include "gpu/cuda.h"
 #include "net/sock.h"
+#include "server/admission.h"
 #include "server/log.h"
 
 #define SCRATCH_LEN (256u << 10)
 
 static void on_accept(struct tw_loop *loop, struct tw_io *io, uint32_t events);
+
+/* Refusing through a connection object (ERROR(BUSY, 0), flush, half-close,
+ * wait for the peer's EOF) is the polite way, but it holds a descriptor per
+ * refused peer, so beyond TW_SRV_MAX_REJECTING of them the refusal is
+ * written here at once: the frame is small enough for any fresh socket's
+ * send buffer. Input already received is read first and the write side
+ * shut before close, so the peer finds ERROR then EOF rather than a reset
+ * (a peer that keeps sending after this may still see one). */
+static void refuse_now(struct tw_srv *srv, int fd, const char *why)
+{
+    char text[256];
+    uint8_t buf[TW_FRAME_HEADER_LEN + 6 + sizeof(text)];
+    struct tw_msg m;
+    snprintf(text, sizeof(text), "server busy, try again later: %s", why);
+    tw__msg_error_init(&m, 0, TW_WIRE_BUSY, text);
+    ssize_t n = tw__msg_encode(&m, buf, sizeof(buf));
+    if (n > 0) {
+        ssize_t w = send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)w; /* best effort: the peer may already be gone */
+    }
+    while (read(fd, srv->scratch, srv->scratch_len) > 0)
+        ;
+    shutdown(fd, SHUT_WR);
+    close(fd);
+    srv->stats.connections_rejected++;
+}
+
+/* Admits or refuses one accepted socket (takes ownership of fd). */
+static void admit(struct tw_srv *srv, int fd, const struct sockaddr *peer)
+{
+    struct tw_admit_input in = {
+        .served = srv->nconns,
+        .max_served = srv->cfg.max_connections,
+        .handshaking = srv->nhandshaking,
+        .max_handshaking = srv->cfg.max_handshakes,
+        .from_address = tw__srv_handshakes_from(srv, peer),
+        .max_per_address = srv->cfg.max_handshakes_per_address,
+    };
+    struct tw_admit_decision d = tw__admit_decide(&in);
+    const char *why = tw__admit_reason_text(d.reason);
+    if (d.verdict == TW_ADMIT_REFUSE) {
+        if (srv->nrejecting >= TW_SRV_MAX_REJECTING) {
+            refuse_now(srv, fd, why);
+            return;
+        }
+        int rc = tw__conn_new(srv, fd, peer, 1, why, 0);
+        if (rc < 0)
+            TW_LOGW("accept: cannot set up the connection: %s", tw_strerror(rc));
+        return;
+    }
+    if (d.verdict == TW_ADMIT_EVICT_OLDEST) {
+        struct tw_srv_conn *old = srv->hs_head;
+        srv->stats.connections_evicted++;
+        TW_LOGD("conn %llu %s: handshake ended to admit a new connection: %s",
+                (unsigned long long)old->id, old->peer, why);
+        tw__conn_fail(old, TW_WIRE_BUSY,
+                      "server busy: handshake not completed after %.1f s while a new connection "
+                      "was waiting (%s)",
+                      (double)(tw__loop_now(&srv->loop) - old->accepted_ms) / 1000.0, why);
+    }
+    uint64_t hs_ms = srv->cfg.handshake_timeout_ms;
+    if (d.short_deadline && srv->cfg.handshake_timeout_busy_ms &&
+        (hs_ms == 0 || srv->cfg.handshake_timeout_busy_ms < hs_ms))
+        hs_ms = srv->cfg.handshake_timeout_busy_ms;
+    int rc = tw__conn_new(srv, fd, peer, 0, why, hs_ms);
+    if (rc < 0)
+        TW_LOGW("accept: cannot set up the connection: %s", tw_strerror(rc));
+}
 
 static void on_accept_retry(struct tw_loop *loop, struct tw_timer *t)
 {
@@ -52,15 +121,7 @@ static void on_accept(struct tw_loop *loop, struct tw_io *io, uint32_t events)
             TW_LOGD("accept: %s", tw_strerror(rc));
             continue; /* ECONNABORTED and friends: that peer is gone */
         }
-        int rejecting = srv->nconns >= srv->cfg.max_connections;
-        if (rejecting && srv->nrejecting >= TW_SRV_MAX_REJECTING) {
-            close(fd); /* refusing politely has its limits too */
-            srv->stats.connections_rejected++;
-            continue;
-        }
-        rc = tw__conn_new(srv, fd, (struct sockaddr *)&peer, rejecting);
-        if (rc < 0)
-            TW_LOGW("accept: cannot set up the connection: %s", tw_strerror(rc));
+        admit(srv, fd, (struct sockaddr *)&peer);
     }
 }
 
@@ -69,8 +130,8 @@ static void on_signal(struct tw_loop *loop, int signo, void *data)
     struct tw_srv *srv = data;
     if (srv->shutting_down) {
         TW_LOGW("%s again: closing all connections now", strsignal(signo));
-        while (srv->conns)
-            tw__conn_destroy(srv->conns, "server stopped");
+        for (struct tw_srv_conn *c = srv->conns; c; c = c->next)
+            tw__conn_destroy(c, "server stopped");
         return;
     }
     char why[64];
@@ -84,8 +145,8 @@ static void on_grace_timeout(struct tw_loop *loop, struct tw_timer *t)
     if (srv->conns)
         TW_LOGW("shutdown grace period over: closing %u remaining connection(s)",
                 srv->nconns + srv->nrejecting);
-    while (srv->conns)
-        tw__conn_destroy(srv->conns, "shutdown grace period over");
+    for (struct tw_srv_conn *c = srv->conns; c; c = c->next)
+        tw__conn_destroy(c, "shutdown grace period over");
 }
 
 static int served(const struct tw_srv_config *c, int ordinal)
@@ -243,6 +304,7 @@ static void free_dead(struct tw_srv *srv)
 int tw__srv_poll(struct tw_srv *srv, int max_wait_ms)
 {
     int rc = tw__loop_run_once(&srv->loop, max_wait_ms);
+    tw__srv_settle(srv);
     free_dead(srv);
     return rc;
 }
@@ -273,7 +335,7 @@ void tw__srv_shutdown(struct tw_srv *srv, const char *why)
     }
     struct tw_srv_conn *c = srv->conns, *next;
     for (; c; c = next) {
-        next = c->next; /* c may be destroyed below, never its successor */
+        next = c->next;
         if (c->state != TW_CONN_OPEN)
             continue;
         if (c->sm.phase < TW_PHASE_READY) {
@@ -289,8 +351,9 @@ void tw__srv_shutdown(struct tw_srv *srv, const char *why)
 
 void tw__srv_destroy(struct tw_srv *srv)
 {
-    while (srv->conns)
-        tw__conn_destroy(srv->conns, "server stopped");
+    for (struct tw_srv_conn *c = srv->conns; c; c = c->next)
+        tw__conn_destroy(c, "server stopped");
+    tw__srv_settle(srv);
     free_dead(srv);
     if (srv->lfd >= 0) {
         tw__loop_io_del(&srv->loop, &srv->listen_io);

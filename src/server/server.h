@@ -68,6 +68,15 @@ enum tw_conn_state {
     TW_CONN_DEAD      /* unlinked, waiting to be freed */
 };
 
+/* Teardown asked for and not yet done (deferred close, see tw__conn_close):
+ * the connection's transfers, fabric peer and socket stay valid until
+ * tw__srv_settle() acts on it after the current loop iteration. */
+enum tw_conn_teardown {
+    TW_TEARDOWN_NONE = 0,
+    TW_TEARDOWN_CLOSE,  /* graceful: abandon transfers, flush, half-close */
+    TW_TEARDOWN_DESTROY /* immediate: close the socket, unlink */
+};
+
 struct tw_srv_conn {
     struct tw_srv *srv;
     struct tw_srv_conn *next, *prev;
@@ -75,12 +84,20 @@ struct tw_srv_conn {
     int fd;
     struct tw_io io;
     char peer[TW_NET_ADDRSTRLEN];
+    struct sockaddr_storage peer_addr;
     enum tw_conn_state state;
-    int rejecting;    /* over max_connections: ERROR(BUSY) then close */
+    int rejecting; /* over max_connections: ERROR(BUSY) then close */
+    int slot_held; /* counted in nconns or nrejecting until destroyed */
+    /* Not through the handshake yet: on srv's handshake list (oldest
+     * first), counted in srv->nhandshaking (admission.h). */
+    int handshaking;
+    struct tw_srv_conn *hs_next, *hs_prev;
     int peer_goodbye; /* client sent GOODBYE: close when idle */
     int in_io;        /* inside this connection's own I/O callback */
     int input_paused; /* too many unread replies: not reading */
     char close_reason[256];
+    enum tw_conn_teardown teardown;  /* asked for, done by tw__srv_settle */
+    struct tw_srv_conn *settle_next; /* on srv->settle while teardown != NONE */
 
     struct tw_sm sm;
     uint64_t caps;      /* negotiated */
@@ -124,6 +141,7 @@ struct tw_srv_conn {
 struct tw_srv_stats {
     uint64_t connections_total;
     uint64_t connections_rejected;
+    uint64_t connections_evicted; /* handshakes ended to make room */
     uint64_t requests;
     uint64_t requests_failed;
     uint64_t bytes_in;
@@ -147,8 +165,12 @@ struct tw_srv {
     char bound[TW_NET_ADDRSTRLEN];
     struct tw_srv_conn *conns;
     struct tw_srv_conn *dead;
-    uint32_t nconns;     /* served connections (max_connections applies) */
-    uint32_t nrejecting; /* connections being refused */
+    struct tw_srv_conn *settle; /* connections with a teardown to do */
+    uint32_t nconns;            /* served connections (max_connections applies) */
+    uint32_t nrejecting;        /* connections being refused */
+    /* Connections still in their handshake, oldest first. */
+    struct tw_srv_conn *hs_head, *hs_tail;
+    uint32_t nhandshaking;
     uint64_t next_conn_id;
     int shutting_down;
     int done;
@@ -192,10 +214,30 @@ void tw__srv_destroy(struct tw_srv *srv);
 
 /* ---- session layer (conn.c) ---- */
 
-/* Wraps an accepted socket; takes ownership of fd. */
-int tw__conn_new(struct tw_srv *srv, int fd, const struct sockaddr *peer, int rejecting);
+/* Wraps an accepted socket; takes ownership of fd. rejecting: answer
+ * ERROR(BUSY, 0) with why (static text) and close; otherwise serve it with
+ * a handshake deadline of handshake_ms (0: none). */
+int tw__conn_new(struct tw_srv *srv, int fd, const struct sockaddr *peer, int rejecting,
+                 const char *why, uint64_t handshake_ms);
+/* The handshake completed (READY): leaves the handshake budget and stops
+ * the handshake deadline. */
+void tw__conn_handshake_done(struct tw_srv_conn *c);
+/* Connections in their handshake from the same address as peer. */
+uint32_t tw__srv_handshakes_from(const struct tw_srv *srv, const struct sockaddr *peer);
+/*
+ * Deferred close (like libuv's uv_close): nothing below frees a transfer, a
+ * tensor reference, the fabric peer or the connection under its caller. A
+ * failing connection is only marked: it stops reading and stops accepting
+ * frames to send at once (tw__conn_send then returns TW_ESHUTDOWN), and
+ * tw__srv_settle() tears it down at one point of the loop, after the
+ * current iteration. So a caller may keep using its transfer after any send
+ * and need not re-check the connection's state for memory safety.
+ */
 /* Validates msg with the state machine, encodes and queues it. Returns 0 or
- * a negative code (the connection is then being closed). */
+ * a negative code: the connection is closing (TW_ESHUTDOWN), or the frame
+ * was refused (the server broke the sequence: the connection is failed
+ * with ERROR(INTERNAL, 0)), or out of memory (the connection is marked for
+ * an immediate close). */
 int tw__conn_send(struct tw_srv_conn *c, struct tw_msg *m);
 /* Queues DATA(offset, t->data[offset..offset+len)) without copying. */
 int tw__conn_send_data(struct tw_srv_conn *c, uint64_t id, struct tw_tensor *t, uint64_t offset,
@@ -203,20 +245,28 @@ int tw__conn_send_data(struct tw_srv_conn *c, uint64_t id, struct tw_tensor *t, 
 /* ERROR(code, id, message) for one request (id != 0); logged at info. */
 int tw__conn_send_error(struct tw_srv_conn *c, uint64_t id, uint32_t code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* Connection-level ERROR(code, 0, message), then close. */
+/* Connection-level ERROR(code, 0, message), then the graceful close. Every
+ * fatal path the server takes while the socket still works goes through
+ * here, so the peer always learns why (docs/protocol.md section 1). */
 void tw__conn_fail(struct tw_srv_conn *c, uint32_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Graceful close: abandons transfers, flushes the queue, shuts down the
- * write side, waits briefly for the peer's EOF. */
+/* Graceful close: marks the connection; the settle step abandons its
+ * transfers, flushes the queue, shuts down the write side and waits briefly
+ * for the peer's EOF. */
 void tw__conn_close(struct tw_srv_conn *c, const char *reason);
 /* GOODBYE(code), then TW_SRV_GOODBYE_WINDOW_MS in which requests that
  * crossed it are still answered (the state machine turns them into
  * ERROR(SHUTTING_DOWN, id)), then the graceful close. A peer that closes
  * first ends it sooner. */
 void tw__conn_goodbye(struct tw_srv_conn *c, uint32_t code, const char *reason);
-/* Immediate close (peer gone, fatal I/O error). The memory stays valid until
- * the server calls tw__conn_free after the current loop iteration. */
+/* Immediate close (peer gone, fatal I/O error): marks the connection; the
+ * settle step closes the socket and unlinks it, and the server frees it
+ * after that (tw__conn_free). */
 void tw__conn_destroy(struct tw_srv_conn *c, const char *reason);
+/* The one place where connections are torn down: runs every teardown
+ * marked since the last call (including ones a teardown itself marks).
+ * Called by tw__srv_poll after each loop iteration and by tw__srv_destroy. */
+void tw__srv_settle(struct tw_srv *srv);
 void tw__conn_free(struct tw_srv_conn *c);
 /* Ends every transfer with ERROR(code, id, why) (shutdown, idle timeout). */
 void tw__conn_fail_transfers(struct tw_srv_conn *c, uint32_t code, const char *why);

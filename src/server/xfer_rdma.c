@@ -211,7 +211,7 @@ static int submit(struct tw_xfer *x, enum tw_fabric_op op)
         uint64_t left_ms = c->srv->cfg.transfer_timeout_ms;
         uint64_t used = tw__loop_now(&c->srv->loop) - x->started_ms;
         left_ms = used < left_ms ? left_ms - used : 1;
-        d.deadline_ns = tw__fabric_now_ns() + left_ms * 1000000ull;
+        d.deadline_ns = tw__now_ns() + left_ms * 1000000ull;
     }
     d.cookie = (uint64_t)(uintptr_t)st;
     int rc = tw__fabric_xfer_submit(c->srv->fab, &d, &st->fx);
@@ -245,11 +245,7 @@ static void on_completion(struct tw_srv *srv, const struct tw_fabric_completion 
             TW_LOGW("conn %llu %s: rdma push get of '%s' failed: %s (%s)",
                     (unsigned long long)c->id, c->peer, x->t->name, tw_strerror(fc->status),
                     fc->msg);
-        uint64_t id = x->id;
-        (void)id;
-        int rc = send_done(x, ws, fc->bytes);
-        if (c->state == TW_CONN_DEAD || rc < 0)
-            return;
+        (void)send_done(x, ws, fc->bytes); /* x stays valid: teardown is deferred */
         tw__xfer_destroy(x);
         tw__conn_maybe_finish(c);
         return;

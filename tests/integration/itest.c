@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "net/sock.h"
 #include "proto/auth.h"
 #include "tw_test.h"
@@ -21,10 +22,8 @@
 
 uint64_t itest_now_ms(void)
 {
-    struct timespec ts;
     (void)tw_test_cases_run; /* tw_test.h's counter belongs to the test mains */
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return tw__now_ms();
 }
 
 void itest_fill(uint8_t *p, size_t n, uint32_t seed)
@@ -251,6 +250,11 @@ int itc_expect_eof(struct itc *c)
 
 void itc_expect_error(struct itc *c, uint64_t id, uint32_t code)
 {
+    itc_expect_error_text(c, id, code, NULL, 0);
+}
+
+void itc_expect_error_text(struct itc *c, uint64_t id, uint32_t code, char *text, size_t len)
+{
     struct tw_msg m;
     int rc = itc_recv(c, &m);
     if (rc < 0)
@@ -269,6 +273,9 @@ void itc_expect_error(struct itc *c, uint64_t id, uint32_t code)
     fprintf(stderr, "  got ERROR(%s, %llu): %.*s\n", tw_strerror_name(TW_ERR_FROM_WIRE(code)),
             (unsigned long long)id, (int)m.u.error.message.len,
             (const char *)m.u.error.message.ptr);
+    if (text && len)
+        snprintf(text, len, "%.*s", (int)m.u.error.message.len,
+                 (const char *)m.u.error.message.ptr);
 }
 
 int itc_handshake_caps(struct itc *c, const char *token, uint64_t caps)

@@ -60,6 +60,9 @@ int itc_recv(struct itc *c, struct tw_msg *m);
 int itc_expect_eof(struct itc *c);
 /* Receives one frame and requires ERROR(code, id); returns nothing. */
 void itc_expect_error(struct itc *c, uint64_t id, uint32_t code);
+/* The same, and copies the ERROR's message into text (len bytes, always
+ * NUL-terminated; text may be NULL). */
+void itc_expect_error_text(struct itc *c, uint64_t id, uint32_t code, char *text, size_t len);
 
 uint64_t itc_id(struct itc *c);
 

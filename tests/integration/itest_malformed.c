@@ -2,6 +2,7 @@
  * id 0) and a close, a killed client leaves no partial tensor, limits on
  * connections and handshake time hold, and through all of it a second
  * connection keeps working. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -203,33 +204,104 @@ static void test_killed_mid_put(void)
     bystander_ok();
 }
 
+/* Request-level rejections name the rule and the value (protocol section
+ * 8, issue #9 fix 7). Raw frames: the codec refuses to encode such names. */
+static void expect_invalid(struct itc *c, const uint8_t *f, size_t len, const char *want)
+{
+    uint64_t id;
+    char text[1100];
+    memcpy(&id, f + 16, 8);
+    TW_ASSERT_OK(itc_send_raw(c, f, len));
+    itc_expect_error_text(c, id, TW_WIRE_INVALID_ARGUMENT, text, sizeof(text));
+    if (!strstr(text, want))
+        TW_FAIL("ERROR message '%s' does not say '%s'", text, want);
+}
+
+static void test_rejections_name_the_value(void)
+{
+    struct itc c;
+    static uint8_t f[2048];
+    itc_connect(&c, &srv);
+    TW_ASSERT_OK(itc_handshake(&c, NULL));
+    /* STAT with a 1040-byte name. */
+    uint32_t plen = 2 + 1040;
+    frame(f, TW_TAG_STAT, plen, itc_id(&c));
+    f[24] = 1040 & 0xff;
+    f[25] = 1040 >> 8;
+    memset(f + 26, 'a', 1040);
+    expect_invalid(&c, f, 24 + plen, "name is 1040 bytes, limit 1024");
+    /* DELETE of a name with an overlong '/' (C0 AF) at byte offset 3. */
+    static const uint8_t bad[] = {'a', 'b', 'c', 0xC0, 0xAF};
+    plen = 2 + sizeof(bad);
+    frame(f, TW_TAG_DELETE, plen, itc_id(&c));
+    f[24] = sizeof(bad);
+    f[25] = 0;
+    memcpy(f + 26, bad, sizeof(bad));
+    expect_invalid(&c, f, 24 + plen, "not valid UTF-8 at byte offset 3");
+    /* TENSOR_PUT whose byte_length is not the shape's: encode a valid one,
+     * then change byte_length (descriptor offset 8, payload offset 4). */
+    struct tw_msg m;
+    uint64_t shape[1] = {4};
+    memset(&m, 0, sizeof(m));
+    m.hdr.version = TW_PROTO_VERSION;
+    m.hdr.tag = TW_TAG_TENSOR_PUT;
+    m.hdr.request_id = itc_id(&c);
+    itest_desc(&m.u.tensor_put.desc, "shape", TW_DTYPE_U8, 1, shape);
+    ssize_t n = tw__msg_encode(&m, f, sizeof(f));
+    TW_ASSERT(n > 0);
+    uint64_t wrong = 100;
+    memcpy(f + 24 + 4 + 8, &wrong, 8);
+    expect_invalid(&c, f, (size_t)n, "byte_length is 100 but u8 [4] is 4 bytes");
+    TW_ASSERT_EQ(itc_ping(&c), 0);
+    itc_close(&c);
+}
+
 static void test_handshake_timeout_and_max_connections(void)
 {
     struct itest_server s2;
     const char *args[] = {"--handshake-timeout", "0.3", "--max-connections", "2", NULL};
     itest_server_start(&s2, args);
-    struct itc a, b, c;
+    struct itc a, b, c, d;
     itc_connect(&a, &s2);
     itc_connect(&b, &s2);
     TW_ASSERT_OK(itc_handshake(&b, NULL));
-    /* The third connection is refused with ERROR(BUSY, 0). */
+    /* Server full, a still silent in its handshake: a makes room for c
+     * (ERROR(BUSY, 0), then EOF) and c is served. */
     itc_connect(&c, &s2);
-    itc_expect_error(&c, 0, TW_WIRE_BUSY);
-    TW_ASSERT_OK(itc_expect_eof(&c));
+    itc_expect_error(&a, 0, TW_WIRE_BUSY);
+    TW_ASSERT_OK(itc_expect_eof(&a));
+    itc_close(&a);
+    TW_ASSERT_OK(itc_handshake(&c, NULL));
+    /* Full of established connections: the next one is refused with
+     * ERROR(BUSY, 0), never evicting an established one. */
+    itc_connect(&d, &s2);
+    itc_expect_error(&d, 0, TW_WIRE_BUSY);
+    TW_ASSERT_OK(itc_expect_eof(&d));
+    itc_close(&d);
+    TW_ASSERT_EQ(itc_ping(&b), 0);
+    TW_ASSERT_EQ(itc_ping(&c), 0);
     itc_close(&c);
-    /* a never says HELLO: TIMEOUT after 0.3 s, then close. */
+    /* A slot is free again once c is gone (the server sees its EOF first). */
     uint64_t t0 = itest_now_ms();
+    for (;;) {
+        itc_connect(&a, &s2);
+        int rc = itc_handshake(&a, NULL);
+        itc_close(&a);
+        if (rc == 0)
+            break;
+        TW_ASSERT_EQ(rc, TW_WIRE_BUSY);
+        TW_ASSERT(itest_now_ms() - t0 < 5000);
+        usleep(10000);
+    }
+    /* a never says HELLO: TIMEOUT after 0.3 s, then close. */
+    itc_connect(&a, &s2);
+    t0 = itest_now_ms();
     itc_expect_error(&a, 0, TW_WIRE_TIMEOUT);
     TW_ASSERT_OK(itc_expect_eof(&a));
     TW_ASSERT(itest_now_ms() - t0 < 3000);
     itc_close(&a);
-    /* Its slot is free again. */
-    itc_connect(&c, &s2);
-    TW_ASSERT_OK(itc_handshake(&c, NULL));
-    TW_ASSERT_EQ(itc_ping(&c), 0);
     TW_ASSERT_EQ(itc_ping(&b), 0);
     itc_close(&b);
-    itc_close(&c);
     TW_ASSERT_EQ(itest_server_stop(&s2, SIGTERM, 10000), 0);
 }
 
@@ -245,6 +317,7 @@ int main(void)
     TW_RUN(test_duplicate_id);
     TW_RUN(test_bad_data_sequence);
     TW_RUN(test_killed_mid_put);
+    TW_RUN(test_rejections_name_the_value);
     TW_RUN(test_handshake_timeout_and_max_connections);
     itc_close(&good);
     TW_ASSERT_EQ(itest_server_stop(&srv, SIGTERM, 10000), 0);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "itest.h"
+#include "tensorwire/client.h"
 #include "tw_test.h"
 
 static void start_put(struct itc *c, uint64_t id, const char *name, uint64_t len, uint64_t send)
@@ -157,10 +158,43 @@ static void test_idle_timeout(void)
     TW_ASSERT_EQ(itest_server_stop(&srv, SIGTERM, 10000), 0);
 }
 
+/* The library against the real server (client.h): after SIGTERM one call
+ * reports SHUTTING_DOWN, then every call fails with -ENOTCONN at once, and
+ * tw_client_is_connected says so (a reconnect loop stops spinning). */
+static void test_library_after_goodbye(void)
+{
+    struct itest_server srv;
+    itest_server_start(&srv, NULL);
+    struct tw_client_options o;
+    tw_client *c = NULL;
+    tw_client_options_init(&o);
+    o.request_timeout_ms = 10000;
+    TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &c));
+    TW_ASSERT_EQ(tw_client_is_connected(c), 1);
+    TW_ASSERT_OK(tw_ping(c, NULL));
+    kill(srv.pid, SIGTERM);
+    /* Calls answered before the server saw the signal still succeed. */
+    int rc = 0;
+    uint64_t t0 = itest_now_ms();
+    while ((rc = tw_ping(c, NULL)) == 0) {
+        TW_ASSERT(itest_now_ms() - t0 < 10000);
+        usleep(1000);
+    }
+    fprintf(stderr, "  first failure: %s: %s\n", tw_strerror_name(rc),
+            tw_client_last_error_message(c));
+    TW_ASSERT_ERR(rc, TW_ESHUTDOWN);
+    TW_ASSERT_EQ(tw_client_is_connected(c), 0);
+    for (int i = 0; i < 100; i++)
+        TW_ASSERT_ERR(tw_ping(c, NULL), -ENOTCONN);
+    tw_close(c);
+    TW_ASSERT_EQ(itest_server_stop(&srv, 0, 10000), 0);
+}
+
 int main(void)
 {
     TW_RUN(test_transfer_timeout);
     TW_RUN(test_sigterm_in_flight);
     TW_RUN(test_idle_timeout);
+    TW_RUN(test_library_after_goodbye);
     TW_DONE();
 }

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "tensorwire/client.h"
+#include "tw_test.h"
 
 struct tw_test_server {
     pid_t pid;
@@ -91,13 +92,10 @@ static void tw_test_server_start(struct tw_test_server *s, const char *const *ar
     s->out_fd = p[0];
     char line[4096];
     size_t len = 0;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t t0 = tw_test_now_ns();
     for (;;) {
         struct pollfd pf = {.fd = s->out_fd, .events = POLLIN};
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        int left =
-            10000 - (int)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000);
+        int left = 10000 - (int)((tw_test_now_ns() - t0) / 1000000);
         if (left <= 0 || poll(&pf, 1, left) <= 0) {
             fprintf(stderr, "tensorwired printed no 'listening on' line within 10 s\n");
             kill(s->pid, SIGKILL);
@@ -145,7 +143,7 @@ static void tw_test_client_options(struct tw_client_options *o)
 /* The data plane a test expects for a non-empty get or put: "rdma push"
  * with TW_TEST_PUSH=always, "rdma pull" with another TW_TEST_FABRIC run,
  * "inline" otherwise (a prefix of tw_client_data_plane()). */
-static const char *tw_test_expected_plane(void)
+static inline const char *tw_test_expected_plane(void)
 {
     const char *fabric = getenv("TW_TEST_FABRIC"), *push = getenv("TW_TEST_PUSH");
     if (!fabric || !*fabric)

@@ -201,7 +201,7 @@ static int pull(struct child *c, unsigned ms, struct tw_fabric_completion *out)
                                     .local = lmr,
                                     .remote = c->h.src,
                                     .length = REGION,
-                                    .deadline_ns = tw__fabric_now_ns() + ms * 1000000ull};
+                                    .deadline_ns = tw__now_ns() + ms * 1000000ull};
     return tw__fabric_xfer_run(plane, &d, out);
 }
 
@@ -221,7 +221,7 @@ static void pull_and_push(void)
                                     .local = lmr,
                                     .remote = c.h.dst,
                                     .length = REGION,
-                                    .deadline_ns = tw__fabric_now_ns() + 20000000000ull};
+                                    .deadline_ns = tw__now_ns() + 20000000000ull};
     ret = tw__fabric_xfer_run(plane, &d, &cc);
     if (ret)
         TW_FAIL("push: %s: %s", tw_strerror_name(ret), cc.msg);
@@ -252,9 +252,9 @@ static void stalled_then_dead_peer(void)
     } else {
         kill(c.pid, SIGSTOP);
     }
-    uint64_t t0 = tw__fabric_now_ns();
+    uint64_t t0 = tw__now_ns();
     int ret = pull(&c, 300, &cc);
-    uint64_t ms = (tw__fabric_now_ns() - t0) / 1000000;
+    uint64_t ms = (tw__now_ns() - t0) / 1000000;
     fprintf(stderr, "  stopped peer: %s after %llu ms: %s\n", tw_strerror_name(ret),
             (unsigned long long)ms, cc.msg);
     TW_ASSERT_ERR(ret, TW_ETIMEDOUT);
@@ -276,11 +276,11 @@ static void stalled_then_dead_peer(void)
         TW_ASSERT_OK(xread(c.sock, &ack, 1));
         /* The retired rail is still polled: late answers drain (shm 1.17
          * does not always send them: then the buffer stays parked). */
-        uint64_t until = tw__fabric_now_ns() + 3000000000ull;
+        uint64_t until = tw__now_ns() + 3000000000ull;
         do {
             usleep(1000);
             tw__fabric_stats(plane, &st1);
-        } while ((st1.stuck_ops || !st1.rails_reopened) && tw__fabric_now_ns() < until);
+        } while ((st1.stuck_ops || !st1.rails_reopened) && tw__now_ns() < until);
         fprintf(stderr, "  after resuming: %u operations still held\n", st1.stuck_ops);
         TW_ASSERT_EQ(st1.rails_retired, 1);
         TW_ASSERT_EQ(st1.rails_reopened, 1);
@@ -314,7 +314,7 @@ static void stalled_then_dead_peer(void)
                                     .local = lmr,
                                     .remote = c.h.src,
                                     .length = REGION,
-                                    .deadline_ns = tw__fabric_now_ns() + 2000000000ull,
+                                    .deadline_ns = tw__now_ns() + 2000000000ull,
                                     .cookie = 7};
     TW_ASSERT_OK(tw__fabric_xfer_submit(plane, &d, NULL));
     /* Killed and reaped before we progress again, as a real peer (not our
@@ -325,15 +325,15 @@ static void stalled_then_dead_peer(void)
     TW_ASSERT_EQ(waitpid(c.pid, &wst, 0), c.pid);
     unlink_shm_region(&c.h.addr);
     c.pid = 0;
-    t0 = tw__fabric_now_ns();
+    t0 = tw__now_ns();
     int got = 0;
-    while (!got && tw__fabric_now_ns() - t0 < 10000000000ull) {
+    while (!got && tw__now_ns() - t0 < 10000000000ull) {
         got = tw__fabric_done_pop(plane, &cc);
         if (!got)
             usleep(1000);
     }
     TW_ASSERT_EQ(got, 1);
-    ms = (tw__fabric_now_ns() - t0) / 1000000;
+    ms = (tw__now_ns() - t0) / 1000000;
     fprintf(stderr, "  killed peer: %s after %llu ms, %llu bytes: %s\n",
             tw_strerror_name(cc.status), (unsigned long long)ms, (unsigned long long)cc.bytes,
             cc.msg);
@@ -354,11 +354,11 @@ static void stalled_then_dead_peer(void)
         /* shm 1.17 answers in order: the dead peer's unanswered read
          * would block this endpoint for good, so the rail was retired and
          * a replacement opened; the same plane serves the next peer. */
-        uint64_t until = tw__fabric_now_ns() + 10000000000ull;
+        uint64_t until = tw__now_ns() + 10000000000ull;
         do {
             usleep(1000);
             tw__fabric_stats(plane, &st2);
-        } while (st2.rails_reopened < 2 && tw__fabric_now_ns() < until);
+        } while (st2.rails_reopened < 2 && tw__now_ns() < until);
         fprintf(stderr, "  rails: %u retired, %u reopened\n", st2.rails_retired,
                 st2.rails_reopened);
         TW_ASSERT_EQ(st2.rails_retired, 2);

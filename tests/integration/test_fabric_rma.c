@@ -60,7 +60,7 @@ static void fill(uint8_t *p, size_t n, unsigned seed)
 
 static uint64_t deadline_in_ms(unsigned ms)
 {
-    return tw__fabric_now_ns() + (uint64_t)ms * 1000000ull;
+    return tw__now_ns() + (uint64_t)ms * 1000000ull;
 }
 
 static void open_errors(void)
@@ -334,7 +334,7 @@ static void many_in_flight(void)
     }
     unsigned seen = 0, mask_hits[N] = {0};
     uint64_t until = deadline_in_ms(30000);
-    while (seen < N && tw__fabric_now_ns() < until) {
+    while (seen < N && tw__now_ns() < until) {
         struct pollfd pfd = {.fd = tw__fabric_event_fd(c2), .events = POLLIN};
         poll(&pfd, 1, 100);
         struct tw_fabric_completion c;
@@ -366,7 +366,7 @@ static void many_in_flight(void)
 static int wait_completion(struct tw_fabric *f, struct tw_fabric_completion *c, unsigned ms)
 {
     uint64_t until = deadline_in_ms(ms);
-    while (tw__fabric_now_ns() < until) {
+    while (tw__now_ns() < until) {
         struct pollfd pfd = {.fd = tw__fabric_event_fd(f), .events = POLLIN};
         poll(&pfd, 1, 50);
         if (tw__fabric_done_pop(f, c) == 1)
@@ -384,7 +384,7 @@ static void wait_drained(struct tw_fabric *f)
     do {
         tw__fabric_progress(f);
         tw__fabric_stats(f, &st);
-    } while (st.stuck_ops && tw__fabric_now_ns() < until);
+    } while (st.stuck_ops && tw__now_ns() < until);
     TW_ASSERT_EQ(st.stuck_ops, 0);
 }
 
@@ -443,7 +443,7 @@ static void release_after_drain(void)
         TW_ASSERT_EQ(idle_calls, 1); /* still held by the provider */
     tw__fabric_pause(srv, 0);
     uint64_t until = deadline_in_ms(5000);
-    while (idle_calls < 2 && tw__fabric_now_ns() < until)
+    while (idle_calls < 2 && tw__now_ns() < until)
         tw__fabric_progress(cli);
     fprintf(stderr, "  buffer handed back after the peer resumed: %s\n",
             idle_calls == 2 ? "yes" : "no (shm: the op is never answered)");
@@ -528,10 +528,10 @@ static void deadline_when_peer_stalls(void)
                                     .length = n,
                                     .deadline_ns = deadline_in_ms(300)};
     tw__fabric_pause(srv, 1);
-    uint64_t t0 = tw__fabric_now_ns();
+    uint64_t t0 = tw__now_ns();
     struct tw_fabric_completion c;
     int ret = tw__fabric_xfer_run(cli, &d, &c);
-    uint64_t ms = (tw__fabric_now_ns() - t0) / 1000000;
+    uint64_t ms = (tw__now_ns() - t0) / 1000000;
     tw__fabric_pause(srv, 0);
     fprintf(stderr, "  stalled peer: %s after %llu ms, %llu bytes: %s\n", tw_strerror_name(ret),
             (unsigned long long)ms, (unsigned long long)c.bytes, c.msg);

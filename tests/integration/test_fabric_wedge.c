@@ -51,8 +51,8 @@ static void hook(void *arg, unsigned rail)
 static int wait_completion(struct tw_fabric *f, struct tw_fabric_completion *c, unsigned ms)
 {
     struct pollfd pfd = {.fd = tw__fabric_event_fd(f), .events = POLLIN};
-    uint64_t until = tw__fabric_now_ns() + (uint64_t)ms * 1000000ull;
-    while (tw__fabric_now_ns() < until) {
+    uint64_t until = tw__now_ns() + (uint64_t)ms * 1000000ull;
+    while (tw__now_ns() < until) {
         if (tw__fabric_done_pop(f, c) == 1)
             return 1;
         poll(&pfd, 1, 10);
@@ -93,9 +93,9 @@ static void wedged_call(void)
                                     .local = ldst,
                                     .remote = tw__fabric_mr_rkey(rsrc),
                                     .length = n,
-                                    .deadline_ns = tw__fabric_now_ns() + 30000000000ull,
+                                    .deadline_ns = tw__now_ns() + 30000000000ull,
                                     .cookie = 42};
-    uint64_t t0 = tw__fabric_now_ns();
+    uint64_t t0 = tw__now_ns();
     TW_ASSERT_OK(tw__fabric_xfer_submit(cli, &d, NULL));
     /* While the call hangs, a control call that needs the rail (a remote
      * registration) waits for it only until the watchdog gives the rail
@@ -106,14 +106,14 @@ static void wedged_call(void)
     pthread_mutex_unlock(&hook_lock);
     struct tw_fabric_mr *m1 = NULL;
     int r1 = tw__fabric_mr_register(cp, dst2, n, TW_FABRIC_REMOTE_WRITE, TW_FABRIC_HOST, 0, &m1);
-    uint64_t waited = (tw__fabric_now_ns() - t0) / 1000000;
+    uint64_t waited = (tw__now_ns() - t0) / 1000000;
     fprintf(stderr, "  register while the call hangs: %s after %llu ms\n", tw_strerror_name(r1),
             (unsigned long long)waited);
     TW_ASSERT_ERR(r1, -ECONNABORTED);
     TW_ASSERT(waited < 5000);
     struct tw_fabric_completion c;
     TW_ASSERT_EQ(wait_completion(cli, &c, 10000), 1);
-    uint64_t ms = (tw__fabric_now_ns() - t0) / 1000000;
+    uint64_t ms = (tw__now_ns() - t0) / 1000000;
     fprintf(stderr, "  wedged transfer: %s after %llu ms, buffer_busy %d: %s\n",
             tw_strerror_name(c.status), (unsigned long long)ms, c.buffer_busy, c.msg);
     TW_ASSERT_EQ(blocked, 1);
@@ -124,11 +124,11 @@ static void wedged_call(void)
 
     /* The rail is given up and replaced; the peer says why. */
     struct tw_fabric_stats st;
-    uint64_t until = tw__fabric_now_ns() + 5000000000ull;
+    uint64_t until = tw__now_ns() + 5000000000ull;
     do {
         usleep(1000);
         tw__fabric_stats(cli, &st);
-    } while (!st.rails_reopened && tw__fabric_now_ns() < until);
+    } while (!st.rails_reopened && tw__now_ns() < until);
     TW_ASSERT_EQ(st.rails_wedged, 1);
     TW_ASSERT_EQ(st.rails_retired, 1);
     TW_ASSERT_EQ(st.rails_reopened, 1);
@@ -143,10 +143,10 @@ static void wedged_call(void)
 
     /* Control calls on the wedged rail fail at once instead of waiting for
      * the stuck thread; transfers are refused. */
-    t0 = tw__fabric_now_ns();
+    t0 = tw__now_ns();
     struct tw_fabric_mr *m2 = NULL;
     int ret = tw__fabric_mr_register(cp, dst2, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &m2);
-    ms = (tw__fabric_now_ns() - t0) / 1000000;
+    ms = (tw__now_ns() - t0) / 1000000;
     fprintf(stderr, "  register on the wedged rail: %s after %llu ms: %s\n", tw_strerror_name(ret),
             (unsigned long long)ms, tw__fabric_errmsg(cli));
     TW_ASSERT_ERR(ret, -ECONNABORTED);
@@ -169,7 +169,7 @@ static void wedged_call(void)
                                      .local = ldst2,
                                      .remote = tw__fabric_mr_rkey(rsrc2),
                                      .length = n,
-                                     .deadline_ns = tw__fabric_now_ns() + 20000000000ull};
+                                     .deadline_ns = tw__now_ns() + 20000000000ull};
     ret = tw__fabric_xfer_run(cli, &d2, &c);
     if (ret)
         TW_FAIL("transfer on the replacement rail: %s: %s", tw_strerror_name(ret), c.msg);
@@ -180,8 +180,8 @@ static void wedged_call(void)
     released = 1;
     pthread_cond_broadcast(&hook_cond);
     pthread_mutex_unlock(&hook_lock);
-    until = tw__fabric_now_ns() + 5000000000ull;
-    while (abandoned(cli) && tw__fabric_now_ns() < until)
+    until = tw__now_ns() + 5000000000ull;
+    while (abandoned(cli) && tw__now_ns() < until)
         usleep(1000);
     TW_ASSERT_EQ(abandoned(cli), 0);
     tw__fabric_set_call_hook(cli, NULL, NULL);
@@ -221,7 +221,7 @@ static void pull_ok(struct tw_fabric *cli, struct tw_fabric *srv, struct tw_fabr
                                     .local = ld,
                                     .remote = tw__fabric_mr_rkey(rs),
                                     .length = n,
-                                    .deadline_ns = tw__fabric_now_ns() + 20000000000ull};
+                                    .deadline_ns = tw__now_ns() + 20000000000ull};
     struct tw_fabric_completion c;
     int ret = tw__fabric_xfer_run(cli, &d, &c);
     if (ret)
@@ -236,12 +236,11 @@ static void pull_ok(struct tw_fabric *cli, struct tw_fabric *srv, struct tw_fabr
 static struct tw_fabric_stats wait_stats(struct tw_fabric *f, unsigned reopened, unsigned closed)
 {
     struct tw_fabric_stats st;
-    uint64_t until = tw__fabric_now_ns() + 5000000000ull;
+    uint64_t until = tw__now_ns() + 5000000000ull;
     do {
         usleep(1000);
         tw__fabric_stats(f, &st);
-    } while ((st.rails_reopened < reopened || st.rails_closed < closed) &&
-             tw__fabric_now_ns() < until);
+    } while ((st.rails_reopened < reopened || st.rails_closed < closed) && tw__now_ns() < until);
     return st;
 }
 
@@ -311,7 +310,7 @@ static void close_while_wedged(void)
                                     .local = m,
                                     .remote = tw__fabric_mr_rkey(rs),
                                     .length = n,
-                                    .deadline_ns = tw__fabric_now_ns() + 30000000000ull};
+                                    .deadline_ns = tw__now_ns() + 30000000000ull};
     TW_ASSERT_OK(tw__fabric_xfer_submit(cli, &d, NULL));
     pthread_mutex_lock(&hook_lock);
     while (!blocked)
@@ -319,9 +318,9 @@ static void close_while_wedged(void)
     pthread_mutex_unlock(&hook_lock);
     tw__fabric_mr_deregister(m);
     tw__fabric_peer_remove(cp);
-    uint64_t t0 = tw__fabric_now_ns();
+    uint64_t t0 = tw__now_ns();
     tw__fabric_close(cli); /* the watchdog frees the mover from the call */
-    uint64_t ms = (tw__fabric_now_ns() - t0) / 1000000;
+    uint64_t ms = (tw__now_ns() - t0) / 1000000;
     fprintf(stderr, "  close with a call hanging: %llu ms\n", (unsigned long long)ms);
     TW_ASSERT(ms < 5000);
     /* The call returns now: its thread finds the plane kept and leaves. */

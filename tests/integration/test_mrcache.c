@@ -47,7 +47,7 @@ static void fill(uint8_t *p, size_t n, unsigned seed)
 
 static uint64_t deadline_in_ms(unsigned ms)
 {
-    return tw__fabric_now_ns() + (uint64_t)ms * 1000000ull;
+    return tw__now_ns() + (uint64_t)ms * 1000000ull;
 }
 
 static struct tw_fabric_mrc *acquire(struct tw_fabric_mrcache *mc, struct tw_fabric_peer *peer,
@@ -306,7 +306,7 @@ static void release_busy(void)
         TW_ASSERT_EQ(atomic_load(&idle_calls), 2); /* the provider still holds reads */
     tw__fabric_pause(srv, 0);
     uint64_t until = deadline_in_ms(5000);
-    while (atomic_load(&idle_calls) < 3 && tw__fabric_now_ns() < until)
+    while (atomic_load(&idle_calls) < 3 && tw__now_ns() < until)
         tw__fabric_progress(cli);
     TW_ASSERT_EQ(atomic_load(&idle_calls), 3);
     tw__fabric_mrcache_release(smc, r);

@@ -577,7 +577,7 @@ static int raw_read(struct tw_fabric *fab, struct tw_fabric_peer *peer, struct t
     d.local = mr;
     d.remote = *key;
     d.length = len;
-    d.deadline_ns = tw__fabric_now_ns() + timeout_ms * 1000000ull;
+    d.deadline_ns = tw__now_ns() + timeout_ms * 1000000ull;
     return tw__fabric_xfer_run(fab, &d, &fc);
 }
 

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "mem/regcache.h"
 #include "regcache/fake_registrar.h"
 #include "tensorwire/mem.h"
@@ -28,13 +29,6 @@ static size_t page;
 static _Atomic int stop;
 static _Atomic long ops, dead_in_use;
 static _Atomic uint64_t gpu_generation = 1;
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static void *worker(void *arg)
 {
@@ -127,8 +121,8 @@ static void stress_lookup_release_invalidate(void)
     for (int i = 0; i < THREADS; i++)
         TW_ASSERT_EQ(pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(i + 1)), 0);
     TW_ASSERT_EQ(pthread_create(&u, NULL, unregisterer, NULL), 0);
-    uint64_t t0 = now_ms();
-    while (now_ms() - t0 < SECONDS * 1000)
+    uint64_t t0 = tw__now_ms();
+    while (tw__now_ms() - t0 < SECONDS * 1000)
         usleep(10000);
     atomic_store(&stop, 1);
     for (int i = 0; i < THREADS; i++)

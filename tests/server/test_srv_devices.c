@@ -36,12 +36,13 @@ static void test_parse_devices(void)
         n = 77;
         err[0] = '\0';
         TW_ASSERT_ERR(tw__srv_parse_devices(bad[i], d, TW_SRV_MAX_DEVICES, &n, err, sizeof(err)),
-                      -EINVAL);
+                      TW_EINVAL);
         TW_ASSERT_EQ(n, 77); /* untouched */
         TW_ASSERT(err[0] != '\0');
         fprintf(stderr, "  '%s': %s\n", bad[i], err);
     }
-    TW_ASSERT_ERR(tw__srv_parse_devices("cpu,cuda:0,cuda:1", d, 2, &n, err, sizeof(err)), -EINVAL);
+    TW_ASSERT_ERR(tw__srv_parse_devices("cpu,cuda:0,cuda:1", d, 2, &n, err, sizeof(err)),
+                  TW_EINVAL);
 }
 
 static void test_parse_capacity(void)
@@ -69,7 +70,7 @@ static void test_parse_capacity(void)
         "cuda:01=1G", "rocm:0=1G", "cpu=1G,", "cpu:1G",        "cuda:0=1X"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         err[0] = '\0';
-        TW_ASSERT_ERR(tw__srv_parse_capacity(bad[i], &c, err, sizeof(err)), -EINVAL);
+        TW_ASSERT_ERR(tw__srv_parse_capacity(bad[i], &c, err, sizeof(err)), TW_EINVAL);
         TW_ASSERT_EQ_U64(c.capacity, 64ull << 30); /* unchanged */
         TW_ASSERT_EQ(c.ncapacities, 1);
         fprintf(stderr, "  '%s': %s\n", bad[i], err);
@@ -82,9 +83,9 @@ static void test_parse_capacity(void)
     TW_ASSERT_EQ(c.ndevices, 2);
     TW_ASSERT_EQ_U64(c.capacity, 1ull << 30);
     TW_ASSERT_EQ_U64(c.capacities[0].bytes, 2ull << 30);
-    TW_ASSERT_ERR(tw__srv_config_set(&c, "devices", "cuda:01", err, sizeof(err)), -EINVAL);
+    TW_ASSERT_ERR(tw__srv_config_set(&c, "devices", "cuda:01", err, sizeof(err)), TW_EINVAL);
     TW_ASSERT(strstr(err, "devices") != NULL);
-    TW_ASSERT_ERR(tw__srv_config_set(&c, "capacity", "gpu=1", err, sizeof(err)), -EINVAL);
+    TW_ASSERT_ERR(tw__srv_config_set(&c, "capacity", "gpu=1", err, sizeof(err)), TW_EINVAL);
     TW_ASSERT(strstr(err, "capacity") != NULL);
 }
 

@@ -5,7 +5,10 @@
  * server that fails mutual authentication, kills the connection on a
  * malformed or out-of-bounds frame with a message saying why, times out on a
  * silent server, turns GOODBYE + close into SHUTTING_DOWN, and fails every
- * later call with -ENOTCONN.
+ * later call with -ENOTCONN. Shutdown (include/tensorwire/client.h): after
+ * GOODBYE one call reports SHUTTING_DOWN, every later one -ENOTCONN; a put
+ * whose send fails because the server closed after saying why reports
+ * SHUTTING_DOWN, not the socket's EPIPE.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,7 +26,9 @@ enum script {
     DATA_TOO_LONG, /* TENSOR_INFO says 4 bytes, DATA carries 8 */
     SILENT,        /* reads requests, never answers */
     GOODBYE_CLOSE, /* GOODBYE then close with a request in flight */
-    ERROR_ID0      /* ERROR(INTERNAL, 0) with a message */
+    ERROR_ID0,     /* ERROR(INTERNAL, 0) with a message */
+    GOODBYE_IDLE,  /* PONG + GOODBYE, then ERROR(SHUTTING_DOWN, id) to all */
+    SHUTDOWN_PUT   /* mid-put: ERROR(SHUTTING_DOWN, id), GOODBYE, close unread */
 };
 
 struct fake {
@@ -127,6 +132,53 @@ static void *fake_main(void *arg)
         m.u.goodbye.code = TW_WIRE_SHUTTING_DOWN;
         send_msg(fd, &m);
         goto out_close;
+    case GOODBYE_IDLE: {
+        m.hdr.tag = TW_TAG_PONG;
+        m.hdr.request_id = id;
+        memcpy(m.u.ping.payload, in.u.ping.payload, TW_PING_PAYLOAD_LEN);
+        send_msg(fd, &m);
+        memset(&m, 0, sizeof(m));
+        m.hdr.tag = TW_TAG_GOODBYE;
+        m.u.goodbye.code = TW_WIRE_SHUTTING_DOWN;
+        send_msg(fd, &m);
+        /* Like tensorwired in its GOODBYE window: crossing requests get
+         * ERROR(SHUTTING_DOWN, id) until the client closes. */
+        while (read_frame(fd, buf, sizeof(buf), &in) == 0) {
+            static const char text[] = "PING not started: the server is shutting down";
+            memset(&m, 0, sizeof(m));
+            m.hdr.tag = TW_TAG_ERROR;
+            m.hdr.request_id = in.hdr.request_id;
+            m.u.error.code = TW_WIRE_SHUTTING_DOWN;
+            m.u.error.message.ptr = (const uint8_t *)text;
+            m.u.error.message.len = sizeof(text) - 1;
+            send_msg(fd, &m);
+        }
+        goto out_close;
+    }
+    case SHUTDOWN_PUT: {
+        static const char text[] = "put of 'big' abandoned: server is shutting down";
+        if (in.hdr.tag != TW_TAG_TENSOR_PUT)
+            TW_FAIL("fake server: expected TENSOR_PUT, got %s", tw__tag_name(in.hdr.tag));
+        m.hdr.tag = TW_TAG_PUT_ACCEPT;
+        m.hdr.request_id = id;
+        m.u.put_accept.data_plane = TW_DP_INLINE;
+        send_msg(fd, &m);
+        /* Some DATA arrives: the client is busy sending the rest. */
+        if (recv(fd, buf, sizeof(buf), MSG_WAITALL) <= 0)
+            TW_FAIL("fake server: no DATA");
+        memset(&m, 0, sizeof(m));
+        m.hdr.tag = TW_TAG_ERROR;
+        m.hdr.request_id = id;
+        m.u.error.code = TW_WIRE_SHUTTING_DOWN;
+        m.u.error.message.ptr = (const uint8_t *)text;
+        m.u.error.message.len = sizeof(text) - 1;
+        send_msg(fd, &m);
+        memset(&m, 0, sizeof(m));
+        m.hdr.tag = TW_TAG_GOODBYE;
+        m.u.goodbye.code = TW_WIRE_SHUTTING_DOWN;
+        send_msg(fd, &m);
+        goto out_close; /* with DATA unread: the kernel answers it with a reset */
+    }
     case ERROR_ID0:
         m.hdr.tag = TW_TAG_ERROR;
         m.u.error.code = TW_WIRE_INTERNAL;
@@ -200,7 +252,10 @@ static void test_bad_magic_kills_connection(void)
     pthread_t th;
     fake_start(&f, &th, BAD_MAGIC);
     tw_client *c = connect_ok(&f, 5000);
+    TW_ASSERT_EQ(tw_client_is_connected(c), 1);
     TW_ASSERT_ERR(tw_ping(c, NULL), TW_EBAD_MAGIC);
+    TW_ASSERT(TW_ERR_IS_VERDICT(TW_EBAD_MAGIC));
+    TW_ASSERT_EQ(tw_client_is_connected(c), 0);
     TW_ASSERT(strstr(tw_client_last_error_message(c), "EBAD_MAGIC") != NULL);
     TW_ASSERT_ERR(tw_ping(c, NULL), -ENOTCONN);
     TW_ASSERT(strstr(tw_client_last_error_message(c), "closed") != NULL);
@@ -217,7 +272,8 @@ static void test_data_past_length(void)
     fake_start(&f, &th, DATA_TOO_LONG);
     tw_client *c = connect_ok(&f, 5000);
     int rc = tw_get(c, "t", buf, sizeof(buf), NULL);
-    TW_ASSERT(rc <= -1100 && rc > -1200); /* a decoder / state-machine verdict */
+    TW_ASSERT(TW_ERR_IS_VERDICT(rc)); /* a decoder / state-machine verdict */
+    TW_ASSERT_EQ(tw_client_is_connected(c), 0);
     fprintf(stderr, "  verdict %s: %s\n", tw_strerror_name(rc), tw_client_last_error_message(c));
     for (size_t i = 4; i < sizeof(buf); i++)
         TW_ASSERT_EQ(buf[i], 0xee); /* nothing written past the announced bytes */
@@ -233,6 +289,7 @@ static void test_silent_server_times_out(void)
     fake_start(&f, &th, SILENT);
     tw_client *c = connect_ok(&f, 200);
     TW_ASSERT_ERR(tw_stat(c, "t", NULL), TW_ETIMEDOUT);
+    TW_ASSERT_EQ(tw_client_is_connected(c), 0);
     TW_ASSERT(strstr(tw_client_last_error_message(c), "200 ms") != NULL);
     TW_ASSERT_ERR(tw_stat(c, "t", NULL), -ENOTCONN);
     tw_close(c);
@@ -257,10 +314,59 @@ static void test_connection_error_message(void)
     fake_start(&f, &th, ERROR_ID0);
     tw_client *c = connect_ok(&f, 5000);
     TW_ASSERT_ERR(tw_delete(c, "t"), TW_EINTERNAL);
+    TW_ASSERT_EQ(tw_client_is_connected(c), 0); /* ERROR with request id 0 */
     TW_ASSERT_STR_EQ(tw_client_last_error_message(c), "fake server exploded");
     TW_ASSERT_ERR(tw_delete(c, "t"), -ENOTCONN);
     tw_close(c);
     fake_stop(&f, th);
+}
+
+static void test_goodbye_then_enotconn(void)
+{
+    struct fake f;
+    pthread_t th;
+    fake_start(&f, &th, GOODBYE_IDLE);
+    tw_client *c = connect_ok(&f, 5000);
+    TW_ASSERT_OK(tw_ping(c, NULL));
+    /* The GOODBYE is read by the next call at the latest. */
+    int rc = tw_ping(c, NULL);
+    TW_ASSERT_ERR(rc, TW_ESHUTDOWN);
+    fprintf(stderr, "  after GOODBYE: %s: %s\n", tw_strerror_name(rc),
+            tw_client_last_error_message(c));
+    TW_ASSERT_EQ(tw_client_is_connected(c), 0);
+    /* Then the documented -ENOTCONN, every time (a reconnect loop sees it
+     * at once, not SHUTTING_DOWN forever). */
+    for (int i = 0; i < 1000; i++)
+        TW_ASSERT_ERR(tw_ping(c, NULL), -ENOTCONN);
+    tw_close(c);
+    fake_stop(&f, th);
+}
+
+static void test_shutdown_mid_put(void)
+{
+    struct fake f;
+    pthread_t th;
+    size_t len = 32u << 20; /* far more than the socket buffers hold */
+    uint8_t *data = calloc(1, len);
+    TW_ASSERT(data != NULL);
+    struct tw_tensor_desc d;
+    memset(&d, 0, sizeof(d));
+    d.dtype = TW_DTYPE_U8;
+    d.ndim = 1;
+    d.shape[0] = len;
+    fake_start(&f, &th, SHUTDOWN_PUT);
+    tw_client *c = connect_ok(&f, 5000);
+    TW_ASSERT_EQ(tw_client_is_connected(c), 1);
+    int rc = tw_put(c, "big", &d, data, len);
+    fprintf(stderr, "  put during shutdown: %s: %s\n", tw_strerror_name(rc),
+            tw_client_last_error_message(c));
+    TW_ASSERT_ERR(rc, TW_ESHUTDOWN);
+    TW_ASSERT(strstr(tw_client_last_error_message(c), "shutting down") != NULL);
+    TW_ASSERT_EQ(tw_client_is_connected(c), 0);
+    TW_ASSERT_ERR(tw_ping(c, NULL), -ENOTCONN);
+    tw_close(c);
+    fake_stop(&f, th);
+    free(data);
 }
 
 int main(void)
@@ -271,5 +377,7 @@ int main(void)
     TW_RUN(test_silent_server_times_out);
     TW_RUN(test_goodbye_then_close);
     TW_RUN(test_connection_error_message);
+    TW_RUN(test_goodbye_then_enotconn);
+    TW_RUN(test_shutdown_mid_put);
     TW_DONE();
 }

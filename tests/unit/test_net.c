@@ -24,13 +24,13 @@ static void test_parse(void)
     TW_ASSERT_OK(tw__net_parse_hostport(":80", &ss, &sl, err, sizeof(err)));
     TW_ASSERT_STR_EQ(tw__net_addr_format((struct sockaddr *)&ss, buf, sizeof(buf)), "0.0.0.0:80");
     TW_ASSERT_OK(tw__net_parse_hostport("localhost:1", &ss, &sl, err, sizeof(err)));
-    TW_ASSERT_ERR(tw__net_parse_hostport("127.0.0.1", &ss, &sl, err, sizeof(err)), -EINVAL);
-    TW_ASSERT_ERR(tw__net_parse_hostport("127.0.0.1:65536", &ss, &sl, err, sizeof(err)), -EINVAL);
-    TW_ASSERT_ERR(tw__net_parse_hostport("127.0.0.1:x", &ss, &sl, err, sizeof(err)), -EINVAL);
-    TW_ASSERT_ERR(tw__net_parse_hostport("::1:80", &ss, &sl, err, sizeof(err)), -EINVAL);
+    TW_ASSERT_ERR(tw__net_parse_hostport("127.0.0.1", &ss, &sl, err, sizeof(err)), TW_EINVAL);
+    TW_ASSERT_ERR(tw__net_parse_hostport("127.0.0.1:65536", &ss, &sl, err, sizeof(err)), TW_EINVAL);
+    TW_ASSERT_ERR(tw__net_parse_hostport("127.0.0.1:x", &ss, &sl, err, sizeof(err)), TW_EINVAL);
+    TW_ASSERT_ERR(tw__net_parse_hostport("::1:80", &ss, &sl, err, sizeof(err)), TW_EINVAL);
     fprintf(stderr, "  %s\n", err);
-    TW_ASSERT_ERR(tw__net_parse_hostport("[::1]80", &ss, &sl, err, sizeof(err)), -EINVAL);
-    TW_ASSERT_ERR(tw__net_parse_hostport("", &ss, &sl, err, sizeof(err)), -EINVAL);
+    TW_ASSERT_ERR(tw__net_parse_hostport("[::1]80", &ss, &sl, err, sizeof(err)), TW_EINVAL);
+    TW_ASSERT_ERR(tw__net_parse_hostport("", &ss, &sl, err, sizeof(err)), TW_EINVAL);
 }
 
 static int fired[4];
@@ -118,11 +118,44 @@ static void test_listen_ephemeral(void)
     close(lfd);
 }
 
+/* tw__net_connect_hostport: the client's connect, by address string. */
+static void test_connect_hostport(void)
+{
+    struct sockaddr_storage ss, bound;
+    socklen_t sl, bl;
+    int lfd, cfd = -1, afd = -1, rc;
+    char addr[64], err[256];
+    TW_ASSERT_OK(tw__net_parse_hostport("127.0.0.1:0", &ss, &sl, NULL, 0));
+    TW_ASSERT_OK(tw__net_listen((struct sockaddr *)&ss, sl, 16, &lfd));
+    TW_ASSERT_OK(tw__net_local_addr(lfd, &bound, &bl));
+    tw__net_addr_format((struct sockaddr *)&bound, addr, sizeof(addr));
+    TW_ASSERT_OK(tw__net_connect_hostport(addr, 10000, 0, &cfd, err, sizeof(err)));
+    for (int i = 0; i < 1000 && (rc = tw__net_accept(lfd, &afd, NULL, NULL)) == -EAGAIN; i++)
+        usleep(1000);
+    TW_ASSERT_OK(rc);
+    TW_ASSERT_EQ(write(cfd, "x", 1), 1);
+    close(afd);
+    close(cfd);
+    close(lfd); /* now nothing listens on that port */
+    cfd = -1;
+    TW_ASSERT_ERR(tw__net_connect_hostport(addr, 10000, 0, &cfd, err, sizeof(err)), -ECONNREFUSED);
+    TW_ASSERT(strstr(err, addr) != NULL);
+    TW_ASSERT_EQ(cfd, -1);
+    TW_ASSERT_ERR(tw__net_connect_hostport("127.0.0.1", 1000, 0, &cfd, err, sizeof(err)),
+                  TW_EINVAL);
+    TW_ASSERT_ERR(tw__net_connect_hostport(":7450", 1000, 0, &cfd, err, sizeof(err)), TW_EINVAL);
+    TW_ASSERT_ERR(tw__net_connect_hostport(NULL, 1000, 0, &cfd, NULL, 0), TW_EINVAL);
+    TW_ASSERT_ERR(
+        tw__net_connect_hostport("no-such-host.invalid:1", 5000, 0, &cfd, err, sizeof(err)),
+        -EHOSTUNREACH);
+}
+
 int main(void)
 {
     TW_RUN(test_parse);
     TW_RUN(test_timers);
     TW_RUN(test_io_and_delete_in_batch);
     TW_RUN(test_listen_ephemeral);
+    TW_RUN(test_connect_hostport);
     TW_DONE();
 }

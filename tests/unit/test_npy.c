@@ -1,7 +1,7 @@
 /* .npy header parser/writer and the CLI's size/shape parsers. */
 #include <errno.h>
 
-#include "client/npy.h"
+#include "tools/npy.h"
 #include "tw_test.h"
 
 static char err[256];
@@ -165,34 +165,6 @@ static void test_write_scalar(void)
     TW_ASSERT_EQ(info.ndim, 0);
 }
 
-static void test_parse_size(void)
-{
-    uint64_t v;
-    TW_ASSERT_OK(tw__cli_parse_size("4096", &v));
-    TW_ASSERT_EQ_U64(v, 4096);
-    TW_ASSERT_OK(tw__cli_parse_size("4K", &v));
-    TW_ASSERT_EQ_U64(v, 4000);
-    TW_ASSERT_OK(tw__cli_parse_size("4Ki", &v));
-    TW_ASSERT_EQ_U64(v, 4096);
-    TW_ASSERT_OK(tw__cli_parse_size("4KiB", &v));
-    TW_ASSERT_EQ_U64(v, 4096);
-    TW_ASSERT_OK(tw__cli_parse_size("256Mi", &v));
-    TW_ASSERT_EQ_U64(v, 256ull << 20);
-    TW_ASSERT_OK(tw__cli_parse_size("1G", &v));
-    TW_ASSERT_EQ_U64(v, 1000000000ull);
-    TW_ASSERT_OK(tw__cli_parse_size("1Gi", &v));
-    TW_ASSERT_EQ_U64(v, 1ull << 30);
-    TW_ASSERT_OK(tw__cli_parse_size("2M", &v));
-    TW_ASSERT_EQ_U64(v, 2000000);
-    TW_ASSERT_ERR(tw__cli_parse_size("", &v), TW_EINVAL);
-    TW_ASSERT_ERR(tw__cli_parse_size("K", &v), TW_EINVAL);
-    TW_ASSERT_ERR(tw__cli_parse_size("4X", &v), TW_EINVAL);
-    TW_ASSERT_ERR(tw__cli_parse_size("4KI", &v), TW_EINVAL);
-    TW_ASSERT_ERR(tw__cli_parse_size("-4", &v), TW_EINVAL);
-    TW_ASSERT_ERR(tw__cli_parse_size("99999999999999999999", &v), TW_EINVAL);
-    TW_ASSERT_ERR(tw__cli_parse_size("17179869184Gi", &v), TW_EINVAL);
-}
-
 static void test_parse_shape(void)
 {
     uint8_t nd;
@@ -236,7 +208,6 @@ int main(void)
     TW_RUN(test_write_then_parse_every_dtype);
     TW_RUN(test_write_matches_numpy_spelling);
     TW_RUN(test_write_scalar);
-    TW_RUN(test_parse_size);
     TW_RUN(test_parse_shape);
     TW_RUN(test_dtype_names);
     TW_DONE();

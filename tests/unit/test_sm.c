@@ -851,6 +851,73 @@ static void goodbye_rules(void)
     pair_destroy(&p);
 }
 
+/* Rules the spec left open until issue #9 (docs/protocol.md section 8,
+ * "Which verdict, in which order"): one row each, so two peers written from
+ * the text give the same verdict. */
+static void spec_open_points(void)
+{
+    struct sm_pair p;
+    /* Fix 3: an unused id between two used ones is stale, not unknown: a
+     * receiver does not remember every id below the highest it saw. */
+    ready(&p, 0x1, 0, 0);
+    OK_SEND(&p, C, fx_name_msg(TW_TAG_STAT, 10, "a"));
+    OK_SEND(&p, C, fx_name_msg(TW_TAG_STAT, 20, "a"));
+    RECV(&p.s, fx_data(15, 0, bytes24, 1, 0), TW_SM_STALE);
+    RECV(&p.s, fx_error(15, TW_WIRE_CANCELLED, ""), TW_SM_STALE);
+    TW_ASSERT_EQ(p.s.phase, TW_PHASE_READY);
+    /* Above every id seen it is unknown (fatal). */
+    RECV(&p.s, fx_data(21, 0, bytes24, 1, 0), TW_EUNKNOWN_REQUEST);
+    pair_destroy(&p);
+
+    /* Fix 4: a get ends at the server when it sends (queues) the DATA with
+     * MORE clear. Client DATA for it while in flight is EBAD_DIRECTION;
+     * after that point it is stale, like a crossing cancel. */
+    ready(&p, 0x1, 0, 0);
+    OK_SEND(&p, C, fx_request(1, 0, "layer0.weight"));
+    OK_SEND(&p, S, fx_info(1, TW_DP_INLINE, desc24()));
+    OK_SEND(&p, S, fx_data(1, 0, bytes24, 8, 1));
+    RECV(&p.s, fx_data(1, 0, bytes24, 8, 1), TW_EBAD_DIRECTION);
+    pair_destroy(&p);
+    ready(&p, 0x1, 0, 0);
+    OK_SEND(&p, C, fx_request(1, 0, "layer0.weight"));
+    OK_SEND(&p, S, fx_info(1, TW_DP_INLINE, desc24()));
+    struct tw_msg last = fx_data(1, 0, bytes24, 24, 0);
+    TW_ASSERT_OK(tw__sm_on_send(&p.s, &last)); /* queued, not yet read by the client */
+    RECV(&p.s, fx_error(1, TW_WIRE_CANCELLED, ""), TW_SM_STALE);
+    RECV(&p.s, fx_data(1, 0, bytes24, 8, 1), TW_SM_STALE);
+    TW_ASSERT_EQ(p.s.phase, TW_PHASE_READY);
+    pair_destroy(&p);
+
+    /* Fix 5: a request after the client's GOODBYE is fatal when read. */
+    ready(&p, 0x1, 0, 0);
+    OK_SEND(&p, C, fx_goodbye(0));
+    RECV(&p.s, fx_name_msg(TW_TAG_STAT, 1, "a"), TW_EOUT_OF_ORDER);
+    TW_ASSERT_EQ(p.s.phase, TW_PHASE_DEAD);
+    pair_destroy(&p);
+
+    /* Fix 6: the order of request-level checks: id order, shutdown,
+     * max_inflight (BUSY), then capabilities (ENOT_NEGOTIATED); the
+     * server's DEVICE_UNAVAILABLE and CAPACITY_EXCEEDED come after all of
+     * them (handlers.c). */
+    ready(&p, 0x1, 0, 0); /* inline only, no CRC32C, max_inflight 4 */
+    for (uint64_t id = 1; id <= 4; id++)
+        OK_SEND(&p, C, fx_name_msg(TW_TAG_STAT, id, "a"));
+    RECV(&p.s, fx_request(5, TW_XFER_WANT_RDMA, "a"), TW_ETOO_MANY_INFLIGHT);
+    pair_destroy(&p);
+    ready(&p, 0x1, 0, 0);
+    struct tw_msg bye = fx_goodbye(TW_WIRE_SHUTTING_DOWN);
+    TW_ASSERT_OK(tw__sm_on_send(&p.s, &bye));
+    RECV(&p.s, fx_request(1, TW_XFER_WANT_RDMA, "a"), TW_ESHUTDOWN);
+    pair_destroy(&p);
+    ready(&p, 0x1, 0, 0);
+    struct tw_descriptor crc = desc24();
+    crc.flags |= TW_DESC_HAS_CRC32C;
+    RECV(&p.s, fx_put(1, TW_XFER_WANT_RDMA, crc), TW_ENOT_NEGOTIATED);
+    RECV(&p.s, fx_put(2, 0, crc), TW_ENOT_NEGOTIATED);
+    TW_ASSERT_EQ(p.s.phase, TW_PHASE_READY);
+    pair_destroy(&p);
+}
+
 static void fatal_error_kills_connection(void)
 {
     struct sm_pair p;
@@ -907,8 +974,8 @@ static void table_churn(void)
 static void init_limits(void)
 {
     struct tw_sm sm;
-    TW_ASSERT_ERR(tw__sm_init(&sm, TW_ROLE_CLIENT, 0), -EINVAL);
-    TW_ASSERT_ERR(tw__sm_init(&sm, TW_ROLE_CLIENT, 65537), -EINVAL);
+    TW_ASSERT_ERR(tw__sm_init(&sm, TW_ROLE_CLIENT, 0), TW_EINVAL);
+    TW_ASSERT_ERR(tw__sm_init(&sm, TW_ROLE_CLIENT, 65537), TW_EINVAL);
     TW_ASSERT_OK(tw__sm_init(&sm, TW_ROLE_SERVER, 65536));
     TW_ASSERT(sm.table_cap >= 2 * 65536);
     TW_ASSERT_EQ(sm.phase, TW_PHASE_HELLO);
@@ -948,6 +1015,7 @@ int main(void)
     TW_RUN(data_violations);
     TW_RUN(reply_violations);
     TW_RUN(goodbye_rules);
+    TW_RUN(spec_open_points);
     TW_RUN(fatal_error_kills_connection);
     TW_RUN(table_churn);
     TW_RUN(init_limits);

@@ -111,7 +111,7 @@ static void transfer_vectors(void)
     check_vector("tensor_info", &m);
     m = fx_data(1, 0, tensor, 24, 0);
     check_vector("data", &m);
-    m = fx_data(1, 16, tensor + 16, 8, 1);
+    m = fx_data(1, 0, tensor, 16, 1);
     check_vector("data_more", &m);
     m = fx_put_accept(2, TW_DP_RDMA);
     check_vector("put_accept", &m);

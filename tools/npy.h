@@ -1,6 +1,7 @@
 /*
  * NumPy .npy header parsing and writing (format versions 1.0, 2.0, 3.0), and
- * the size / shape argument parsers of the tensorwire CLI. Pure functions: no
+ * the shape argument parser of the tensorwire CLI (sizes: tw_parse_size).
+ * Only the CLI uses them, so they live in tools/, over the public API. Pure functions: no
  * I/O, no allocation; callers read and write the files.
  *
  * dtype mapping (little-endian or byte-order-free descr only):
@@ -11,8 +12,8 @@
  * (view them with ml_dtypes). Reading '|V2' / '|V1' needs the caller to say
  * which dtype they hold (void_dtype argument), since the file cannot.
  */
-#ifndef TW_CLIENT_NPY_H
-#define TW_CLIENT_NPY_H
+#ifndef TW_TOOLS_NPY_H
+#define TW_TOOLS_NPY_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -52,10 +53,6 @@ int tw__npy_parse(const uint8_t *buf, size_t len, int void_dtype, struct tw__npy
  */
 long tw__npy_write_header(uint8_t dtype, uint8_t ndim, const uint64_t *shape, uint8_t *buf,
                           size_t cap, int *is_void);
-
-/* "4096", "4K" (1000), "4Ki"/"4KiB" (1024), M/Mi, G/Gi, T/Ti; optional
- * trailing 'B'. Returns 0 or TW_EINVAL (syntax, overflow). */
-int tw__cli_parse_size(const char *s, uint64_t *out);
 
 /* "2,3,4" -> ndim 3; "" or "scalar" -> ndim 0. Each dimension a decimal
  * u64. Returns 0 or TW_EINVAL. */

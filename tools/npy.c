@@ -10,8 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "client/npy.h"
-#include "proto/proto.h"
+#include "tools/npy.h"
 
 static const uint8_t npy_magic[TW__NPY_MAGIC_LEN] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
@@ -127,9 +126,9 @@ static int descr_dtype(const char *s, size_t n, int void_dtype, char *err, size_
             return fail(err, cap,
                         "dtype '%.*s' (raw %u-byte elements) is ambiguous: pass --dtype %s", (int)n,
                         s, size, size == 2 ? "bf16" : "f8e4m3|f8e5m2");
-        if (tw__dtype_size((uint8_t)void_dtype) != size)
+        if (tw_dtype_size(void_dtype) != size)
             return fail(err, cap, "--dtype %s does not match '%.*s' (%u-byte elements)",
-                        tw__dtype_name((uint8_t)void_dtype), (int)n, s, size);
+                        tw_dtype_name(void_dtype), (int)n, s, size);
         *dt = void_dtype;
         return 0;
     }
@@ -243,7 +242,9 @@ int tw__npy_parse(const uint8_t *buf, size_t len, int void_dtype, struct tw__npy
                     : !have_order ? "fortran_order"
                                   : "shape");
     out->dtype = (uint8_t)dtype;
-    if (tw__shape_bytes(out->dtype, out->ndim, out->shape, &out->byte_length) != 0)
+    struct tw_tensor_desc desc = {.dtype = out->dtype, .ndim = out->ndim};
+    memcpy(desc.shape, out->shape, sizeof(desc.shape));
+    if (tw_tensor_desc_bytes(&desc, &out->byte_length) != 0)
         return fail(err, errcap, "array byte length overflows 64 bits");
     out->data_offset = pre + hlen;
     return 0;
@@ -332,48 +333,6 @@ long tw__npy_write_header(uint8_t dtype, uint8_t ndim, const uint64_t *shape, ui
     memset(buf + pre + dlen, ' ', hlen - dlen - 1);
     buf[total - 1] = '\n';
     return (long)total;
-}
-
-int tw__cli_parse_size(const char *s, uint64_t *out)
-{
-    static const struct {
-        const char *suffix;
-        uint64_t mult;
-    } units[] = {
-        {"", 1},
-        {"K", 1000ull},
-        {"M", 1000000ull},
-        {"G", 1000000000ull},
-        {"T", 1000000000000ull},
-        {"Ki", 1ull << 10},
-        {"Mi", 1ull << 20},
-        {"Gi", 1ull << 30},
-        {"Ti", 1ull << 40},
-    };
-    uint64_t v = 0;
-    const char *p = s;
-    if (!s || *p < '0' || *p > '9')
-        return TW_EINVAL;
-    while (*p >= '0' && *p <= '9') {
-        unsigned d = (unsigned)(*p - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return TW_EINVAL;
-        v = v * 10 + d;
-        p++;
-    }
-    size_t rest = strlen(p);
-    if (rest > 0 && (p[rest - 1] == 'B' || p[rest - 1] == 'b'))
-        rest--;
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-        size_t ul = strlen(units[i].suffix);
-        if (ul == rest && strncasecmp(p, units[i].suffix, ul) == 0 && (ul < 2 || p[1] == 'i')) {
-            if (units[i].mult > 1 && v > UINT64_MAX / units[i].mult)
-                return TW_EINVAL;
-            *out = v * units[i].mult;
-            return 0;
-        }
-    }
-    return TW_EINVAL;
 }
 
 int tw__cli_parse_shape(const char *s, uint8_t *ndim, uint64_t shape[TW_TENSOR_MAX_NDIM])

@@ -1,0 +1,38 @@
+# bench/: benchmarks, not tests (docs/performance.md says how to run each).
+# Micro-benchmarks of internal modules link the internal library; the end
+# to end one uses the public API through the shared libtensorwire.
+function(tw_add_bench name)
+  add_executable(${name} ${ARGN})
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)
+endfunction()
+
+# Raw libfabric loop vs the engine; the raw loop (tools/raw_fabric.c) is
+# shared with `tensorwire bench`.
+tw_add_bench(bench_fabric ${CMAKE_SOURCE_DIR}/bench/bench_fabric.c
+             ${CMAKE_SOURCE_DIR}/tools/raw_fabric.c)
+target_include_directories(bench_fabric PRIVATE ${CMAKE_SOURCE_DIR})
+target_link_libraries(bench_fabric PRIVATE tw_core)
+
+# Registration cache in front of the data plane: 64 MiB transfers.
+tw_add_bench(bench_mrcache ${CMAKE_SOURCE_DIR}/bench/bench_mrcache.c)
+target_link_libraries(bench_mrcache PRIVATE tw_core)
+
+# Codec micro-benchmark.
+tw_add_bench(bench_proto ${CMAKE_SOURCE_DIR}/bench/bench_proto.c)
+target_link_libraries(bench_proto PRIVATE tw_core)
+
+# Registration cache lookups and registrations.
+tw_add_bench(bench_regcache ${CMAKE_SOURCE_DIR}/bench/bench_regcache.c)
+target_link_libraries(bench_regcache PRIVATE tw_core)
+target_include_directories(bench_regcache PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+
+# Inline vs RDMA put/get through a running server ("RDMA data plane end to
+# end"): public API only, so it links libtensorwire.so.
+tw_add_bench(bench_rdma_e2e ${CMAKE_SOURCE_DIR}/bench/bench_rdma_e2e.c)
+target_link_libraries(bench_rdma_e2e PRIVATE tensorwire)
+
+# GPU staging pipeline vs plain pinned cuMemcpy (src/mem/staging.c); the GPU
+# tests are ordinary unit tests that exit 77 (SKIPPED) without a CUDA driver
+# or device.
+tw_add_bench(bench_staging ${CMAKE_SOURCE_DIR}/bench/bench_staging.c)
+target_link_libraries(bench_staging PRIVATE tw_core)
