@@ -126,7 +126,7 @@ static int handshake(struct tw_client *c, const struct tw_client_options *o,
 
     snprintf(agent, sizeof(agent), "%s", o->agent ? o->agent : "libtensorwire/" TW_VERSION_STRING);
     m.u.hello.caps = TW_CAP_INLINE_DATA | (o->checksum ? TW_CAP_PAYLOAD_CRC32C : 0);
-    if (o->fabric && *o->fabric && strcmp(o->fabric, "none") != 0) {
+    if (c->want_rdma) {
         m.u.hello.caps |= TW_CAP_RDMA_DATA_PLANE;
         if (o->push != TW_PUSH_NEVER)
             m.u.hello.caps |= TW_CAP_RDMA_GPUDIRECT;
@@ -223,6 +223,9 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
     c->next_id = 1;
     c->request_timeout_ms = o.request_timeout_ms;
     c->want_inflight = o.max_inflight;
+    /* The one place the fabric option is read: NULL, "" and "none" mean no
+     * RDMA (tensorwire/client.h). */
+    c->want_rdma = o.fabric && *o.fabric && strcmp(o.fabric, "none") != 0;
     c->rcap = TW__CLIENT_RX_INITIAL;
     c->rbuf = malloc(c->rcap);
     if (!c->rbuf) {
@@ -261,12 +264,10 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
     tw__token_clear(&token);
     c->push_policy = o.push;
     c->rdma_min_bytes = o.rdma_min_bytes;
-    if (!o.fabric || !*o.fabric || strcmp(o.fabric, "none") == 0) {
-        snprintf(c->fabric_status, sizeof(c->fabric_status),
-                 "inline: rdma not requested (--fabric none)");
+    if (!c->want_rdma) {
+        c->fabric = TW__FABRIC_NOT_REQUESTED;
     } else if (!(c->sm.caps & TW_CAP_RDMA_DATA_PLANE)) {
-        snprintf(c->fabric_status, sizeof(c->fabric_status),
-                 "inline: the server offers no rdma data plane");
+        c->fabric = TW__FABRIC_SERVER_HAS_NONE;
     } else {
         rc = tw__client_rdma_setup(c, o.fabric, o.connect_timeout_ms);
         if (rc)
@@ -304,14 +305,45 @@ void tw_close(tw_client *c)
     client_free(c);
 }
 
+/* The two getters below make their text when asked, into buffers of the
+ * handle (not const objects: the casts are only for the const API). */
 const char *tw_client_data_plane(const tw_client *c)
 {
-    return c ? c->last_plane : "";
+    if (!c || !c->have_last_path)
+        return "";
+    struct tw_client *m = (struct tw_client *)c;
+    return tw__path_format(&c->last_path, c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL,
+                           m->plane_text, sizeof(m->plane_text));
 }
 
 const char *tw_client_fabric_status(const tw_client *c)
 {
-    return c ? c->fabric_status : "";
+    if (!c)
+        return "";
+    struct tw_client *m = (struct tw_client *)c;
+    char *b = m->fabric_text;
+    size_t n = sizeof(m->fabric_text);
+    switch (c->fabric) {
+    case TW__FABRIC_NOT_REQUESTED:
+        snprintf(b, n, "inline: rdma not requested (--fabric none)");
+        break;
+    case TW__FABRIC_SERVER_HAS_NONE:
+        snprintf(b, n, "inline: the server offers no rdma data plane");
+        break;
+    case TW__FABRIC_OPEN_FAILED:
+        snprintf(b, n, "inline: the client's rdma plane did not open: %s", c->fabric_detail);
+        break;
+    case TW__FABRIC_DECLINED:
+        snprintf(b, n, "inline: the server declined rdma: %s", c->fabric_detail);
+        break;
+    case TW__FABRIC_INSERT_FAILED:
+        snprintf(b, n, "inline: cannot insert the server's rdma address: %s", c->fabric_detail);
+        break;
+    case TW__FABRIC_ACCEPTED:
+        snprintf(b, n, "rdma %s", c->fpeer ? tw__fabric_peer_provider(c->fpeer) : "?");
+        break;
+    }
+    return b;
 }
 
 int tw_client_is_connected(const tw_client *c)

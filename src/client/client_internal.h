@@ -1,7 +1,8 @@
 /*
  * libtensorwire internals: the connection (conn.c), the request engine that
  * pipelines requests on it (engine.c) and the data planes that move tensor
- * bytes for one transfer (dp_inline.c; an RDMA plane plugs in the same way).
+ * bytes for one transfer (dp_inline.c, dp_rdma.c), chosen per request by the
+ * transfer-path decision shared with the server (proto/path.h).
  *
  * Ownership: struct tw_client owns its socket, its receive and send buffers
  * and its state machine. A struct tw__creq belongs to the caller of
@@ -18,6 +19,7 @@
 
 #include "common/clock.h"
 #include "fabric/fabric.h"
+#include "proto/path.h"
 #include "proto/proto.h"
 #include "proto/sm.h"
 #include "tensorwire/client.h"
@@ -47,8 +49,11 @@ struct tw_client;
 /*
  * A data plane moves the bytes of one transfer once the control plane has
  * agreed on it (TENSOR_INFO for a get, PUT_ACCEPT for a put). The engine picks
- * one per request (tw__client_pick_data_plane) and asks the server for it; the
- * server's answer (data_plane field) must match ops->wire_plane.
+ * one per request (tw__client_pick_data_plane, from tw__path_decide) and asks
+ * the server for it; the server's answer (data_plane field) must match
+ * ops->wire_plane, or be the inline plane, which the client then follows.
+ * A plane keeps its per-request state behind r->dp_state: it allocates it in
+ * get_start / put_start and frees it in release.
  *
  *   get_start   TENSOR_INFO arrived and the destination is big enough:
  *               prepare to receive byte_length bytes into r->buf.
@@ -57,8 +62,12 @@ struct tw_client;
  *               them from the connection). NULL: DATA is a protocol error.
  *   put_start   PUT_ACCEPT arrived: send r->len bytes from r->buf.
  *   on_message  RDMA_REGISTER / RDMA_READY / RDMA_DONE for r (NULL: error).
- * All return 0 or a negative code; a negative code from a plane is
- * connection-fatal unless the plane finished the request itself.
+ *   release     r ended (finished, failed or abandoned): free r->dp_state and
+ *               whatever it holds (registrations); NULL when the plane keeps
+ *               no state. Called once per request, also when dp_state is
+ *               NULL.
+ * All but release return 0 or a negative code; a negative code from a plane
+ * is connection-fatal unless the plane finished the request itself.
  */
 struct tw__client_dp_ops {
     const char *name;   /* "inline tcp" */
@@ -68,6 +77,7 @@ struct tw__client_dp_ops {
     int (*get_data)(struct tw_client *c, struct tw__creq *r, uint64_t offset, uint32_t n, int more);
     int (*put_start)(struct tw_client *c, struct tw__creq *r);
     int (*on_message)(struct tw_client *c, struct tw__creq *r, const struct tw_msg *msg);
+    void (*release)(struct tw_client *c, struct tw__creq *r);
 };
 
 extern const struct tw__client_dp_ops tw__client_dp_inline;
@@ -91,8 +101,10 @@ struct tw__creq {
     size_t len;                  /* get: capacity; put: bytes */
     struct tw_tensor_desc *desc; /* put: input; get/stat: output (may be NULL) */
     const struct tw__client_dp_ops *dp;
-    uint64_t expect;   /* get: byte_length announced */
-    uint64_t received; /* get: bytes so far; put: bytes queued */
+    struct tw_path path; /* get/put: tw__path_decide's answer, then what happened */
+    void *dp_state;      /* owned by dp (see struct tw__client_dp_ops) */
+    uint64_t expect;     /* get: byte_length announced */
+    uint64_t received;   /* get: bytes so far; put: bytes queued */
     uint32_t crc, crc_expected;
     int check_crc;
     int alloc; /* get: allocate buf (page-aligned) at TENSOR_INFO */
@@ -102,15 +114,17 @@ struct tw__creq {
     struct tw__collect *collect; /* LIST, STATS */
     size_t index;                /* position in the run, for error reporting */
     uint64_t t_start, t_end;     /* CLOCK_MONOTONIC ns: sent, finished */
-    /* RDMA plane (dp_rdma.c): our registration of buf (released when the
-     * request ends), the peer's region, and the mode. */
-    struct tw_fabric_mr *mr;
-    struct tw_fabric_rkey remote;
-    int got_remote; /* put: the server registered its destination (push) */
-    int push;
-    /* Why an inline transfer is inline on a connection with RDMA (static
-     * text, shown by tw_client_data_plane), NULL otherwise. */
-    const char *dp_note;
+};
+
+/* Where the connection's RDMA endpoint exchange ended (tw_client_fabric_status
+ * makes the text). */
+enum tw__client_fabric {
+    TW__FABRIC_NOT_REQUESTED = 0, /* --fabric none */
+    TW__FABRIC_SERVER_HAS_NONE,   /* the server did not announce bit 2 */
+    TW__FABRIC_OPEN_FAILED,       /* our plane did not open (detail) */
+    TW__FABRIC_DECLINED,          /* the server's DECLINE (detail: its reason) */
+    TW__FABRIC_INSERT_FAILED,     /* the server's address was refused (detail) */
+    TW__FABRIC_ACCEPTED           /* fab and fpeer are usable */
 };
 
 /* One segment of the send queue: bytes in the send buffer (ptr NULL, at
@@ -159,10 +173,18 @@ struct tw_client {
      * sides announced bit 2 and the server ACCEPTed our OFFER. */
     struct tw_fabric *fab;
     struct tw_fabric_peer *fpeer;
+    int want_rdma;           /* the fabric option named providers (not "none") */
     int push_policy;         /* enum tw_push_policy */
     uint64_t rdma_min_bytes; /* puts below this go inline (option) */
-    char fabric_status[384]; /* "rdma tcp;ofi_rxm" or why inline only */
-    char last_plane[128];    /* plane of the last finished get/put */
+    enum tw__client_fabric fabric;
+    char fabric_detail[320]; /* error text or the server's reason, for the status */
+    /* Path of the last finished get/put (have_last_path: there was one). */
+    struct tw_path last_path;
+    int have_last_path;
+    /* Text handed out by tw_client_fabric_status / tw_client_data_plane,
+     * made from the codes above when asked. */
+    char fabric_text[384];
+    char plane_text[128];
 };
 
 /* --- conn.c ------------------------------------------------------------ */
@@ -229,18 +251,16 @@ void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int statu
 /* After the handshake: opens the plane (provider list, "auto") when the
  * server announced bit 2, sends RDMA_ENDPOINT OFFER and waits for the answer.
  * Any failure or DECLINE leaves the connection inline-only with the reason in
- * c->fabric_status; only a connection failure is returned (negative). */
+ * c->fabric and c->fabric_detail; only a connection failure is returned
+ * (negative). */
 int tw__client_rdma_setup(struct tw_client *c, const char *provider, int timeout_ms);
 /* Closes the plane (tw_close). */
 void tw__client_rdma_close(struct tw_client *c);
-/* Request r ended: releases its registration. */
-void tw__client_rdma_release(struct tw_client *c, struct tw__creq *r);
 
-/* Chooses the data plane to ask for in one transfer: RDMA for gets and for
- * puts of at least c->rdma_min_bytes once the endpoint exchange succeeded,
- * else inline. *note: why a transfer on an RDMA connection is inline
- * (static text), else NULL. */
-const struct tw__client_dp_ops *
-tw__client_pick_data_plane(const struct tw_client *c, const struct tw__creq *r, const char **note);
+/* Chooses the path of get or put r (tw__path_decide over this connection)
+ * and stores it in r->path; returns the plane to ask for, NULL when no
+ * plane can move it. */
+const struct tw__client_dp_ops *tw__client_pick_data_plane(const struct tw_client *c,
+                                                           struct tw__creq *r);
 
 #endif

@@ -85,4 +85,5 @@ const struct tw__client_dp_ops tw__client_dp_inline = {
     .get_data = inline_get_data,
     .put_start = inline_put_start,
     .on_message = NULL,
+    .release = NULL, /* no per-request state */
 };

@@ -22,6 +22,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
@@ -29,6 +30,31 @@
 #include <unistd.h>
 
 #include "client/client_internal.h"
+
+/* Per-request state (r->dp_state), made by get_start / put_start and freed
+ * by rdma_release when the request ends. */
+struct rdma_req {
+    struct tw_fabric_mr *mr;      /* our registration of r->buf, or NULL */
+    struct tw_fabric_rkey remote; /* the server's region */
+    int got_remote;               /* put: the server registered its destination (push) */
+};
+
+static struct rdma_req *req_state(struct tw__creq *r)
+{
+    return r->dp_state;
+}
+
+/* Makes r's state (fresh for this transfer). */
+static int req_state_new(struct tw_client *c, struct tw__creq *r)
+{
+    struct rdma_req *q = calloc(1, sizeof(*q));
+    if (!q) {
+        tw__client_seterr(c, "'%s': out of memory for the rdma transfer state", r->name);
+        return -ENOMEM;
+    }
+    r->dp_state = q;
+    return 0;
+}
 
 static uint64_t deadline_ns(const struct tw_client *c)
 {
@@ -68,8 +94,8 @@ int tw__client_rdma_setup(struct tw_client *c, const char *provider, int timeout
     rc = tw__fabric_open(&fc, &c->fab, err, sizeof(err));
     if (rc < 0) {
         c->fab = NULL;
-        snprintf(c->fabric_status, sizeof(c->fabric_status),
-                 "inline: the client's rdma plane did not open: %.300s", err);
+        c->fabric = TW__FABRIC_OPEN_FAILED;
+        snprintf(c->fabric_detail, sizeof(c->fabric_detail), "%.300s", err);
         return 0;
     }
     unsigned n = tw__fabric_local_addrs(c->fab, &addrs);
@@ -95,9 +121,9 @@ int tw__client_rdma_setup(struct tw_client *c, const char *provider, int timeout
         goto out_close;
     }
     if (in.u.rdma_endpoint.status == TW_EP_DECLINE) {
-        snprintf(c->fabric_status, sizeof(c->fabric_status),
-                 "inline: the server declined rdma: %.*s", (int)in.u.rdma_endpoint.reason.len,
-                 (const char *)in.u.rdma_endpoint.reason.ptr);
+        c->fabric = TW__FABRIC_DECLINED;
+        snprintf(c->fabric_detail, sizeof(c->fabric_detail), "%.*s",
+                 (int)in.u.rdma_endpoint.reason.len, (const char *)in.u.rdma_endpoint.reason.ptr);
         tw__fabric_close(c->fab);
         c->fab = NULL;
         return 0;
@@ -105,16 +131,14 @@ int tw__client_rdma_setup(struct tw_client *c, const char *provider, int timeout
     rc = tw__fabric_peer_insert_entry(c->fab, &in.u.rdma_endpoint.entries[0], &c->fpeer);
     if (rc < 0) {
         /* The server holds our address, but we never ask for WANT_RDMA. */
-        snprintf(c->fabric_status, sizeof(c->fabric_status),
-                 "inline: cannot insert the server's rdma address: %.200s",
-                 tw__fabric_errmsg(c->fab));
+        c->fabric = TW__FABRIC_INSERT_FAILED;
+        snprintf(c->fabric_detail, sizeof(c->fabric_detail), "%.200s", tw__fabric_errmsg(c->fab));
         c->fpeer = NULL;
         tw__fabric_close(c->fab);
         c->fab = NULL;
         return 0;
     }
-    snprintf(c->fabric_status, sizeof(c->fabric_status), "rdma %s",
-             tw__fabric_peer_provider(c->fpeer));
+    c->fabric = TW__FABRIC_ACCEPTED;
     return 0;
 
 out_close:
@@ -132,11 +156,22 @@ void tw__client_rdma_close(struct tw_client *c)
     c->fab = NULL;
 }
 
-void tw__client_rdma_release(struct tw_client *c, struct tw__creq *r)
+/* Drops our registration of r->buf (revokes its key), keeping the state. */
+static void drop_mr(struct rdma_req *q)
 {
+    tw__fabric_mr_deregister(q->mr);
+    q->mr = NULL;
+}
+
+static void rdma_release(struct tw_client *c, struct tw__creq *r)
+{
+    struct rdma_req *q = req_state(r);
     (void)c;
-    tw__fabric_mr_deregister(r->mr);
-    r->mr = NULL;
+    if (!q)
+        return;
+    drop_mr(q);
+    free(q);
+    r->dp_state = NULL;
 }
 
 /* ---- helpers ---- */
@@ -149,7 +184,7 @@ static int queue_simple(struct tw_client *c, struct tw__creq *r, uint32_t tag)
 
 static int queue_register(struct tw_client *c, struct tw__creq *r, uint64_t length)
 {
-    struct tw_fabric_rkey k = tw__fabric_mr_rkey(r->mr);
+    struct tw_fabric_rkey k = tw__fabric_mr_rkey(req_state(r)->mr);
     struct tw_msg m = {
         .hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_RDMA_REGISTER, .request_id = r->id}};
     m.u.rdma_register.rkey = k.key;
@@ -188,8 +223,9 @@ static void idle_flag(void *arg)
 static int release_busy(struct tw_client *c, struct tw__creq *r)
 {
     int idle = 0;
-    struct tw_fabric_mr *mr = r->mr;
-    r->mr = NULL;
+    struct rdma_req *q = req_state(r);
+    struct tw_fabric_mr *mr = q->mr;
+    q->mr = NULL;
     tw__fabric_mr_release(mr, idle_flag, &idle);
     for (int i = 0; i < 2000 && !__atomic_load_n(&idle, __ATOMIC_ACQUIRE); i++)
         usleep(1000);
@@ -199,7 +235,8 @@ static int release_busy(struct tw_client *c, struct tw__creq *r)
      * dropped) before we return. Closing frees every registration of the
      * plane: forget the other requests' handles first. */
     for (size_t i = 0; c->run && i < c->run_n; i++)
-        c->run[i].mr = NULL;
+        if (c->run[i].dp == r->dp && c->run[i].dp_state)
+            req_state(&c->run[i])->mr = NULL;
     tw__client_rdma_close(c);
     tw__client_seterr(c, "rdma operations on '%s' did not drain; the data plane was closed",
                       r->name);
@@ -213,8 +250,8 @@ static int run_xfer(struct tw_client *c, struct tw__creq *r, enum tw_fabric_op o
     memset(&d, 0, sizeof(d));
     d.op = op;
     d.peer = c->fpeer;
-    d.local = r->mr;
-    d.remote = r->remote;
+    d.local = req_state(r)->mr;
+    d.remote = req_state(r)->remote;
     d.length = len;
     d.deadline_ns = deadline_ns(c);
     memset(fc, 0, sizeof(*fc));
@@ -245,10 +282,8 @@ static int check_get(struct tw_client *c, struct tw__creq *r)
 
 static int rdma_get_start(struct tw_client *c, struct tw__creq *r)
 {
-    (void)c;
     r->received = 0;
-    r->push = 0;
-    return 0;
+    return req_state_new(c, r);
 }
 
 static int get_on_register(struct tw_client *c, struct tw__creq *r, const struct tw_msg *m)
@@ -260,25 +295,28 @@ static int get_on_register(struct tw_client *c, struct tw__creq *r, const struct
                           (unsigned long long)r->expect);
         return TW_EBAD_LENGTH;
     }
-    r->remote.key = m->u.rdma_register.rkey;
-    r->remote.remote_addr = m->u.rdma_register.remote_addr;
-    r->remote.length = m->u.rdma_register.length;
-    r->push = (c->sm.caps & TW_CAP_RDMA_GPUDIRECT) && c->push_policy == TW_PUSH_ALWAYS;
+    struct rdma_req *q = req_state(r);
+    q->remote.key = m->u.rdma_register.rkey;
+    q->remote.remote_addr = m->u.rdma_register.remote_addr;
+    q->remote.length = m->u.rdma_register.length;
+    /* We are the destination: push or pull was decided with the plane
+     * (tw__path_decide, r->path.mode). */
+    int push = r->path.mode == TW_PATH_PUSH;
     rc = tw__fabric_mr_register(c->fpeer, r->buf, (size_t)r->expect,
-                                r->push ? TW_FABRIC_REMOTE_WRITE : TW_FABRIC_LOCAL_READ,
-                                TW_FABRIC_HOST, 0, &r->mr);
+                                push ? TW_FABRIC_REMOTE_WRITE : TW_FABRIC_LOCAL_READ,
+                                TW_FABRIC_HOST, 0, &q->mr);
     if (rc < 0) {
         /* Tell the server we will not read; the request ends with it. */
         const char *why = tw__fabric_errmsg(c->fab);
-        int q = queue_simple(c, r, TW_TAG_RDMA_READY);
-        if (!q)
-            q = queue_done(c, r, TW_WIRE_INTERNAL, 0);
-        if (q)
-            return q;
+        int qrc = queue_simple(c, r, TW_TAG_RDMA_READY);
+        if (!qrc)
+            qrc = queue_done(c, r, TW_WIRE_INTERNAL, 0);
+        if (qrc)
+            return qrc;
         finish_msg(c, r, TW_EINTERNAL, "'%s': cannot register the buffer for rdma: %s", why);
         return 0;
     }
-    if (r->push) {
+    if (push) {
         rc = queue_register(c, r, r->expect);
         if (!rc)
             rc = queue_simple(c, r, TW_TAG_RDMA_READY);
@@ -294,7 +332,7 @@ static int get_on_register(struct tw_client *c, struct tw__creq *r, const struct
         if (rc)
             return rc;
     } else {
-        tw__client_rdma_release(c, r);
+        drop_mr(q);
     }
     rc = queue_done(c, r, tw__fabric_status_to_wire(fc.status), fc.bytes);
     if (rc)
@@ -309,7 +347,7 @@ static int get_on_register(struct tw_client *c, struct tw__creq *r, const struct
 static int get_on_done(struct tw_client *c, struct tw__creq *r, const struct tw_msg *m)
 {
     /* Push: revoke the write key before looking at the bytes (§10). */
-    tw__client_rdma_release(c, r);
+    drop_mr(req_state(r));
     if (m->u.rdma_done.status != 0) {
         uint32_t code = m->u.rdma_done.status;
         finish_msg(c, r, code < 100 ? TW_ERR_FROM_WIRE(code) : TW_EINTERNAL,
@@ -332,9 +370,11 @@ static int rdma_put_start(struct tw_client *c, struct tw__creq *r)
     unsigned access = TW_FABRIC_REMOTE_READ;
     if (c->sm.caps & TW_CAP_RDMA_GPUDIRECT)
         access |= TW_FABRIC_LOCAL_WRITE; /* the server may ask us to push */
-    r->push = 0;
-    r->got_remote = 0;
-    int rc = tw__fabric_mr_register(c->fpeer, r->buf, r->len, access, TW_FABRIC_HOST, 0, &r->mr);
+    int rc = req_state_new(c, r);
+    if (rc)
+        return rc;
+    rc = tw__fabric_mr_register(c->fpeer, r->buf, r->len, access, TW_FABRIC_HOST, 0,
+                                &req_state(r)->mr);
     if (rc < 0) {
         tw__client_seterr(c, "put '%s': cannot register the buffer for rdma: %s", r->name,
                           tw__fabric_errmsg(c->fab));
@@ -345,16 +385,17 @@ static int rdma_put_start(struct tw_client *c, struct tw__creq *r)
 
 static int put_on_ready(struct tw_client *c, struct tw__creq *r)
 {
-    if (!r->got_remote)
+    if (!req_state(r)->got_remote)
         return 0; /* pull: the server reads, then sends RDMA_DONE */
-    r->push = 1;
+    /* Push: the server, the destination, chose it. */
+    r->path.mode = TW_PATH_PUSH;
     struct tw_fabric_completion fc;
     run_xfer(c, r, TW_FABRIC_PUSH, r->len, &fc);
     int rc = 0;
     if (fc.buffer_busy)
         rc = release_busy(c, r);
     else
-        tw__client_rdma_release(c, r);
+        drop_mr(req_state(r));
     if (rc)
         return rc;
     if (fc.status == 0)
@@ -368,7 +409,7 @@ static int rdma_on_message(struct tw_client *c, struct tw__creq *r, const struct
     if (r->op == TW__OP_GET) {
         if (m->hdr.tag == TW_TAG_RDMA_REGISTER)
             return get_on_register(c, r, m);
-        if (m->hdr.tag == TW_TAG_RDMA_DONE && r->push)
+        if (m->hdr.tag == TW_TAG_RDMA_DONE && r->path.mode == TW_PATH_PUSH)
             return get_on_done(c, r, m);
         return TW_EOUT_OF_ORDER;
     }
@@ -376,17 +417,17 @@ static int rdma_on_message(struct tw_client *c, struct tw__creq *r, const struct
     case TW_TAG_RDMA_REGISTER:
         if (m->u.rdma_register.length != r->len)
             return TW_EBAD_LENGTH;
-        r->remote.key = m->u.rdma_register.rkey;
-        r->remote.remote_addr = m->u.rdma_register.remote_addr;
-        r->remote.length = m->u.rdma_register.length;
-        r->got_remote = 1;
+        req_state(r)->remote.key = m->u.rdma_register.rkey;
+        req_state(r)->remote.remote_addr = m->u.rdma_register.remote_addr;
+        req_state(r)->remote.length = m->u.rdma_register.length;
+        req_state(r)->got_remote = 1;
         return 0;
     case TW_TAG_RDMA_READY:
         return put_on_ready(c, r);
     case TW_TAG_RDMA_DONE:
         /* Pull: the server's reads are over; our registration can go. OK or
          * ERROR follows. */
-        tw__client_rdma_release(c, r);
+        drop_mr(req_state(r));
         if (m->u.rdma_done.status == 0)
             r->received = r->len;
         return 0;
@@ -403,4 +444,5 @@ const struct tw__client_dp_ops tw__client_dp_rdma = {
     .get_data = NULL,
     .put_start = rdma_put_start,
     .on_message = rdma_on_message,
+    .release = rdma_release,
 };

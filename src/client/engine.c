@@ -36,17 +36,11 @@ void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int statu
         return;
     r->finished = 1;
     r->status = status;
-    if (r->mr)
-        tw__client_rdma_release(c, r);
+    if (r->dp && r->dp->release)
+        r->dp->release(c, r);
     if (status == 0 && r->dp && (r->op == TW__OP_GET || r->op == TW__OP_PUT)) {
-        if (r->dp == &tw__client_dp_rdma)
-            snprintf(c->last_plane, sizeof(c->last_plane), "rdma %s (%s)",
-                     r->push ? "push" : "pull",
-                     c->fpeer ? tw__fabric_peer_provider(c->fpeer) : "?");
-        else if (r->dp_note)
-            snprintf(c->last_plane, sizeof(c->last_plane), "%s (%s)", r->dp->name, r->dp_note);
-        else
-            snprintf(c->last_plane, sizeof(c->last_plane), "%s", r->dp->name);
+        c->last_path = r->path;
+        c->have_last_path = 1;
     }
     if (r->started) {
         r->t_end = tw__now_ns();
@@ -73,35 +67,56 @@ static struct tw__creq *lookup(struct tw_client *c, uint64_t id)
     return r->started ? r : NULL;
 }
 
-const struct tw__client_dp_ops *
-tw__client_pick_data_plane(const struct tw_client *c, const struct tw__creq *r, const char **note)
+/* The plane that implements p; NULL when none does (no plane left, or host
+ * staging of GPU memory, which is issue 11's plane). */
+static const struct tw__client_dp_ops *dp_for_path(const struct tw_path *p)
 {
-    *note = NULL;
-    if (!c->fpeer || (r->op != TW__OP_GET && r->op != TW__OP_PUT))
+    if (p->staging != TW_PATH_STAGING_NONE)
+        return NULL;
+    switch (p->plane) {
+    case TW_PATH_PLANE_INLINE:
         return &tw__client_dp_inline;
-    /* A peer whose rail was retired (fabric.h: a wedged or blocked shm
-     * endpoint) moves the rest of this connection's data inline. */
-    if (!tw__fabric_peer_usable(c->fpeer, NULL, 0)) {
-        *note = "the rdma rail was retired";
-        return &tw__client_dp_inline;
+    case TW_PATH_PLANE_RDMA:
+        return &tw__client_dp_rdma;
+    default:
+        return NULL;
     }
-    /* A get's size is known only from TENSOR_INFO: always ask, the server
-     * applies its threshold. A put's is known now: asking for RDMA below the
-     * threshold would only make the server decide what we already know. */
-    if (r->op == TW__OP_PUT && r->len < c->rdma_min_bytes) {
-        *note = "below the rdma threshold";
-        return &tw__client_dp_inline;
-    }
-    return &tw__client_dp_rdma;
+}
+
+const struct tw__client_dp_ops *tw__client_pick_data_plane(const struct tw_client *c,
+                                                           struct tw__creq *r)
+{
+    struct tw_path_in in = {
+        .role = TW_PATH_CLIENT,
+        .op = r->op == TW__OP_GET ? TW_PATH_GET : TW_PATH_PUT,
+        .caps = c->sm.caps,
+        .endpoint_accepted = c->fpeer != NULL,
+        .provider = tw__path_provider_kind(c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL),
+        /* A peer whose rail was retired (fabric.h: a wedged or blocked shm
+         * endpoint) moves the rest of this connection's data inline. */
+        .rail_usable = !c->fpeer || tw__fabric_peer_usable(c->fpeer, NULL, 0),
+        /* A get's size is known only from TENSOR_INFO: always ask, the
+         * server applies its threshold. A put's is known now. */
+        .size_known = r->op == TW__OP_PUT,
+        .size = r->len,
+        .rdma_min_bytes = c->rdma_min_bytes,
+        .mem_local = TW_PATH_MEM_HOST, /* the client API takes host memory */
+        .mem_peer = TW_PATH_MEM_HOST,
+        .push = (enum tw_path_push)c->push_policy,
+        .gdr = TW_PATH_GDR_NOT_EVALUATED, /* issue 12 */
+    };
+    r->path = tw__path_decide(&in);
+    return dp_for_path(&r->path);
 }
 
 /* The server answered a request for RDMA with the inline plane (allowed:
- * docs/protocol.md §4.7, §4.9): follow it. */
+ * docs/protocol.md §4.7, §4.9): follow it. No plane state exists yet: it is
+ * made by get_start / put_start, after this. */
 static void follow_inline(struct tw__creq *r)
 {
-    if (r->dp != &tw__client_dp_inline) {
-        r->dp = &tw__client_dp_inline;
-        r->dp_note = "the server chose inline";
+    if (r->path.plane != TW_PATH_PLANE_INLINE) {
+        r->path = tw__path_follow_inline(r->path);
+        r->dp = dp_for_path(&r->path);
     }
 }
 
@@ -408,7 +423,11 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
     switch (r->op) {
     case TW__OP_GET:
         m.hdr.tag = TW_TAG_TENSOR_REQUEST;
-        r->dp = tw__client_pick_data_plane(c, r, &r->dp_note);
+        r->dp = tw__client_pick_data_plane(c, r);
+        if (!r->dp) {
+            rc = TW_ENOT_NEGOTIATED;
+            break;
+        }
         m.u.tensor_request.flags = r->dp->xfer_flags;
         rc = name_msg(r, &m.u.tensor_request.name);
         break;
@@ -417,7 +436,11 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
         const struct tw_tensor_desc *d = r->desc;
         const char *tag = d->device_tag[0] ? d->device_tag : "cpu";
         m.hdr.tag = TW_TAG_TENSOR_PUT;
-        r->dp = tw__client_pick_data_plane(c, r, &r->dp_note);
+        r->dp = tw__client_pick_data_plane(c, r);
+        if (!r->dp) {
+            rc = TW_ENOT_NEGOTIATED;
+            break;
+        }
         m.u.tensor_put.flags = r->dp->xfer_flags;
         rc = name_msg(r, &w->name);
         if (rc)
@@ -634,8 +657,8 @@ out_fail:
             if (!reqs[i].finished) {
                 reqs[i].finished = 1;
                 reqs[i].status = rc;
-                if (reqs[i].mr)
-                    tw__client_rdma_release(c, &reqs[i]);
+                if (reqs[i].dp && reqs[i].dp->release)
+                    reqs[i].dp->release(c, &reqs[i]);
             }
         memcpy(c->errmsg, keep, sizeof(keep));
         c->err_index = 0;

@@ -311,16 +311,16 @@ static int step_endpoint(struct tw_sm *sm, const struct tw_msg *m, int from, int
     if (!(sm->caps & TW_CAP_RDMA_DATA_PLANE))
         return TW_ENOT_NEGOTIATED;
     if (status == TW_EP_OFFER) {
-        if (sm->phase != TW_PHASE_READY || sm->fabric_state != 0)
+        if (sm->phase != TW_PHASE_READY || sm->fabric_state != TW_SM_FABRIC_NONE)
             return TW_EOUT_OF_ORDER;
         if (commit)
-            sm->fabric_state = 1;
+            sm->fabric_state = TW_SM_FABRIC_OFFERED;
         return 0;
     }
-    if (sm->fabric_state != 1)
+    if (sm->fabric_state != TW_SM_FABRIC_OFFERED)
         return TW_EOUT_OF_ORDER;
     if (commit)
-        sm->fabric_state = status == TW_EP_ACCEPT ? 2 : 3;
+        sm->fabric_state = status == TW_EP_ACCEPT ? TW_SM_FABRIC_ACCEPTED : TW_SM_FABRIC_DECLINED;
     return 0;
 }
 
@@ -386,7 +386,7 @@ static int open_check(const struct tw_sm *sm, const struct tw_msg *m, int sendin
         flags = m->u.tensor_put.flags;
     else
         return 0;
-    if ((flags & TW_XFER_WANT_RDMA) && sm->fabric_state != 2)
+    if ((flags & TW_XFER_WANT_RDMA) && sm->fabric_state != TW_SM_FABRIC_ACCEPTED)
         return TW_ENOT_NEGOTIATED;
     if (!(flags & TW_XFER_WANT_RDMA) && !(sm->caps & TW_CAP_INLINE_DATA))
         return TW_ENOT_NEGOTIATED;

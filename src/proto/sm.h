@@ -63,6 +63,14 @@ enum tw_req_kind {
 
 #define TW_SM_STALE 1
 
+/* The RDMA endpoint exchange of a connection (docs/protocol.md §7). */
+enum tw_sm_fabric {
+    TW_SM_FABRIC_NONE = 0, /* no RDMA_ENDPOINT yet */
+    TW_SM_FABRIC_OFFERED,  /* the client's OFFER is out, no answer yet */
+    TW_SM_FABRIC_ACCEPTED, /* ACCEPT: WANT_RDMA is legal from now on */
+    TW_SM_FABRIC_DECLINED  /* DECLINE: inline only, for good */
+};
+
 struct tw_sm_req; /* opaque request slot */
 
 struct tw_sm {
@@ -72,7 +80,7 @@ struct tw_sm {
     uint32_t max_frame;    /* negotiated payload limit (pre-auth: lower) */
     uint32_t max_inflight; /* negotiated */
     int auth_required;
-    int fabric_state; /* 0 none, 1 offered, 2 accepted, 3 declined */
+    enum tw_sm_fabric fabric_state;
     int goodbye_sent, goodbye_received;
     uint64_t highest_request_id; /* ids are strictly increasing per connection */
     uint32_t inflight;

@@ -66,10 +66,11 @@ struct tw_srv_config {
     uint64_t rdma_min_bytes;
 };
 
-/* --push: destination policy. AUTO pushes only into GPU destinations
- * admitted for GPUDirect (none today: this server stores host memory, so
- * AUTO pulls); ALWAYS pushes whenever bit 3 was negotiated; NEVER does not
- * announce bit 3 at all. */
+/* --push: destination policy (applied by tw__path_decide, proto/path.c).
+ * AUTO pushes into GPU destinations admitted for GPUDirect (none today:
+ * this server stores host memory) and lets the client write a put over shm;
+ * ALWAYS pushes whenever bit 3 was negotiated; NEVER does not announce bit 3
+ * at all. */
 enum tw_srv_push { TW_SRV_PUSH_AUTO = 0, TW_SRV_PUSH_ALWAYS = 1, TW_SRV_PUSH_NEVER = 2 };
 
 void tw__srv_config_defaults(struct tw_srv_config *c);

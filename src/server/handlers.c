@@ -115,59 +115,93 @@ static void handle_auth(struct tw_srv_conn *c, const struct tw_msg *m)
     TW_LOGD("conn %llu %s: authenticated", (unsigned long long)c->id, c->peer);
 }
 
-/*
- * The data plane of one get or put: RDMA only when the client asked for it
- * (WANT_RDMA, legal only after ACCEPT: the state machine checks), this
- * connection still has an accepted endpoint, and the tensor is at least
- * --rdma-min-bytes long. Anything else moves inline, which the protocol
- * allows as an answer to WANT_RDMA (docs/protocol.md §4.7, §4.9). *why says
- * which condition decided (static text). Every data-plane decision lives
- * here: add new conditions here, not in the handlers.
- */
-static const struct tw_dp_ops *choose_dp(struct tw_srv_conn *c, uint32_t flags,
-                                         uint64_t byte_length, const char **why)
+static enum tw_path_push path_push(int srv_push)
 {
-    if (!(flags & TW_XFER_WANT_RDMA)) {
-        *why = "rdma not requested";
-        return &tw__dp_inline_ops;
+    switch (srv_push) {
+    case TW_SRV_PUSH_ALWAYS:
+        return TW_PATH_PUSH_ALWAYS;
+    case TW_SRV_PUSH_NEVER:
+        return TW_PATH_PUSH_NEVER;
+    default:
+        return TW_PATH_PUSH_AUTO;
     }
-    if (!c->fpeer || !c->srv->fab) {
-        *why = "no rdma endpoint on this connection";
-        return &tw__dp_inline_ops;
-    }
-    /* A retired rail (src/fabric/fabric.h: a wedged or blocked shm
-     * endpoint) downgrades the rest of the connection, said once. */
+}
+
+/*
+ * The path of one get or put: tw__path_decide (proto/path.h, the one place
+ * that decides plane, push or pull and staging) over what this connection
+ * negotiated and the request. Only the inputs are gathered here: the
+ * decision does no I/O, so the rail's health is read first. A retired rail
+ * (src/fabric/fabric.h: a wedged or blocked shm endpoint) downgrades the
+ * rest of the connection, said once.
+ */
+static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uint32_t flags,
+                                  const struct tw_tensor *t)
+{
+    struct tw_srv *srv = c->srv;
+    struct tw_path_in in = {
+        .role = TW_PATH_SERVER,
+        .op = op,
+        .caps = c->caps,
+        .endpoint_accepted = c->fpeer && srv->fab,
+        .provider = tw__path_provider_kind(c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL),
+        .rail_usable = 1,
+        .want_rdma = (flags & TW_XFER_WANT_RDMA) != 0,
+        .size_known = 1,
+        .size = t->byte_length,
+        .rdma_min_bytes = srv->cfg.rdma_min_bytes,
+        .mem_local = t->gpu >= 0 ? TW_PATH_MEM_CUDA : TW_PATH_MEM_HOST,
+        .mem_peer = TW_PATH_MEM_HOST, /* not on the wire; does not change ours */
+        .push = path_push(srv->cfg.push),
+        .gdr = TW_PATH_GDR_NOT_EVALUATED, /* issue 12 */
+    };
     char detail[320];
-    if (!tw__fabric_peer_usable(c->fpeer, detail, sizeof(detail))) {
+    if (in.want_rdma && in.endpoint_accepted &&
+        !tw__fabric_peer_usable(c->fpeer, detail, sizeof(detail))) {
+        in.rail_usable = 0;
         if (!c->rdma_downgraded) {
             c->rdma_downgraded = 1;
             TW_LOGW("conn %llu %s: rdma unusable (%s); this connection moves data inline from "
                     "now on",
                     (unsigned long long)c->id, c->peer, detail);
         }
-        *why = "its rdma rail was retired";
-        return &tw__dp_inline_ops;
     }
-    if (byte_length < c->srv->cfg.rdma_min_bytes) {
-        *why = "below the threshold";
-        return &tw__dp_inline_ops;
-    }
-    *why = "asked for, at or above the threshold";
-    return &tw__dp_rdma_ops;
+    return tw__path_decide(&in);
 }
 
-/* Debug log of a WANT_RDMA request's plane (plain inline requests are the
+/* Debug log of a WANT_RDMA request's path (plain inline requests are the
  * common case and stay quiet). */
-static void log_dp_choice(const struct tw_srv_conn *c, uint64_t id, const char *op,
-                          uint64_t byte_length, uint32_t flags, const struct tw_dp_ops *ops,
-                          const char *why)
+static void log_path(const struct tw_srv_conn *c, uint64_t id, const char *op, uint64_t byte_length,
+                     uint32_t flags, const struct tw_path *p)
 {
     if (!(flags & TW_XFER_WANT_RDMA))
         return;
-    TW_LOGD("conn %llu %s: %s request %llu of %llu B: %s data plane, %s (--rdma-min-bytes %llu)",
+    TW_LOGD("conn %llu %s: %s request %llu of %llu B: %s data plane%s, %s (--rdma-min-bytes %llu)",
             (unsigned long long)c->id, c->peer, op, (unsigned long long)id,
-            (unsigned long long)byte_length, ops == &tw__dp_rdma_ops ? "rdma" : "inline", why,
+            (unsigned long long)byte_length,
+            p->plane == TW_PATH_PLANE_RDMA     ? "rdma"
+            : p->plane == TW_PATH_PLANE_INLINE ? "inline"
+                                               : "no",
+            p->mode == TW_PATH_PUSH ? " (push)" : "",
+            tw__path_reason_str((enum tw_path_reason)p->reason),
             (unsigned long long)c->srv->cfg.rdma_min_bytes);
+}
+
+/* No data plane of this server implements the path: none is left (the RDMA
+ * rail of an RDMA-only connection was retired, docs/protocol.md §7), or it
+ * needs host staging of GPU memory, which no plane does yet (issue 11). The
+ * request fails, the connection stays. */
+static void refuse_no_plane(struct tw_srv_conn *c, uint64_t id, const char *op,
+                            const struct tw_path *p)
+{
+    if (p->plane == TW_PATH_PLANE_NONE)
+        tw__conn_send_error(c, id, TW_WIRE_INTERNAL,
+                            "%s: no data plane left on this connection (%s)", op,
+                            tw__path_reason_str((enum tw_path_reason)p->reason));
+    else
+        tw__conn_send_error(c, id, TW_WIRE_DEVICE_UNAVAILABLE,
+                            "%s: this server's data planes cannot move GPU tensors yet (%s)", op,
+                            tw__path_reason_str((enum tw_path_reason)p->reason));
 }
 
 static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
@@ -182,10 +216,14 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
                             show_name(nm, name, sizeof(name)));
         return;
     }
-    const char *why;
-    const struct tw_dp_ops *ops = choose_dp(c, m->u.tensor_request.flags, t->byte_length, &why);
-    log_dp_choice(c, id, "get", t->byte_length, m->u.tensor_request.flags, ops, why);
-    struct tw_xfer *x = tw__xfer_new(c, id, TW_XFER_GET, t, ops);
+    struct tw_path path = choose_path(c, TW_PATH_GET, m->u.tensor_request.flags, t);
+    log_path(c, id, "get", t->byte_length, m->u.tensor_request.flags, &path);
+    if (!tw__dp_for_path(&path)) {
+        tw__tensor_unref(t);
+        refuse_no_plane(c, id, "get", &path);
+        return;
+    }
+    struct tw_xfer *x = tw__xfer_new(c, id, TW_XFER_GET, t, &path);
     tw__tensor_unref(t);
     if (!x) {
         tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "out of memory");
@@ -195,14 +233,14 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
     memset(&r, 0, sizeof(r));
     r.hdr.tag = TW_TAG_TENSOR_INFO;
     r.hdr.request_id = id;
-    r.u.tensor_info.data_plane = ops->wire_plane;
+    r.u.tensor_info.data_plane = x->ops->wire_plane;
     tw__tensor_describe(x->t, (c->caps & TW_CAP_PAYLOAD_CRC32C) != 0, &r.u.tensor_info.desc);
     /* A refused send means the connection is closing: x stays in its table
      * and goes with the deferred teardown; only starting it is pointless. */
     if (tw__conn_send(c, &r) < 0)
         return;
     c->srv->stats.gets++;
-    int rc = ops->start(x);
+    int rc = x->ops->start(x);
     if (rc < 0) {
         tw__xfer_destroy(x);
         tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "cannot start the transfer: %s",
@@ -284,10 +322,14 @@ static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
                             (unsigned long long)d->byte_length);
         return;
     }
-    const char *why;
-    const struct tw_dp_ops *ops = choose_dp(c, m->u.tensor_put.flags, d->byte_length, &why);
-    log_dp_choice(c, id, "put", d->byte_length, m->u.tensor_put.flags, ops, why);
-    struct tw_xfer *x = tw__xfer_new(c, id, TW_XFER_PUT, t, ops);
+    struct tw_path path = choose_path(c, TW_PATH_PUT, m->u.tensor_put.flags, t);
+    log_path(c, id, "put", d->byte_length, m->u.tensor_put.flags, &path);
+    if (!tw__dp_for_path(&path)) {
+        tw__tensor_unref(t); /* the unpublished version goes */
+        refuse_no_plane(c, id, "put", &path);
+        return;
+    }
+    struct tw_xfer *x = tw__xfer_new(c, id, TW_XFER_PUT, t, &path);
     tw__tensor_unref(t); /* x holds the only reference now (or none: freed) */
     if (!x) {
         tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "out of memory");
@@ -297,10 +339,10 @@ static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
     memset(&r, 0, sizeof(r));
     r.hdr.tag = TW_TAG_PUT_ACCEPT;
     r.hdr.request_id = id;
-    r.u.put_accept.data_plane = ops->wire_plane;
+    r.u.put_accept.data_plane = x->ops->wire_plane;
     if (tw__conn_send(c, &r) < 0)
         return;
-    rc = ops->start(x);
+    rc = x->ops->start(x);
     if (rc < 0) {
         tw__xfer_destroy(x);
         tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "cannot start the transfer: %s",

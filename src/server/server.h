@@ -179,7 +179,7 @@ struct tw_srv {
     uint8_t *scratch; /* sink for discarded DATA bytes */
     size_t scratch_len;
 
-    /* RDMA data plane (xfer_rdma.c); NULL when it did not open. */
+    /* RDMA plane (fabric_srv.c); NULL when it did not open. */
     struct tw_fabric *fab;
     /* Registration cache of fab (every registration of the server goes
      * through it); NULL with fab. Store storage going back to the spare pool
@@ -278,7 +278,7 @@ void tw__conn_remove_xfer(struct tw_srv_conn *c, struct tw_xfer *x);
  * GOODBYE and nothing is left in flight. */
 void tw__conn_maybe_finish(struct tw_srv_conn *c);
 
-/* ---- RDMA data plane (xfer_rdma.c) ---- */
+/* ---- RDMA lifecycle (fabric_srv.c) ---- */
 
 /* Opens the plane from cfg.fabric (a failure is logged, not fatal) and
  * watches its completion eventfd. Returns 0 or a negative code for a
@@ -294,6 +294,21 @@ void tw__srv_fabric_endpoint(struct tw_srv_conn *c, const struct tw_msg *m);
 /* The connection is going away: its peer is removed (transfers in flight
  * fail and drain in the plane). */
 void tw__srv_fabric_conn_gone(struct tw_srv_conn *c);
+
+/* ---- per-transfer RDMA plane (xfer_rdma.c), for fabric_srv.c ---- */
+
+/* One completion popped from the plane: continues or ends its transfer, or
+ * finishes the cleanup of a transfer that already ended. Loop thread. */
+void tw__srv_rdma_on_completion(struct tw_srv *srv, const struct tw_fabric_completion *fc);
+/* Frees the transfer states whose busy registrations went idle (srv->idle_efd
+ * became readable). Loop thread. */
+void tw__srv_rdma_drain_idle(struct tw_srv *srv);
+/* Shutdown, plane still open: drops the cache handles every live transfer
+ * state holds, so the cache can be destroyed before the plane. */
+void tw__srv_rdma_drop_handles(struct tw_srv *srv);
+/* Shutdown, plane closed: frees every transfer state left (and the tensor
+ * references they hold). */
+void tw__srv_rdma_free_all(struct tw_srv *srv);
 
 /* ---- handlers (handlers.c) ---- */
 

@@ -27,11 +27,13 @@ static void on_deadline(struct tw_loop *loop, struct tw_timer *t)
 }
 
 struct tw_xfer *tw__xfer_new(struct tw_srv_conn *c, uint64_t id, enum tw_xfer_dir dir,
-                             struct tw_tensor *t, const struct tw_dp_ops *ops)
+                             struct tw_tensor *t, const struct tw_path *path)
 {
-    struct tw_xfer *x = calloc(1, sizeof(*x));
+    const struct tw_dp_ops *ops = tw__dp_for_path(path);
+    struct tw_xfer *x = ops ? calloc(1, sizeof(*x)) : NULL;
     if (!x)
         return NULL;
+    x->path = *path;
     x->conn = c;
     x->id = id;
     x->dir = dir;
@@ -39,13 +41,27 @@ struct tw_xfer *tw__xfer_new(struct tw_srv_conn *c, uint64_t id, enum tw_xfer_di
     tw__tensor_ref(t);
     x->ops = ops;
     x->started_ms = tw__loop_now(&c->srv->loop);
-    uint32_t chunk = c->max_frame - TW_DATA_PREFIX_LEN;
-    x->chunk = chunk < TW_SRV_DATA_CHUNK ? chunk : TW_SRV_DATA_CHUNK;
     tw__timer_init(&x->deadline, on_deadline, x);
     if (c->srv->cfg.transfer_timeout_ms)
         tw__loop_timer_start(&c->srv->loop, &x->deadline, c->srv->cfg.transfer_timeout_ms);
     tw__conn_add_xfer(c, x);
     return x;
+}
+
+const struct tw_dp_ops *tw__dp_for_path(const struct tw_path *p)
+{
+    /* Host staging of GPU memory is issue 11's plane: its ops table goes
+     * here, and until then such a path has none. */
+    if (p->staging != TW_PATH_STAGING_NONE)
+        return NULL;
+    switch (p->plane) {
+    case TW_PATH_PLANE_INLINE:
+        return &tw__dp_inline_ops;
+    case TW_PATH_PLANE_RDMA:
+        return &tw__dp_rdma_ops;
+    default:
+        return NULL;
+    }
 }
 
 void tw__xfer_destroy(struct tw_xfer *x)

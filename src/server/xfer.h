@@ -6,9 +6,11 @@
  * transfer after TENSOR_INFO / PUT_ACCEPT, feeds it the frames of its request
  * id, and ends it. How bytes move is the data plane's business, behind
  * struct tw_dp_ops: today the inline plane (DATA frames on the control
- * connection, xfer_inline.c); an RDMA plane (src/fabric/) plugs in as another
- * ops table chosen per request, using on_msg for RDMA_REGISTER / RDMA_READY /
- * RDMA_DONE and the same completion path (tw__xfer_put_complete).
+ * connection, xfer_inline.c) and the RDMA plane (xfer_rdma.c over src/fabric),
+ * which uses on_msg for RDMA_REGISTER / RDMA_READY / RDMA_DONE and the same
+ * completion path (tw__xfer_put_complete). The handlers pick the ops table
+ * from tw__path_decide (proto/path.h) through tw__dp_for_path; a plane keeps
+ * its per-transfer state behind x->dp and frees it in release.
  *
  * Ownership: a transfer belongs to its connection (in its id table) and holds
  * one reference to its tensor version: the source for a GET, the unpublished
@@ -21,6 +23,7 @@
 #include <stdint.h>
 
 #include "net/loop.h"
+#include "proto/path.h"
 #include "proto/proto.h"
 #include "server/store.h"
 
@@ -62,16 +65,22 @@ extern const struct tw_dp_ops tw__dp_inline_ops;
 /* RDMA_REGISTER / RDMA_READY / RDMA_DONE through src/fabric (xfer_rdma.c). */
 extern const struct tw_dp_ops tw__dp_rdma_ops;
 
+/* The ops table that implements p; NULL for TW_PATH_PLANE_NONE and for a
+ * path that needs host staging (no plane does it yet). */
+const struct tw_dp_ops *tw__dp_for_path(const struct tw_path *p);
+
 struct tw_xfer {
     struct tw_srv_conn *conn;
     uint64_t id;
     enum tw_xfer_dir dir;
     struct tw_tensor *t;
     const struct tw_dp_ops *ops;
-    void *dp;       /* data-plane private state */
-    uint64_t done;  /* bytes moved so far */
-    uint32_t crc;   /* running CRC32C of received bytes (PUT with a CRC) */
-    uint32_t chunk; /* largest DATA payload to send (GET) */
+    /* The path tw__path_decide chose (the handler sets it before start);
+     * the plane records what the peer decided (a client's push get). */
+    struct tw_path path;
+    void *dp;      /* data-plane private state, owned by ops */
+    uint64_t done; /* bytes moved so far */
+    uint32_t crc;  /* running CRC32C of received bytes (PUT with a CRC) */
     uint64_t started_ms;
     struct tw_timer deadline;
     struct tw_xfer *hnext;         /* connection's id table */
@@ -79,11 +88,12 @@ struct tw_xfer {
     int in_send_list;
 };
 
-/* Creates a transfer for request id on conn, taking a new reference to t,
+/* Creates a transfer for request id on conn moving its bytes on path's plane
+ * (tw__dp_for_path(path) must not be NULL), taking a new reference to t,
  * inserts it in the connection's table and arms its deadline. Returns NULL
  * on allocation failure. */
 struct tw_xfer *tw__xfer_new(struct tw_srv_conn *c, uint64_t id, enum tw_xfer_dir dir,
-                             struct tw_tensor *t, const struct tw_dp_ops *ops);
+                             struct tw_tensor *t, const struct tw_path *path);
 /* Removes x from its connection and frees it (see Ownership above). */
 void tw__xfer_destroy(struct tw_xfer *x);
 /* A PUT whose bytes all arrived: verifies the CRC, publishes the version and

@@ -17,9 +17,14 @@ static int inline_start(struct tw_xfer *x)
 
 static int inline_pump(struct tw_xfer *x)
 {
+    /* Frames of at most TW_SRV_DATA_CHUNK, never above the negotiated
+     * max_frame (whose payload also holds the 8-byte offset). */
+    uint32_t chunk = x->conn->max_frame - TW_DATA_PREFIX_LEN;
+    if (chunk > TW_SRV_DATA_CHUNK)
+        chunk = TW_SRV_DATA_CHUNK;
     uint64_t total = x->t->byte_length;
     uint64_t left = total - x->done;
-    size_t len = left < x->chunk ? (size_t)left : x->chunk;
+    size_t len = left < chunk ? (size_t)left : chunk;
     int more = x->done + len < total;
     /* A 0-byte tensor still sends exactly one empty DATA frame, MORE=0. */
     int rc = tw__conn_send_data(x->conn, x->id, x->t, x->done, len, more);

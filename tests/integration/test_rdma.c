@@ -117,7 +117,7 @@ static void require_provider(void)
 }
 
 /* How a put moves with the server's --push auto: the client writes over
- * shm (src/server/xfer_rdma.c, push_put), the server reads otherwise. */
+ * shm (src/proto/path.c, row PUSH_SHM), the server reads otherwise. */
 static const char *auto_put_plane(void)
 {
     return strcmp(TW_TEST_PROVIDER, "shm") == 0 ? "rdma push (" : "rdma pull (";
@@ -581,6 +581,139 @@ static int raw_read(struct tw_fabric *fab, struct tw_fabric_peer *peer, struct t
     return tw__fabric_xfer_run(fab, &d, &fc);
 }
 
+/* A raw protocol peer with its own plane: handshake with caps, OFFER, and
+ * the server's ACCEPT inserted as *peer. */
+static struct tw_fabric *raw_peer_connect(struct itc *rc, const struct itest_server *s,
+                                          uint64_t caps, struct tw_fabric_peer **peer)
+{
+    struct tw_fabric_config cfg = {
+        .provider = TW_TEST_PROVIDER, .node = "127.0.0.1", .threaded = 1};
+    struct tw_fabric *fab;
+    struct tw_msg m;
+    char err[1024];
+    TW_ASSERT_EQ(tw__fabric_open(&cfg, &fab, err, sizeof(err)), 0);
+    itc_connect(rc, s);
+    TW_ASSERT_EQ(itc_handshake_caps(rc, NULL, caps), 0);
+    const struct tw_fabric_addr *addrs;
+    unsigned n = tw__fabric_local_addrs(fab, &addrs);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_RDMA_ENDPOINT;
+    m.u.rdma_endpoint.status = TW_EP_OFFER;
+    tw__fabric_plane_host_id(fab, m.u.rdma_endpoint.host_id);
+    m.u.rdma_endpoint.count = (uint8_t)n;
+    for (unsigned i = 0; i < n; i++)
+        tw__fabric_addr_view(&addrs[i], &m.u.rdma_endpoint.entries[i]);
+    itc_send(rc, &m);
+    TW_ASSERT_EQ(itc_recv(rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_RDMA_ENDPOINT);
+    TW_ASSERT_EQ(m.u.rdma_endpoint.status, TW_EP_ACCEPT);
+    TW_ASSERT_EQ(tw__fabric_peer_insert_entry(fab, &m.u.rdma_endpoint.entries[0], peer), 0);
+    return fab;
+}
+
+static void raw_peer_close(struct itc *rc, struct tw_fabric *fab, struct tw_fabric_peer *peer,
+                           struct tw_fabric_mr *mr)
+{
+    tw__fabric_mr_deregister(mr);
+    tw__fabric_peer_remove(peer);
+    tw__fabric_close(fab);
+    itc_close(rc);
+}
+
+/* A raw peer's get with WANT_RDMA up to the pull: TENSOR_INFO(rdma),
+ * RDMA_REGISTER (its key in *key), RDMA_READY sent. Returns the id. */
+static uint64_t raw_get_ready(struct itc *rc, const char *name, struct tw_fabric_rkey *key)
+{
+    struct tw_msg m;
+    uint64_t id = itc_id(rc);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_TENSOR_REQUEST;
+    m.hdr.request_id = id;
+    m.u.tensor_request.flags = TW_XFER_WANT_RDMA;
+    m.u.tensor_request.name.ptr = (const uint8_t *)name;
+    m.u.tensor_request.name.len = (uint32_t)strlen(name);
+    itc_send(rc, &m);
+    TW_ASSERT_EQ(itc_recv(rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_TENSOR_INFO);
+    TW_ASSERT_EQ(m.u.tensor_info.data_plane, TW_DP_RDMA);
+    TW_ASSERT_EQ(itc_recv(rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_RDMA_REGISTER);
+    key->key = m.u.rdma_register.rkey;
+    key->remote_addr = m.u.rdma_register.remote_addr;
+    key->length = m.u.rdma_register.length;
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_RDMA_READY;
+    m.hdr.request_id = id;
+    itc_send(rc, &m);
+    return id;
+}
+
+/* Issue 9, fix #1: a peer that negotiated RDMA without inline (bit 2, not
+ * bit 0) gets the RDMA plane for a tensor below --rdma-min-bytes, where an
+ * inline answer would break its negotiation (docs/protocol.md §7). */
+static void test_rdma_only_below_threshold(void)
+{
+    struct itest_server s;
+    enum { LEN = 4096 };
+    const char *args[] = {"--fabric", TW_TEST_PROVIDER, "--rdma-min-bytes", "1048576", NULL};
+    itest_server_start(&s, args);
+    tw_client *c = connect_client(&s, "none", TW_PUSH_AUTO);
+    uint8_t *data = malloc(LEN), *got = calloc(1, LEN);
+    itest_fill(data, LEN, 9);
+    put_bytes(c, "small", data, LEN);
+
+    struct itc rc;
+    struct tw_fabric_peer *peer;
+    struct tw_fabric *fab = raw_peer_connect(&rc, &s, TW_CAP_RDMA_DATA_PLANE, &peer);
+    TW_ASSERT_EQ(rc.caps & TW_CAP_INLINE_DATA, 0);
+    struct tw_fabric_mr *mr;
+    TW_ASSERT_EQ(
+        tw__fabric_mr_register(peer, got, LEN, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &mr), 0);
+
+    /* GET: TENSOR_INFO(rdma) and RDMA_REGISTER, then a pull. */
+    struct tw_msg m;
+    struct tw_fabric_rkey key;
+    uint64_t id = raw_get_ready(&rc, "small", &key);
+    TW_ASSERT_EQ(key.length, LEN);
+    TW_ASSERT_EQ(raw_read(fab, peer, mr, &key, LEN, 10000), 0);
+    TW_ASSERT(memcmp(got, data, LEN) == 0);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_RDMA_DONE;
+    m.hdr.request_id = id;
+    m.u.rdma_done.bytes = LEN;
+    itc_send(&rc, &m);
+    TW_ASSERT_EQ(itc_ping(&rc), 0);
+
+    /* PUT below the threshold: PUT_ACCEPT names the RDMA plane. The peer
+     * then cancels it (ERROR for its id) and the connection goes on. */
+    struct tw_descriptor d;
+    uint64_t shape[1] = {LEN};
+    itest_desc(&d, "small2", TW_DTYPE_U8, 1, shape);
+    id = itc_id(&rc);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_TENSOR_PUT;
+    m.hdr.request_id = id;
+    m.u.tensor_put.flags = TW_XFER_WANT_RDMA;
+    m.u.tensor_put.desc = d;
+    itc_send(&rc, &m);
+    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_PUT_ACCEPT);
+    TW_ASSERT_EQ(m.u.put_accept.data_plane, TW_DP_RDMA);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_ERROR;
+    m.hdr.request_id = id;
+    m.u.error.code = TW_WIRE_CANCELLED;
+    itc_send(&rc, &m);
+    TW_ASSERT_EQ(itc_ping(&rc), 0);
+
+    raw_peer_close(&rc, fab, peer, mr);
+    free(data);
+    free(got);
+    tw_close(c);
+    TW_ASSERT(itest_server_alive(&s));
+    TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
+}
+
 static void test_old_key_rejected(void)
 {
     struct itest_server s;
@@ -593,56 +726,19 @@ static void test_old_key_rejected(void)
     put_bytes(c, "k", v1, LEN);
 
     /* The raw peer: handshake with bit 2, OFFER, ACCEPT. */
-    struct tw_fabric_config cfg = {
-        .provider = TW_TEST_PROVIDER, .node = "127.0.0.1", .threaded = 1};
-    struct tw_fabric *fab;
-    char err[1024];
-    TW_ASSERT_EQ(tw__fabric_open(&cfg, &fab, err, sizeof(err)), 0);
     struct itc rc;
     struct tw_msg m;
-    itc_connect(&rc, &s);
-    TW_ASSERT_EQ(itc_handshake_caps(&rc, NULL, TW_CAP_INLINE_DATA | TW_CAP_RDMA_DATA_PLANE), 0);
-    const struct tw_fabric_addr *addrs;
-    unsigned n = tw__fabric_local_addrs(fab, &addrs);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_RDMA_ENDPOINT;
-    m.u.rdma_endpoint.status = TW_EP_OFFER;
-    tw__fabric_plane_host_id(fab, m.u.rdma_endpoint.host_id);
-    m.u.rdma_endpoint.count = (uint8_t)n;
-    for (unsigned i = 0; i < n; i++)
-        tw__fabric_addr_view(&addrs[i], &m.u.rdma_endpoint.entries[i]);
-    itc_send(&rc, &m);
-    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
-    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_RDMA_ENDPOINT);
-    TW_ASSERT_EQ(m.u.rdma_endpoint.status, TW_EP_ACCEPT);
     struct tw_fabric_peer *peer;
-    TW_ASSERT_EQ(tw__fabric_peer_insert_entry(fab, &m.u.rdma_endpoint.entries[0], &peer), 0);
+    struct tw_fabric *fab =
+        raw_peer_connect(&rc, &s, TW_CAP_INLINE_DATA | TW_CAP_RDMA_DATA_PLANE, &peer);
     struct tw_fabric_mr *mr;
     TW_ASSERT_EQ(
         tw__fabric_mr_register(peer, got, LEN, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &mr), 0);
 
     /* GET k with RDMA: TENSOR_INFO(rdma), RDMA_REGISTER(key of version 1). */
-    uint64_t id = itc_id(&rc);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_REQUEST;
-    m.hdr.request_id = id;
-    m.u.tensor_request.flags = TW_XFER_WANT_RDMA;
-    m.u.tensor_request.name.ptr = (const uint8_t *)"k";
-    m.u.tensor_request.name.len = 1;
-    itc_send(&rc, &m);
-    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
-    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_TENSOR_INFO);
-    TW_ASSERT_EQ(m.u.tensor_info.data_plane, TW_DP_RDMA);
-    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
-    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_RDMA_REGISTER);
-    struct tw_fabric_rkey key = {.key = m.u.rdma_register.rkey,
-                                 .remote_addr = m.u.rdma_register.remote_addr,
-                                 .length = m.u.rdma_register.length};
+    struct tw_fabric_rkey key;
+    uint64_t id = raw_get_ready(&rc, "k", &key);
     TW_ASSERT_EQ(key.length, LEN);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_RDMA_READY;
-    m.hdr.request_id = id;
-    itc_send(&rc, &m);
 
     /* Overwrite and delete while our key is live: version 1 stays. */
     put_bytes(c, "k", v2, LEN);
@@ -675,10 +771,7 @@ static void test_old_key_rejected(void)
             fprintf(stderr, "byte %zu changed by a read with a revoked key\n", i);
             TW_ASSERT(0);
         }
-    tw__fabric_mr_deregister(mr);
-    tw__fabric_peer_remove(peer);
-    tw__fabric_close(fab);
-    itc_close(&rc);
+    raw_peer_close(&rc, fab, peer, mr);
     free(v1);
     free(v2);
     free(got);
@@ -864,6 +957,7 @@ int main(void)
     TW_RUN(test_fallback_and_mixed);
     TW_RUN(test_threshold);
     TW_RUN(test_old_key_rejected);
+    TW_RUN(test_rdma_only_below_threshold);
     TW_RUN(test_client_killed);
     TW_RUN(test_stalled_peer);
     TW_RUN(test_shutdown_mid_transfer);

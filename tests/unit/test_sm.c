@@ -55,8 +55,8 @@ static void ready(struct sm_pair *p, uint64_t caps, int auth, int rdma)
     if (rdma) {
         OK_SEND(p, C, fx_endpoint(TW_EP_OFFER));
         OK_SEND(p, S, fx_endpoint(TW_EP_ACCEPT));
-        TW_ASSERT_EQ(p->c.fabric_state, 2);
-        TW_ASSERT_EQ(p->s.fabric_state, 2);
+        TW_ASSERT_EQ(p->c.fabric_state, TW_SM_FABRIC_ACCEPTED);
+        TW_ASSERT_EQ(p->s.fabric_state, TW_SM_FABRIC_ACCEPTED);
     }
 }
 
@@ -536,7 +536,7 @@ static void endpoint_violations(void)
     ready(&p, 0x5, 0, 0);
     OK_SEND(&p, C, fx_endpoint(TW_EP_OFFER));
     OK_SEND(&p, S, fx_endpoint(TW_EP_DECLINE));
-    TW_ASSERT_EQ(p.c.fabric_state, 3);
+    TW_ASSERT_EQ(p.c.fabric_state, TW_SM_FABRIC_DECLINED);
     SEND_FAILS(&p.c, fx_request(1, TW_XFER_WANT_RDMA, "x"), TW_ENOT_NEGOTIATED);
     SEND_FAILS(&p.c, fx_endpoint(TW_EP_OFFER), TW_EOUT_OF_ORDER);
     SEND_FAILS(&p.s, fx_endpoint(TW_EP_ACCEPT), TW_EOUT_OF_ORDER);

@@ -1,0 +1,174 @@
+/*
+ * The transfer-path decision (path.h). Read it as a table, top to bottom;
+ * the first row that matches decides the plane, then the mode, then staging:
+ *
+ *   plane
+ *     server, no WANT_RDMA                     inline   NOT_REQUESTED
+ *     no accepted endpoint                     inline   NO_ENDPOINT
+ *     rail retired                             inline   RAIL_RETIRED
+ *     client get (size unknown)                rdma     SIZE_UNKNOWN
+ *     size < rdma_min_bytes, bit 0 negotiated  inline   BELOW_THRESHOLD
+ *     size < rdma_min_bytes, bit 0 not         rdma     INLINE_NOT_NEGOTIATED
+ *     otherwise                                rdma     AT_THRESHOLD
+ *     (inline chosen but bit 0 not negotiated: none, NO_PLANE)
+ *   mode (rdma, decided by the destination owner only; needs bit 3)
+ *     policy always                            push     PUSH_ALWAYS
+ *     policy auto, GPU memory admitted         push     PUSH_GPUDIRECT
+ *     policy auto, server put over shm         push     PUSH_SHM
+ *     otherwise                                pull
+ *   staging (this side's memory is GPU memory)
+ *     inline                                   host     STAGED_INLINE
+ *     rdma, GPUDirect not admitted             host     STAGED_NO_GPUDIRECT
+ *
+ * Server put over shm pushes under "auto" because shm (libfabric 1.17) posts
+ * under a lock in the target's region: a client killed during a pull put,
+ * while its progress held that lock, left the server's post spinning for
+ * good (a wedged rail, docs/testing.md). With push the copy runs in the
+ * server's progress under its own lock. Throughput is the same
+ * (docs/performance.md).
+ */
+#include "proto/path.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "proto/proto.h"
+
+static int is_destination(const struct tw_path_in *in)
+{
+    return (in->role == TW_PATH_CLIENT) == (in->op == TW_PATH_GET);
+}
+
+static struct tw_path plane_of(const struct tw_path_in *in)
+{
+    struct tw_path p = {.plane = TW_PATH_PLANE_INLINE, .mode = TW_PATH_PULL};
+    if (in->role == TW_PATH_SERVER && !in->want_rdma)
+        p.reason = TW_PATH_R_NOT_REQUESTED;
+    else if (!in->endpoint_accepted)
+        p.reason = TW_PATH_R_NO_ENDPOINT;
+    else if (!in->rail_usable)
+        p.reason = TW_PATH_R_RAIL_RETIRED;
+    else if (!in->size_known) {
+        p.plane = TW_PATH_PLANE_RDMA;
+        p.reason = TW_PATH_R_SIZE_UNKNOWN;
+    } else if (in->size < in->rdma_min_bytes) {
+        p.reason = TW_PATH_R_BELOW_THRESHOLD;
+        if (!(in->caps & TW_CAP_INLINE_DATA)) {
+            /* An RDMA-only connection: the threshold is a preference, and
+             * inline is not ours to choose (docs/protocol.md §7). */
+            p.plane = TW_PATH_PLANE_RDMA;
+            p.reason = TW_PATH_R_INLINE_NOT_NEGOTIATED;
+        }
+    } else {
+        p.plane = TW_PATH_PLANE_RDMA;
+        p.reason = TW_PATH_R_AT_THRESHOLD;
+    }
+    if (p.plane == TW_PATH_PLANE_INLINE && !(in->caps & TW_CAP_INLINE_DATA)) {
+        p.plane = TW_PATH_PLANE_NONE;
+        p.reason = TW_PATH_R_NO_PLANE;
+    }
+    return p;
+}
+
+static void mode_of(const struct tw_path_in *in, struct tw_path *p)
+{
+    if (!is_destination(in) || !(in->caps & TW_CAP_RDMA_GPUDIRECT) ||
+        in->push == TW_PATH_PUSH_NEVER)
+        return;
+    if (in->push == TW_PATH_PUSH_ALWAYS) {
+        p->mode = TW_PATH_PUSH;
+        p->reason = TW_PATH_R_PUSH_ALWAYS;
+    } else if (in->mem_local == TW_PATH_MEM_CUDA && in->gdr == TW_PATH_GDR_ADMITTED) {
+        p->mode = TW_PATH_PUSH;
+        p->reason = TW_PATH_R_PUSH_GPUDIRECT;
+    } else if (in->role == TW_PATH_SERVER && in->provider == TW_PATH_PROV_SHM) {
+        p->mode = TW_PATH_PUSH;
+        p->reason = TW_PATH_R_PUSH_SHM;
+    }
+}
+
+struct tw_path tw__path_decide(const struct tw_path_in *in)
+{
+    struct tw_path p = plane_of(in);
+    if (p.plane == TW_PATH_PLANE_RDMA)
+        mode_of(in, &p);
+    if (p.plane != TW_PATH_PLANE_NONE && in->mem_local == TW_PATH_MEM_CUDA) {
+        if (p.plane == TW_PATH_PLANE_INLINE) {
+            p.staging = TW_PATH_STAGING_HOST;
+            p.reason = TW_PATH_R_STAGED_INLINE;
+        } else if (in->gdr != TW_PATH_GDR_ADMITTED) {
+            p.staging = TW_PATH_STAGING_HOST;
+            p.reason = TW_PATH_R_STAGED_NO_GPUDIRECT;
+        }
+    }
+    return p;
+}
+
+struct tw_path tw__path_follow_inline(struct tw_path p)
+{
+    p.plane = TW_PATH_PLANE_INLINE;
+    p.mode = TW_PATH_PULL;
+    p.reason = p.staging ? TW_PATH_R_STAGED_INLINE : TW_PATH_R_PEER_CHOSE_INLINE;
+    return p;
+}
+
+enum tw_path_provider tw__path_provider_kind(const char *name)
+{
+    if (!name || !*name)
+        return TW_PATH_PROV_NONE;
+    size_t n = strcspn(name, ";");
+    if (n == 3 && memcmp(name, "shm", 3) == 0)
+        return TW_PATH_PROV_SHM;
+    if ((n == 3 && memcmp(name, "tcp", 3) == 0) || (n == 7 && memcmp(name, "sockets", 7) == 0))
+        return TW_PATH_PROV_TCP;
+    return TW_PATH_PROV_NIC;
+}
+
+const char *tw__path_reason_str(enum tw_path_reason r)
+{
+    static const char *const text[TW_PATH_R_COUNT] = {
+        [TW_PATH_R_NOT_REQUESTED] = "rdma not requested",
+        [TW_PATH_R_NO_ENDPOINT] = "no rdma endpoint on this connection",
+        [TW_PATH_R_RAIL_RETIRED] = "the rdma rail was retired",
+        [TW_PATH_R_BELOW_THRESHOLD] = "below the rdma threshold",
+        [TW_PATH_R_PEER_CHOSE_INLINE] = "the server chose inline",
+        [TW_PATH_R_SIZE_UNKNOWN] = "size unknown: the server applies its threshold",
+        [TW_PATH_R_AT_THRESHOLD] = "at or above the rdma threshold",
+        [TW_PATH_R_INLINE_NOT_NEGOTIATED] = "inline not negotiated: rdma at every size",
+        [TW_PATH_R_NO_PLANE] = "the rdma rail was retired and inline was not negotiated",
+        [TW_PATH_R_PUSH_ALWAYS] = "push policy always",
+        [TW_PATH_R_PUSH_SHM] = "put over shm: the client writes",
+        [TW_PATH_R_PUSH_GPUDIRECT] = "GPU destination admitted for GPUDirect",
+        [TW_PATH_R_STAGED_INLINE] = "GPU memory staged through host memory for inline",
+        [TW_PATH_R_STAGED_NO_GPUDIRECT] = "GPU memory not admitted for GPUDirect",
+    };
+    if ((unsigned)r >= TW_PATH_R_COUNT || !text[r])
+        return "unknown";
+    return text[r];
+}
+
+char *tw__path_format(const struct tw_path *p, const char *provider, char *buf, size_t len)
+{
+    const char *staged = p->staging == TW_PATH_STAGING_HOST ? " + staging" : "";
+    if (!len)
+        return buf;
+    switch (p->plane) {
+    case TW_PATH_PLANE_RDMA:
+        snprintf(buf, len, "rdma %s (%s)%s", p->mode == TW_PATH_PUSH ? "push" : "pull",
+                 provider && *provider ? provider : "?", staged);
+        break;
+    case TW_PATH_PLANE_INLINE:
+        /* Why a transfer is inline matters only where RDMA was possible:
+         * on a connection without it, inline is all there is. */
+        if (p->reason == TW_PATH_R_RAIL_RETIRED || p->reason == TW_PATH_R_BELOW_THRESHOLD ||
+            p->reason == TW_PATH_R_PEER_CHOSE_INLINE)
+            snprintf(buf, len, "inline tcp (%s)%s", tw__path_reason_str(p->reason), staged);
+        else
+            snprintf(buf, len, "inline tcp%s", staged);
+        break;
+    default:
+        snprintf(buf, len, "none (%s)", tw__path_reason_str(p->reason));
+        break;
+    }
+    return buf;
+}

@@ -1,0 +1,228 @@
+/*
+ * The transfer-path decision as a table: inputs -> (plane, mode, staging,
+ * reason). No I/O, like the codec tests. Each row names what it pins.
+ */
+#include "proto/path.h"
+#include "proto/proto.h"
+#include "tw_test.h"
+
+#define INL TW_CAP_INLINE_DATA
+#define CRC TW_CAP_PAYLOAD_CRC32C
+#define RDMA TW_CAP_RDMA_DATA_PLANE
+#define GDR TW_CAP_RDMA_GPUDIRECT
+#define MIB (1024u * 1024u)
+
+enum { C = TW_PATH_CLIENT, S = TW_PATH_SERVER };
+enum { GET = TW_PATH_GET, PUT = TW_PATH_PUT };
+enum { HOST = TW_PATH_MEM_HOST, CUDA = TW_PATH_MEM_CUDA };
+enum {
+    P_NONE = TW_PATH_PROV_NONE,
+    P_TCP = TW_PATH_PROV_TCP,
+    P_SHM = TW_PATH_PROV_SHM,
+    P_NIC = TW_PATH_PROV_NIC
+};
+enum { AUTO = TW_PATH_PUSH_AUTO, ALWAYS = TW_PATH_PUSH_ALWAYS, NEVER = TW_PATH_PUSH_NEVER };
+enum {
+    UNEVAL = TW_PATH_GDR_NOT_EVALUATED,
+    REFUSED = TW_PATH_GDR_REFUSED,
+    ADMITTED = TW_PATH_GDR_ADMITTED
+};
+enum { NONE = TW_PATH_PLANE_NONE, INLINE = TW_PATH_PLANE_INLINE, RDMA_P = TW_PATH_PLANE_RDMA };
+enum { PULL = TW_PATH_PULL, PUSH = TW_PATH_PUSH };
+enum { ST_NONE = TW_PATH_STAGING_NONE, ST_HOST = TW_PATH_STAGING_HOST };
+
+struct row {
+    const char *what;
+    /* inputs */
+    int role, op;
+    uint64_t caps;
+    int accepted, provider, usable, want, known;
+    uint64_t size, min;
+    int mem, mem_peer, push, gdr;
+    /* expected */
+    int plane, mode, staging, reason;
+};
+
+static const struct row rows[] = {
+    /* --- server: the plane (handlers.c choose_dp) --- */
+    {"server get without WANT_RDMA is inline", S, GET, INL | RDMA, 1, P_TCP, 1, 0, 1, 8 * MIB, MIB,
+     HOST, HOST, AUTO, UNEVAL, INLINE, PULL, ST_NONE, TW_PATH_R_NOT_REQUESTED},
+    {"server get, WANT_RDMA but no endpoint", S, GET, INL | RDMA, 0, P_NONE, 1, 1, 1, 8 * MIB, MIB,
+     HOST, HOST, AUTO, UNEVAL, INLINE, PULL, ST_NONE, TW_PATH_R_NO_ENDPOINT},
+    {"server get on a retired rail goes inline", S, GET, INL | RDMA, 1, P_SHM, 0, 1, 1, 8 * MIB,
+     MIB, HOST, HOST, AUTO, UNEVAL, INLINE, PULL, ST_NONE, TW_PATH_R_RAIL_RETIRED},
+    {"server get below the threshold is inline", S, GET, INL | RDMA, 1, P_TCP, 1, 1, 1, MIB - 1,
+     MIB, HOST, HOST, AUTO, UNEVAL, INLINE, PULL, ST_NONE, TW_PATH_R_BELOW_THRESHOLD},
+    {"server get at the threshold is rdma", S, GET, INL | RDMA, 1, P_TCP, 1, 1, 1, MIB, MIB, HOST,
+     HOST, AUTO, UNEVAL, RDMA_P, PULL, ST_NONE, TW_PATH_R_AT_THRESHOLD},
+    {"server get threshold 0: a 0-byte tensor is rdma", S, GET, INL | RDMA, 1, P_TCP, 1, 1, 1, 0, 0,
+     HOST, HOST, AUTO, UNEVAL, RDMA_P, PULL, ST_NONE, TW_PATH_R_AT_THRESHOLD},
+    /* Fix #1 of issue 9: RDMA only (bit 2 without bit 0). */
+    {"server get, rdma-only connection, below the threshold: rdma", S, GET, RDMA, 1, P_TCP, 1, 1, 1,
+     100, MIB, HOST, HOST, AUTO, UNEVAL, RDMA_P, PULL, ST_NONE, TW_PATH_R_INLINE_NOT_NEGOTIATED},
+    {"server put, rdma-only connection, below the threshold: rdma", S, PUT, RDMA | GDR, 1, P_TCP, 1,
+     1, 1, 4096, MIB, HOST, HOST, AUTO, UNEVAL, RDMA_P, PULL, ST_NONE,
+     TW_PATH_R_INLINE_NOT_NEGOTIATED},
+    {"server, rdma-only connection, retired rail: no plane", S, GET, RDMA, 1, P_SHM, 0, 1, 1,
+     8 * MIB, MIB, HOST, HOST, AUTO, UNEVAL, NONE, PULL, ST_NONE, TW_PATH_R_NO_PLANE},
+    /* --- server: who moves a put's bytes (xfer_rdma.c push_put) --- */
+    {"server put pulls by default (tcp)", S, PUT, INL | RDMA | GDR, 1, P_TCP, 1, 1, 1, 8 * MIB, MIB,
+     HOST, HOST, AUTO, UNEVAL, RDMA_P, PULL, ST_NONE, TW_PATH_R_AT_THRESHOLD},
+    {"server put over shm pushes under auto", S, PUT, INL | RDMA | GDR, 1, P_SHM, 1, 1, 1, 8 * MIB,
+     MIB, HOST, HOST, AUTO, UNEVAL, RDMA_P, PUSH, ST_NONE, TW_PATH_R_PUSH_SHM},
+    {"server put over shm without bit 3 pulls", S, PUT, INL | RDMA, 1, P_SHM, 1, 1, 1, 8 * MIB, MIB,
+     HOST, HOST, AUTO, UNEVAL, RDMA_P, PULL, ST_NONE, TW_PATH_R_AT_THRESHOLD},
+    {"server put with --push always pushes", S, PUT, INL | RDMA | GDR, 1, P_NIC, 1, 1, 1, 8 * MIB,
+     MIB, HOST, HOST, ALWAYS, UNEVAL, RDMA_P, PUSH, ST_NONE, TW_PATH_R_PUSH_ALWAYS},
+    {"server put with --push never over shm pulls", S, PUT, INL | RDMA | GDR, 1, P_SHM, 1, 1, 1,
+     8 * MIB, MIB, HOST, HOST, NEVER, UNEVAL, RDMA_P, PULL, ST_NONE, TW_PATH_R_AT_THRESHOLD},
+    {"server get (source) never decides push", S, GET, INL | RDMA | GDR, 1, P_SHM, 1, 1, 1, 8 * MIB,
+     MIB, HOST, HOST, ALWAYS, UNEVAL, RDMA_P, PULL, ST_NONE, TW_PATH_R_AT_THRESHOLD},
+    /* --- client: what to ask for (engine.c) --- */
+    {"client without an endpoint asks inline", C, GET, INL | CRC, 0, P_NONE, 1, 0, 0, 0, MIB, HOST,
+     HOST, AUTO, UNEVAL, INLINE, PULL, ST_NONE, TW_PATH_R_NO_ENDPOINT},
+    {"client get asks rdma: size unknown", C, GET, INL | RDMA, 1, P_TCP, 1, 0, 0, 0, MIB, HOST,
+     HOST, AUTO, UNEVAL, RDMA_P, PULL, ST_NONE, TW_PATH_R_SIZE_UNKNOWN},
+    {"client get on a retired rail asks inline", C, GET, INL | RDMA, 1, P_SHM, 0, 0, 0, 0, MIB,
+     HOST, HOST, AUTO, UNEVAL, INLINE, PULL, ST_NONE, TW_PATH_R_RAIL_RETIRED},
+    {"client put below the threshold is inline", C, PUT, INL | RDMA, 1, P_TCP, 1, 0, 1, 4096, MIB,
+     HOST, HOST, AUTO, UNEVAL, INLINE, PULL, ST_NONE, TW_PATH_R_BELOW_THRESHOLD},
+    {"client put at the threshold is rdma (the server picks the mode)", C, PUT, INL | RDMA | GDR, 1,
+     P_SHM, 1, 0, 1, MIB, MIB, HOST, HOST, ALWAYS, UNEVAL, RDMA_P, PULL, ST_NONE,
+     TW_PATH_R_AT_THRESHOLD},
+    {"client get, push always and bit 3: push", C, GET, INL | RDMA | GDR, 1, P_TCP, 1, 0, 0, 0, MIB,
+     HOST, HOST, ALWAYS, UNEVAL, RDMA_P, PUSH, ST_NONE, TW_PATH_R_PUSH_ALWAYS},
+    {"client get, push always without bit 3: pull", C, GET, INL | RDMA, 1, P_TCP, 1, 0, 0, 0, MIB,
+     HOST, HOST, ALWAYS, UNEVAL, RDMA_P, PULL, ST_NONE, TW_PATH_R_SIZE_UNKNOWN},
+    {"client get, push auto into host memory: pull", C, GET, INL | RDMA | GDR, 1, P_SHM, 1, 0, 0, 0,
+     MIB, HOST, HOST, AUTO, UNEVAL, RDMA_P, PULL, ST_NONE, TW_PATH_R_SIZE_UNKNOWN},
+    /* --- staging: GPU memory on this side (planes arrive in issue 11) --- */
+    {"client get into GPU memory, not evaluated: rdma pull + staging", C, GET, INL | RDMA | GDR, 1,
+     P_NIC, 1, 0, 0, 0, MIB, CUDA, HOST, AUTO, UNEVAL, RDMA_P, PULL, ST_HOST,
+     TW_PATH_R_STAGED_NO_GPUDIRECT},
+    {"client get into GPU memory, refused: rdma pull + staging", C, GET, INL | RDMA | GDR, 1, P_NIC,
+     1, 0, 0, 0, MIB, CUDA, HOST, AUTO, REFUSED, RDMA_P, PULL, ST_HOST,
+     TW_PATH_R_STAGED_NO_GPUDIRECT},
+    {"client get into GPU memory, admitted, auto: push, no staging", C, GET, INL | RDMA | GDR, 1,
+     P_NIC, 1, 0, 0, 0, MIB, CUDA, HOST, AUTO, ADMITTED, RDMA_P, PUSH, ST_NONE,
+     TW_PATH_R_PUSH_GPUDIRECT},
+    {"client get into GPU memory, admitted, never: pull, no staging", C, GET, INL | RDMA, 1, P_NIC,
+     1, 0, 0, 0, MIB, CUDA, HOST, NEVER, ADMITTED, RDMA_P, PULL, ST_NONE, TW_PATH_R_SIZE_UNKNOWN},
+    {"client put from GPU memory without rdma: inline + staging", C, PUT, INL, 0, P_NONE, 1, 0, 1,
+     8 * MIB, MIB, CUDA, HOST, AUTO, UNEVAL, INLINE, PULL, ST_HOST, TW_PATH_R_STAGED_INLINE},
+    {"client put from GPU memory below the threshold: inline + staging", C, PUT, INL | RDMA, 1,
+     P_TCP, 1, 0, 1, 10, MIB, CUDA, HOST, AUTO, ADMITTED, INLINE, PULL, ST_HOST,
+     TW_PATH_R_STAGED_INLINE},
+    {"server put into GPU memory, admitted: push", S, PUT, INL | RDMA | GDR, 1, P_NIC, 1, 1, 1,
+     8 * MIB, MIB, CUDA, HOST, AUTO, ADMITTED, RDMA_P, PUSH, ST_NONE, TW_PATH_R_PUSH_GPUDIRECT},
+    {"server get from GPU memory, not admitted: staging", S, GET, INL | RDMA | GDR, 1, P_NIC, 1, 1,
+     1, 8 * MIB, MIB, CUDA, HOST, AUTO, UNEVAL, RDMA_P, PULL, ST_HOST,
+     TW_PATH_R_STAGED_NO_GPUDIRECT},
+    {"the peer's GPU memory does not change this side's path", S, GET, INL | RDMA, 1, P_TCP, 1, 1,
+     1, 8 * MIB, MIB, HOST, CUDA, AUTO, UNEVAL, RDMA_P, PULL, ST_NONE, TW_PATH_R_AT_THRESHOLD},
+};
+
+static void table(void)
+{
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const struct row *r = &rows[i];
+        struct tw_path_in in = {
+            .role = r->role,
+            .op = r->op,
+            .caps = r->caps,
+            .endpoint_accepted = r->accepted,
+            .provider = r->provider,
+            .rail_usable = r->usable,
+            .want_rdma = r->want,
+            .size_known = r->known,
+            .size = r->size,
+            .rdma_min_bytes = r->min,
+            .mem_local = r->mem,
+            .mem_peer = r->mem_peer,
+            .push = r->push,
+            .gdr = r->gdr,
+        };
+        struct tw_path p = tw__path_decide(&in);
+        fprintf(stderr, "  row %zu: %s -> %s\n", i, r->what,
+                tw__path_reason_str((enum tw_path_reason)p.reason));
+        TW_ASSERT_EQ(p.plane, r->plane);
+        TW_ASSERT_EQ(p.mode, r->mode);
+        TW_ASSERT_EQ(p.staging, r->staging);
+        TW_ASSERT_EQ(p.reason, r->reason);
+    }
+}
+
+static void follow_inline(void)
+{
+    struct tw_path p = {
+        .plane = TW_PATH_PLANE_RDMA, .mode = TW_PATH_PUSH, .reason = TW_PATH_R_PUSH_ALWAYS};
+    struct tw_path f = tw__path_follow_inline(p);
+    TW_ASSERT_EQ(f.plane, TW_PATH_PLANE_INLINE);
+    TW_ASSERT_EQ(f.mode, TW_PATH_PULL);
+    TW_ASSERT_EQ(f.reason, TW_PATH_R_PEER_CHOSE_INLINE);
+    p.staging = TW_PATH_STAGING_HOST;
+    f = tw__path_follow_inline(p);
+    TW_ASSERT_EQ(f.staging, TW_PATH_STAGING_HOST);
+    TW_ASSERT_EQ(f.reason, TW_PATH_R_STAGED_INLINE);
+}
+
+static void provider_kinds(void)
+{
+    TW_ASSERT_EQ(tw__path_provider_kind(NULL), TW_PATH_PROV_NONE);
+    TW_ASSERT_EQ(tw__path_provider_kind(""), TW_PATH_PROV_NONE);
+    TW_ASSERT_EQ(tw__path_provider_kind("shm"), TW_PATH_PROV_SHM);
+    TW_ASSERT_EQ(tw__path_provider_kind("tcp"), TW_PATH_PROV_TCP);
+    TW_ASSERT_EQ(tw__path_provider_kind("tcp;ofi_rxm"), TW_PATH_PROV_TCP);
+    TW_ASSERT_EQ(tw__path_provider_kind("sockets"), TW_PATH_PROV_TCP);
+    TW_ASSERT_EQ(tw__path_provider_kind("verbs;ofi_rxm"), TW_PATH_PROV_NIC);
+    TW_ASSERT_EQ(tw__path_provider_kind("efa"), TW_PATH_PROV_NIC);
+    TW_ASSERT_EQ(tw__path_provider_kind("shmx"), TW_PATH_PROV_NIC);
+}
+
+/* The strings tw_client_data_plane documents (tensorwire/client.h). */
+static void format_for_people(void)
+{
+    char b[128];
+    struct tw_path p = {
+        .plane = TW_PATH_PLANE_RDMA, .mode = TW_PATH_PULL, .reason = TW_PATH_R_AT_THRESHOLD};
+    TW_ASSERT_STR_EQ(tw__path_format(&p, "tcp;ofi_rxm", b, sizeof(b)), "rdma pull (tcp;ofi_rxm)");
+    p.mode = TW_PATH_PUSH;
+    TW_ASSERT_STR_EQ(tw__path_format(&p, "shm", b, sizeof(b)), "rdma push (shm)");
+    p.mode = TW_PATH_PULL;
+    p.staging = TW_PATH_STAGING_HOST;
+    TW_ASSERT_STR_EQ(tw__path_format(&p, "tcp", b, sizeof(b)), "rdma pull (tcp) + staging");
+    TW_ASSERT_STR_EQ(tw__path_format(&p, NULL, b, sizeof(b)), "rdma pull (?) + staging");
+    struct tw_path i = {.plane = TW_PATH_PLANE_INLINE, .reason = TW_PATH_R_NO_ENDPOINT};
+    TW_ASSERT_STR_EQ(tw__path_format(&i, NULL, b, sizeof(b)), "inline tcp");
+    i.reason = TW_PATH_R_BELOW_THRESHOLD;
+    TW_ASSERT_STR_EQ(tw__path_format(&i, "tcp", b, sizeof(b)),
+                     "inline tcp (below the rdma threshold)");
+    i.reason = TW_PATH_R_PEER_CHOSE_INLINE;
+    TW_ASSERT_STR_EQ(tw__path_format(&i, "tcp", b, sizeof(b)),
+                     "inline tcp (the server chose inline)");
+    i.reason = TW_PATH_R_RAIL_RETIRED;
+    TW_ASSERT_STR_EQ(tw__path_format(&i, "shm", b, sizeof(b)),
+                     "inline tcp (the rdma rail was retired)");
+    i.reason = TW_PATH_R_STAGED_INLINE;
+    i.staging = TW_PATH_STAGING_HOST;
+    TW_ASSERT_STR_EQ(tw__path_format(&i, NULL, b, sizeof(b)), "inline tcp + staging");
+    /* Truncation keeps a terminated string. */
+    TW_ASSERT_STR_EQ(tw__path_format(&p, "tcp", b, 5), "rdma");
+}
+
+static void every_reason_has_text(void)
+{
+    for (int r = 0; r < TW_PATH_R_COUNT; r++)
+        TW_ASSERT(strcmp(tw__path_reason_str((enum tw_path_reason)r), "unknown") != 0);
+    TW_ASSERT_STR_EQ(tw__path_reason_str(TW_PATH_R_COUNT), "unknown");
+}
+
+int main(void)
+{
+    TW_RUN(table);
+    TW_RUN(follow_inline);
+    TW_RUN(provider_kinds);
+    TW_RUN(format_for_people);
+    TW_RUN(every_reason_has_text);
+    TW_DONE();
+}
