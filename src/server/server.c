@@ -222,7 +222,9 @@ int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errb
     srv->cfg = *cfg;
     srv->lfd = -1;
     if (cfg->token_file[0]) {
-        rc = tw__token_load_file(&srv->token, cfg->token_file, errbuf, errlen);
+        rc = tw__token_load_file(&srv->token, cfg->token_file,
+                                 cfg->allow_insecure_token_file ? TW__TOKEN_ALLOW_INSECURE : 0,
+                                 errbuf, errlen);
         if (rc < 0)
             return rc;
     }
