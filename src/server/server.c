@@ -94,8 +94,8 @@ static void admit(struct tw_srv *srv, int fd, const struct sockaddr *peer)
 }
 
 /* Idle memory (docs/performance.md, "Process start and idle memory"):
- * spare buffers of sizes nobody put for a period, then free heap pages
- * (connection buffers, small tensors) that glibc would otherwise keep. */
+ * spare buffers and small-tensor slab blocks nobody used for a period, then
+ * free heap pages (connection buffers) that glibc would otherwise keep. */
 static void on_trim(struct tw_loop *loop, struct tw_timer *t)
 {
     struct tw_srv *srv = t->data;
@@ -222,7 +222,9 @@ int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errb
     srv->cfg = *cfg;
     srv->lfd = -1;
     if (cfg->token_file[0]) {
-        rc = tw__token_load_file(&srv->token, cfg->token_file, errbuf, errlen);
+        rc = tw__token_load_file(&srv->token, cfg->token_file,
+                                 cfg->allow_insecure_token_file ? TW__TOKEN_ALLOW_INSECURE : 0,
+                                 errbuf, errlen);
         if (rc < 0)
             return rc;
     }
