@@ -509,19 +509,30 @@ static void cancel_and_remove(void)
     free(dst);
 }
 
+/* A pull setup: n bytes of pattern `seed` at the server (sp, readable by
+ * the peer) and a zeroed destination at the client (cp). */
+static void pull_regions(struct tw_fabric_peer *sp, struct tw_fabric_peer *cp, size_t n,
+                         unsigned seed, uint8_t **src, uint8_t **dst, struct tw_fabric_mr **rsrc,
+                         struct tw_fabric_mr **ldst)
+{
+    *src = malloc(n);
+    *dst = calloc(1, n);
+    TW_ASSERT(*src && *dst);
+    fill(*src, n, seed);
+    TW_ASSERT_OK(
+        tw__fabric_mr_register(sp, *src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, rsrc));
+    TW_ASSERT_OK(
+        tw__fabric_mr_register(cp, *dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, ldst));
+}
+
 /* The server stops progressing mid-transfer: the client's transfer ends
  * with TIMEOUT at its deadline, nothing hangs, and the next one works. */
 static void deadline_when_peer_stalls(void)
 {
     size_t n = 32u << 20;
-    uint8_t *src = malloc(n), *dst = calloc(1, n);
-    TW_ASSERT(src && dst);
-    fill(src, n, 5);
+    uint8_t *src, *dst;
     struct tw_fabric_mr *rsrc, *ldst;
-    TW_ASSERT_OK(
-        tw__fabric_mr_register(srv_peer, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &rsrc));
-    TW_ASSERT_OK(
-        tw__fabric_mr_register(cli_peer, dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &ldst));
+    pull_regions(srv_peer, cli_peer, n, 5, &src, &dst, &rsrc, &ldst);
     struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
                                     .peer = cli_peer,
                                     .local = ldst,
@@ -630,14 +641,9 @@ static void stall_timeout(void)
     struct tw_fabric_peer *cp, *sp;
     tw_test_connect_planes(c3, srv, &cp, &sp);
     size_t n = 2u << 20;
-    uint8_t *src = malloc(n), *dst = calloc(1, n);
-    TW_ASSERT(src && dst);
-    fill(src, n, 21);
+    uint8_t *src, *dst;
     struct tw_fabric_mr *rsrc, *ldst;
-    TW_ASSERT_OK(
-        tw__fabric_mr_register(sp, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &rsrc));
-    TW_ASSERT_OK(
-        tw__fabric_mr_register(cp, dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &ldst));
+    pull_regions(sp, cp, n, 21, &src, &dst, &rsrc, &ldst);
     const uint64_t stall_ms = 1000;
     struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
                                     .peer = cp,
