@@ -65,8 +65,10 @@ static const char usage_put[] =
     "  void elements ('|V2', '|V1', as 'get' writes bf16/f8) need --dtype.\n"
     "  dtypes: f64 f32 f16 bf16 f8e4m3 f8e5m2 i8 i16 i32 i64 u8 u16 u32 u64 bool\n";
 static const char usage_get[] =
-    "usage: tensorwire get NAME FILE [--raw] [-v]\n"
+    "usage: tensorwire get NAME FILE [--raw] [--via DEVICE] [-v]\n"
     "  -v prints the data plane that moved the bytes (and why not rdma).\n"
+    "  --via cuda:N receives into this machine's GPU N first, then copies the bytes\n"
+    "  to the file (tests the GPU path; default: host memory).\n"
     "  Writes FILE as .npy (v1.0). bf16 and f8 have no NumPy dtype: they are written\n"
     "  as raw void elements ('|V2' / '|V1'; view with ml_dtypes) and a note is\n"
     "  printed. --raw writes the tensor bytes only.\n";
@@ -361,9 +363,10 @@ static int write_all(int fd, const uint8_t *p, size_t n)
 
 static int cmd_get(const struct tw_cli *cli, int argc, char **argv)
 {
-    const char *pos[2], *o_raw = NULL, *o_verbose = NULL;
+    const char *pos[2], *o_raw = NULL, *o_verbose = NULL, *o_via = NULL;
     const struct opt_spec specs[] = {
-        {"raw", 0, &o_raw}, {"verbose", 0, &o_verbose}, {NULL, 0, NULL}};
+        {"raw", 0, &o_raw}, {"via", 1, &o_via}, {"verbose", 0, &o_verbose}, {NULL, 0, NULL}};
+    void *dev = NULL;
     struct tw_tensor_desc desc;
     void *buf = NULL;
     size_t len = 0;
@@ -379,10 +382,25 @@ static int cmd_get(const struct tw_cli *cli, int argc, char **argv)
     c = tw_cli_connect(cli);
     if (!c)
         return TW_CLI_FAILED;
-    rc = tw_get_alloc(c, pos[0], &buf, &len, &desc);
+    if (o_via) {
+        /* Into the GPU, then back to host memory for the file. */
+        rc = tw_get_alloc_device(c, pos[0], o_via, &dev, &len, &desc);
+        if (rc == TW_EINVAL && tw_client_is_connected(c)) {
+            fprintf(stderr, "tensorwire get: bad --via '%s' (cpu or cuda:N)\n", o_via);
+            ret = TW_CLI_USAGE;
+            goto out_close;
+        }
+        if (rc == 0 && (buf = malloc(len ? len : 1)) == NULL)
+            rc = -ENOMEM;
+        if (rc == 0)
+            rc = tw_mem_copy(buf, dev, len);
+        tw_device_free(dev);
+    } else {
+        rc = tw_get_alloc(c, pos[0], &buf, &len, &desc);
+    }
     if (rc) {
         ret = tw_cli_fail(c, rc, "get %s", pos[0]);
-        goto out_close;
+        goto out_free;
     }
     if (o_verbose)
         print_data_plane(c);
@@ -430,7 +448,10 @@ out_close_fd:
     if (fd >= 0)
         close(fd);
 out_free:
-    tw_free(buf);
+    if (o_via)
+        free(buf);
+    else
+        tw_free(buf);
 out_close:
     tw_close(c);
     return ret;

@@ -199,7 +199,16 @@ struct tw_client {
      * made from the codes above when asked. */
     char fabric_text[384];
     char plane_text[128];
+    /* Staging (dp_staging.c): one host buffer kept between requests, so a
+     * repeated large transfer of GPU memory neither faults in nor pins
+     * fresh pages. NULL when none is kept. */
+    struct tw__stage_buf *stage_spare;
 };
+
+/* --- dp_staging.c ------------------------------------------------------ */
+
+/* Frees the kept staging buffer (tw_close). */
+void tw__client_stage_free(struct tw_client *c);
 
 /* --- conn.c ------------------------------------------------------------ */
 

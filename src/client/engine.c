@@ -412,6 +412,34 @@ static int name_msg(struct tw__creq *r, struct tw_bytes *b)
     return tw__name_check(b->ptr, r->name_len);
 }
 
+/* What r's buffer is (host or GPU memory): the path stages GPU memory
+ * through host memory. A get into a library allocation is host memory. A
+ * range that starts in a GPU allocation and leaves it is refused (r is
+ * finished with TW_EINVAL): no CPU may touch it. */
+static int classify_buffer(struct tw_client *c, struct tw__creq *r)
+{
+    struct tw_mem_attr a;
+    char err[200] = "";
+    r->mem_ops = &tw__memkind_host;
+    r->mem = (struct tw_mem_attr){.kind = TW_MEMKIND_HOST, .device = -1};
+    if ((r->op != TW__OP_GET && r->op != TW__OP_PUT) || !r->buf || !r->len)
+        return 0;
+    if (tw__memkind_classify(NULL, (uintptr_t)r->buf, r->len, TW_MEMKIND_AUTO, &r->mem_ops, &r->mem,
+                             NULL, 0) == 0 &&
+        r->mem.kind == TW_MEMKIND_CUDA)
+        return 0;
+    r->mem_ops = &tw__memkind_host;
+    r->mem = (struct tw_mem_attr){.kind = TW_MEMKIND_HOST, .device = -1};
+    if (tw__memkind_cuda.query((uintptr_t)r->buf, 1, &a, NULL, 0) != 0)
+        return 0; /* host memory (or no driver) */
+    (void)tw__memkind_cuda.query((uintptr_t)r->buf, r->len, &a, err, sizeof(err));
+    char why[300];
+    int n = snprintf(why, sizeof(why), "'%s': %s", r->name, err);
+    tw__client_engine_finish(c, r, TW_EINVAL, why,
+                             (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
+    return TW_EINVAL;
+}
+
 /* Builds and queues the request-opening frame of r. A negative return before
  * anything was queued is a local argument error (r is finished with it). */
 static int start_request(struct tw_client *c, struct tw__creq *r)
@@ -427,16 +455,9 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
         tw__client_engine_finish(c, r, TW_EINVAL, "put without a descriptor", 24);
         return TW_EINVAL;
     }
-    /* What the caller's buffer is (host or GPU memory): the path stages GPU
-     * memory through host memory. A get into a library allocation is host. */
-    r->mem_ops = &tw__memkind_host;
-    r->mem = (struct tw_mem_attr){.kind = TW_MEMKIND_HOST, .device = -1};
-    if ((r->op == TW__OP_GET || r->op == TW__OP_PUT) && r->buf && r->len &&
-        tw__memkind_classify(NULL, (uintptr_t)r->buf, r->len, TW_MEMKIND_AUTO, &r->mem_ops, &r->mem,
-                             NULL, 0) != 0) {
-        r->mem_ops = &tw__memkind_host;
-        r->mem = (struct tw_mem_attr){.kind = TW_MEMKIND_HOST, .device = -1};
-    }
+    rc = classify_buffer(c, r);
+    if (rc)
+        return rc;
 
     switch (r->op) {
     case TW__OP_GET:

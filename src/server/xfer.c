@@ -100,7 +100,7 @@ void tw__xfer_put_complete(struct tw_xfer *x)
 
     if (crc_ok && x->ops->commit) {
         char why[256], name[80];
-        int rc = x->ops->commit(x, why, sizeof(why));
+        int rc = x->ops->commit(x, &t, why, sizeof(why));
         if (rc < 0) {
             snprintf(name, sizeof(name), "%.64s", t->name);
             tw__xfer_destroy(x);
@@ -109,7 +109,6 @@ void tw__xfer_put_complete(struct tw_xfer *x)
             tw__conn_maybe_finish(c);
             return;
         }
-        t = x->t; /* the plane may have swapped its host copy for the GPU version */
     }
     if (!crc_ok) {
         char name[80];

@@ -59,10 +59,12 @@ struct tw_dp_ops {
     /* Any other frame of this request (RDMA_REGISTER, RDMA_READY, RDMA_DONE). */
     int (*on_msg)(struct tw_xfer *x, const struct tw_msg *m);
     /* Optional: a PUT's bytes all arrived and their CRC matched; called
-     * before the version is published (the staging planes copy it to the
-     * GPU here). 0, or a negative code with the reason in err: the put
-     * fails with INTERNAL. */
-    int (*commit)(struct tw_xfer *x, char *err, size_t errlen);
+     * before a version is published. Sets *publish to the version to
+     * publish instead of x->t (the staging planes copy their host version
+     * into the GPU version here and publish that; x keeps its references,
+     * release drops them). 0, or a negative code with the reason in err:
+     * the put fails with INTERNAL. */
+    int (*commit)(struct tw_xfer *x, struct tw_tensor **publish, char *err, size_t errlen);
     /* Releases data-plane resources (registrations); called by destroy. */
     void (*release)(struct tw_xfer *x);
 };

@@ -11,10 +11,13 @@
  *        bytes in, CRC checked) copies it into the GPU version, which is
  *        what gets published.
  *
+ * An inline get copies frame by frame, just before each frame is queued
+ * (the frames queued before it drain to the socket meanwhile).
+ *
  * The host copy is a real store version (tw__store_alloc with device tag
  * cpu), so it counts against the CPU's capacity while it lives and is
  * freed with its last reference (an inline DATA frame still queued holds
- * one). Not pipelined yet: the copy and the network do not overlap.
+ * one). Not a full pipeline yet: puts and RDMA gets copy the whole tensor.
  */
 #include <stdio.h>
 #include <string.h>
@@ -66,7 +69,19 @@ static int staged_start(struct tw_xfer *x)
     int rc = stage_host_version(x);
     if (rc)
         return rc;
-    if (x->dir == TW_XFER_GET && x->t->byte_length) {
+    struct tw_srv_conn *c = x->conn;
+    char path[128];
+    tw__path_format(&x->path, NULL, path, sizeof(path));
+    TW_LOGD("conn %llu %s: %s of '%s' (%llu B on cuda:%d): %s", (unsigned long long)c->id, c->peer,
+            x->dir == TW_XFER_GET ? "get" : "put", x->t->name,
+            (unsigned long long)x->t->byte_length, ordinal, path);
+    if (x->dir == TW_XFER_GET)
+        c->srv->stats.staged_gets++;
+    else
+        c->srv->stats.staged_puts++;
+    c->srv->stats.staged_bytes += x->t->byte_length;
+    /* Inline gets copy frame by frame in pump; RDMA reads the whole copy. */
+    if (x->dir == TW_XFER_GET && x->t->byte_length && inner_of(x) != &tw__dp_inline_ops) {
         rc = m->to_host(ordinal, x->t->data, x->dev_t->data, (size_t)x->t->byte_length, err,
                         sizeof(err));
         if (rc) {
@@ -77,8 +92,27 @@ static int staged_start(struct tw_xfer *x)
     return inner_of(x)->start(x);
 }
 
+/* Inline get: the bytes of the frame the inline plane sends next come
+ * from the GPU just before it is queued, while the frames queued before
+ * it drain to the socket. Same framing as xfer_inline.c. */
 static int staged_pump(struct tw_xfer *x)
 {
+    const struct tw_store_devmem_ops *m = tw__store_devmem(x->t->store);
+    uint32_t chunk = x->conn->max_frame - TW_DATA_PREFIX_LEN;
+    if (chunk > TW_SRV_DATA_CHUNK)
+        chunk = TW_SRV_DATA_CHUNK;
+    uint64_t left = x->t->byte_length - x->done;
+    size_t len = left < chunk ? (size_t)left : chunk;
+    if (len && x->dev_t) {
+        char err[256];
+        int ordinal = x->dev_t->store->gpu[x->dev_t->gpu].ordinal;
+        int rc = m->to_host(ordinal, x->t->data + x->done, x->dev_t->data + x->done, len, err,
+                            sizeof(err));
+        if (rc) {
+            TW_LOGW("get of '%s': copying it from cuda:%d failed: %s", x->t->name, ordinal, err);
+            return rc;
+        }
+    }
     return inner_of(x)->pump(x);
 }
 
@@ -99,8 +133,8 @@ static int staged_on_msg(struct tw_xfer *x, const struct tw_msg *msg)
 }
 
 /* All of a put's bytes are in the host version: they go to the GPU, and
- * the GPU version takes the host version's place in x. */
-static int staged_commit(struct tw_xfer *x, char *err, size_t errlen)
+ * the GPU version is what gets published. */
+static int staged_commit(struct tw_xfer *x, struct tw_tensor **publish, char *err, size_t errlen)
 {
     const struct tw_store_devmem_ops *m = tw__store_devmem(x->t->store);
     struct tw_tensor *host = x->t, *dev = x->dev_t;
@@ -121,6 +155,7 @@ static int staged_commit(struct tw_xfer *x, char *err, size_t errlen)
     /* The GPU version is published with the CRC the put announced. */
     dev->has_crc = host->has_crc;
     dev->crc32c = host->crc32c;
+    *publish = dev;
     return 0;
 }
 
