@@ -44,3 +44,14 @@ foreach(prov tcp shm)
     LABELS "integration;fabric;gpu" SKIP_RETURN_CODE 77
     ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=never")
 endforeach()
+
+# The client's staging planes with a fake CUDA memory kind (no GPU needed):
+# inline and over RDMA tcp / shm.
+tw_add_test(test_client_staging ${CMAKE_SOURCE_DIR}/tests/integration/test_client_staging.c
+            TIMEOUT 120 LABELS integration)
+foreach(prov tcp shm)
+  add_test(NAME test_client_staging_${prov} COMMAND test_client_staging)
+  set_tests_properties(test_client_staging_${prov} PROPERTIES TIMEOUT 120
+    LABELS "integration;fabric" SKIP_RETURN_CODE 77
+    ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=never")
+endforeach()

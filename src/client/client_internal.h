@@ -203,6 +203,9 @@ struct tw_client {
      * repeated large transfer of GPU memory neither faults in nor pins
      * fresh pages. NULL when none is kept. */
     struct tw__stage_buf *stage_spare;
+    /* Memory kinds that classify buffers, indexed by enum tw_memkind; NULL
+     * entries are the built-in ones (tests put a fake CUDA kind here). */
+    const struct tw_memkind_ops *memkinds[TW_MEMKIND_MAX];
 };
 
 /* --- dp_staging.c ------------------------------------------------------ */

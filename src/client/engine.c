@@ -424,15 +424,17 @@ static int classify_buffer(struct tw_client *c, struct tw__creq *r)
     r->mem = (struct tw_mem_attr){.kind = TW_MEMKIND_HOST, .device = -1};
     if ((r->op != TW__OP_GET && r->op != TW__OP_PUT) || !r->buf || !r->len)
         return 0;
-    if (tw__memkind_classify(NULL, (uintptr_t)r->buf, r->len, TW_MEMKIND_AUTO, &r->mem_ops, &r->mem,
-                             NULL, 0) == 0 &&
+    const struct tw_memkind_ops *cuda =
+        c->memkinds[TW_MEMKIND_CUDA] ? c->memkinds[TW_MEMKIND_CUDA] : &tw__memkind_cuda;
+    if (tw__memkind_classify(c->memkinds, (uintptr_t)r->buf, r->len, TW_MEMKIND_AUTO, &r->mem_ops,
+                             &r->mem, NULL, 0) == 0 &&
         r->mem.kind == TW_MEMKIND_CUDA)
         return 0;
     r->mem_ops = &tw__memkind_host;
     r->mem = (struct tw_mem_attr){.kind = TW_MEMKIND_HOST, .device = -1};
-    if (tw__memkind_cuda.query((uintptr_t)r->buf, 1, &a, NULL, 0) != 0)
+    if (cuda->query((uintptr_t)r->buf, 1, &a, NULL, 0) != 0)
         return 0; /* host memory (or no driver) */
-    (void)tw__memkind_cuda.query((uintptr_t)r->buf, r->len, &a, err, sizeof(err));
+    (void)cuda->query((uintptr_t)r->buf, r->len, &a, err, sizeof(err));
     char why[300];
     int n = snprintf(why, sizeof(why), "'%s': %s", r->name, err);
     tw__client_engine_finish(c, r, TW_EINVAL, why,
