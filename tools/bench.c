@@ -169,43 +169,42 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
             slot = &o_device;
         else if (strcmp(a, "--server-device") == 0)
             slot = &o_srv_device;
-        if (!slot || i + 1 >= argc) {
-            fprintf(stderr, "tensorwire bench: bad argument '%s'\n", a);
-            fputs(usage_bench, stderr);
+        if (!slot) {
+            fprintf(stderr, "tensorwire bench: %s '%.64s' (see tensorwire bench --help)\n",
+                    a[0] == '-' ? "unknown option" : "unexpected argument", a);
+            return TW_CLI_USAGE;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "tensorwire bench: %s needs a value\n", a);
             return TW_CLI_USAGE;
         }
         *slot = argv[++i];
     }
     op_put = strcmp(o_op, "put") == 0;
-    if ((!op_put && strcmp(o_op, "get") != 0) || tw_parse_size(o_size, &size) ||
-        size > (64ull << 30) || parse_count(o_count, &count, 100000000) ||
-        parse_count(o_inflight, &inflight, 65536) || parse_count(o_rounds, &rounds, 100) ||
-        (o_warmup && tw_parse_size(o_warmup, &warmup)) ||
-        (o_sockbuf && (tw_parse_size(o_sockbuf, &sockbuf) || sockbuf > (1u << 30)))) {
-        fprintf(stderr,
-                "tensorwire bench: bad --op, --size, --count, --inflight, --warmup or --sockbuf\n");
-        fputs(usage_bench, stderr);
+    if (!op_put && strcmp(o_op, "get") != 0)
+        return tw_cli_bad_value("bench", "--op", o_op, "get or put");
+    if (tw_parse_size(o_size, &size) || size > (64ull << 30))
+        return tw_cli_bad_value("bench", "--size", o_size, "a size up to 64Gi (e.g. 4Ki, 1Mi)");
+    if (parse_count(o_count, &count, 100000000))
+        return tw_cli_bad_value("bench", "--count", o_count, "a count 1..100000000");
+    if (parse_count(o_inflight, &inflight, 65536))
+        return tw_cli_bad_value("bench", "--inflight", o_inflight, "a count 1..65536");
+    if (parse_count(o_rounds, &rounds, 100))
+        return tw_cli_bad_value("bench", "--rounds", o_rounds, "a count 1..100");
+    if (o_warmup && tw_parse_size(o_warmup, &warmup))
+        return tw_cli_bad_value("bench", "--warmup", o_warmup, "a count");
+    if (o_sockbuf && (tw_parse_size(o_sockbuf, &sockbuf) || sockbuf > (1u << 30)))
+        return tw_cli_bad_value("bench", "--sockbuf", o_sockbuf, "a size up to 1Gi");
+    if (o_push && tw_cli_parse_push("bench", o_push, &cli2.opts.push))
         return TW_CLI_USAGE;
-    }
-    if (o_push) {
-        if (strcmp(o_push, "auto") == 0)
-            cli2.opts.push = TW_PUSH_AUTO;
-        else if (strcmp(o_push, "always") == 0)
-            cli2.opts.push = TW_PUSH_ALWAYS;
-        else if (strcmp(o_push, "never") == 0)
-            cli2.opts.push = TW_PUSH_NEVER;
-        else {
-            fprintf(stderr, "tensorwire bench: --push must be auto, always or never\n");
+    if (o_fabric) {
+        if (tw_cli_check_fabric("bench", o_fabric))
             return TW_CLI_USAGE;
-        }
-    }
-    if (o_fabric)
         cli2.opts.fabric = o_fabric;
-    if (o_rdma_min && tw_parse_size(o_rdma_min, &cli2.opts.rdma_min_bytes)) {
-        fprintf(stderr, "tensorwire bench: bad --rdma-min-bytes '%s'\n", o_rdma_min);
-        fputs(usage_bench, stderr);
-        return TW_CLI_USAGE;
     }
+    if (o_rdma_min && tw_parse_size(o_rdma_min, &cli2.opts.rdma_min_bytes))
+        return tw_cli_bad_value("bench", "--rdma-min-bytes", o_rdma_min,
+                                "a size (e.g. 0, 65536, 256Ki, 1Mi)");
     if (!o_count) {
         count = size ? (1ull << 30) / size : 100000;
         count = count < 8 ? 8 : count > 100000 ? 100000 : count;

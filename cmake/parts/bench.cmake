@@ -36,3 +36,8 @@ target_link_libraries(bench_rdma_e2e PRIVATE tensorwire)
 # or device.
 tw_add_bench(bench_staging ${CMAKE_SOURCE_DIR}/bench/bench_staging.c)
 target_link_libraries(bench_staging PRIVATE tw_core)
+
+# Soak (not a test): N clients x T seconds of mixed self-checking operations
+# against a running tensorwired (bench/soak.sh starts one).
+tw_add_bench(bench_soak ${CMAKE_SOURCE_DIR}/bench/bench_soak.c)
+target_link_libraries(bench_soak PRIVATE tw_core)

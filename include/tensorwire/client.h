@@ -173,6 +173,10 @@ struct tw_client_options {
      * server applies its own threshold (tensorwired --rdma-min-bytes) and may
      * answer inline, which the client follows. */
     uint64_t rdma_min_bytes;
+    /* Non-zero: accept a token_file that its group or others may read or
+     * write. Default 0: such a file fails the connect with -EACCES and a
+     * message giving the 'chmod 600' fix. */
+    int allow_insecure_token_file;
 };
 
 /* TW_PUSH_AUTO: push only into GPU destinations admitted for GPUDirect

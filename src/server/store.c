@@ -47,6 +47,7 @@ static void give_spare(struct tw_store *s, void *p, size_t len)
                     s->on_recycle(s->recycle_ctx, p, len);
                 s->spare[i].p = p;
                 s->spare[i].len = len;
+                s->spare[i].aged = 0;
                 s->spare_bytes += len;
                 return;
             }
@@ -54,6 +55,24 @@ static void give_spare(struct tw_store *s, void *p, size_t len)
     }
     (void)len;
     tw__hostmem_free(p); /* invalidates every registration cache */
+}
+
+uint64_t tw__store_trim_spares(struct tw_store *s)
+{
+    uint64_t freed = 0;
+    for (int i = 0; i < TW_STORE_SPARES; i++) {
+        if (!s->spare[i].p)
+            continue;
+        if (!s->spare[i].aged) {
+            s->spare[i].aged = 1;
+            continue;
+        }
+        tw__hostmem_free(s->spare[i].p); /* invalidates every registration cache */
+        freed += s->spare[i].len;
+        s->spare_bytes -= s->spare[i].len;
+        s->spare[i].p = NULL;
+    }
+    return freed;
 }
 
 static uint64_t hash_name(const uint8_t *s, size_t n)

@@ -95,6 +95,7 @@ struct tw_store {
     struct {
         void *p;
         size_t len;
+        int aged; /* survived one tw__store_trim_spares() unused */
     } spare[TW_STORE_SPARES];
     uint64_t spare_bytes, spare_max;
     /* Called (event loop) with large storage about to go back to the spare
@@ -113,6 +114,14 @@ int tw__store_init(struct tw_store *s, uint64_t capacity);
 /* Drops the map's references. Versions still referenced elsewhere stay valid
  * (their store pointer too: call this only after every reader released). */
 void tw__store_destroy(struct tw_store *s);
+
+/*
+ * Frees the spare buffers that stayed unused since the previous call (and
+ * marks the others), so an idle server gives back the memory of sizes
+ * nobody puts any more: called every TW_SRV_TRIM_MS, a spare lives 1 to 2
+ * periods unused. Returns the bytes freed.
+ */
+uint64_t tw__store_trim_spares(struct tw_store *s);
 
 /* Declares GPU `ordinal` with its capacity (0 = unlimited). Returns 0,
  * TW_EINVAL when it is already declared or TW_STORE_MAX_GPUS are. */
