@@ -88,16 +88,7 @@ static const struct tw_memkind_ops fake_cuda = {
     .async = NULL, /* nothing to pin */
 };
 
-static void fill(uint8_t *p, size_t n, uint32_t seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        p[i] = (uint8_t)x;
-    }
-}
+#define fill tw_test_fill
 
 static tw_client *connect_fake(uint32_t max_frame)
 {

@@ -23,16 +23,10 @@ static int big;
 
 static tw_client *connect_default(void)
 {
-    tw_client *c = NULL;
-    char err[256];
-    struct tw_client_options o;
-    tw_test_client_options(&o);
-    int rc = tw_client_connect_error(srv.addr, &o, &c, err, sizeof(err));
-    if (rc)
-        TW_FAIL("connect %s: %s: %s", srv.addr, tw_strerror_name(rc), err);
-    return c;
+    return tw_test_connect(&srv);
 }
 
+/* Like tw_test_fill, a word at a time (GiB-sized buffers). */
 static void fill(uint8_t *p, size_t n, uint32_t seed)
 {
     uint32_t x = seed * 2654435761u + 1;
