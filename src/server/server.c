@@ -94,8 +94,8 @@ static void admit(struct tw_srv *srv, int fd, const struct sockaddr *peer)
 }
 
 /* Idle memory (docs/performance.md, "Process start and idle memory"):
- * spare buffers of sizes nobody put for a period, then free heap pages
- * (connection buffers, small tensors) that glibc would otherwise keep. */
+ * spare buffers and small-tensor slab blocks nobody used for a period, then
+ * free heap pages (connection buffers) that glibc would otherwise keep. */
 static void on_trim(struct tw_loop *loop, struct tw_timer *t)
 {
     struct tw_srv *srv = t->data;

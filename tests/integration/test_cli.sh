@@ -252,6 +252,17 @@ assert o['op'] == 'get' and o['size'] == 4096 and o['count'] == 2000 and o['infl
 assert o['bytes_per_s'] > 0 and o['baseline_bytes_per_s'] > 0 and o['data_plane'] == 'inline tcp'
 " "$W/out" || fail "bench --json output: $(cat "$W/out")"
 expect 0 "$TW" $A bench --op put --size 1Mi --count 20 --inflight 4 && grep_out "raw socket"
+echo "case bench --connections (several clients) and the streaming baseline"
+expect 0 "$TW" $A bench --op put --size 4Ki --count 200 --inflight 4 --connections 3 --rounds 1 \
+    --json &&
+    python3 -c "
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o['connections'] == 3 and o['ops_per_s'] > 0, o
+assert o['stream_bytes_per_s'] > 0 and o['raw_socket_bytes_per_s'] > 0, o
+best = max(o['stream_bytes_per_s'], o['raw_socket_bytes_per_s'])
+assert abs(o['baseline_bytes_per_s'] - best) <= 1e-6 * best + 1, o
+" "$W/out" || fail "bench --connections --json output: $(cat "$W/out")"
 if grep -q "rails: .*tcp;ofi_rxm" "$W/server.log"; then
     echo "case bench --fabric tcp (raw libfabric baseline)"
     for push in never always; do
@@ -266,6 +277,9 @@ assert o['provider'] == 'tcp;ofi_rxm' and o['baseline'] == 'raw libfabric %s (tc
 assert o['bytes_per_s'] > 0 and o['baseline_bytes_per_s'] > 0 and o['raw_socket_bytes_per_s'] > 0
 assert o['baseline_bytes_per_s'] != o['raw_socket_bytes_per_s']
 assert o['rdma_min_bytes'] == 1048576 and o['server_rdma_min_bytes'] == 1048576, o
+# The swept raw loop: a real setting, and the baseline is the faster one.
+assert o['best_op_size'] >= 65536 and o['best_window'] >= 1, o
+assert o['baseline_bytes_per_s'] >= o['same_setting_bytes_per_s'] * 0.999, o
 " "$W/out" "$dp" "$fi" || fail "bench --fabric tcp --json output: $(cat "$W/out")"
     done
     expect 0 "$TW" $A bench --fabric tcp --op put --size 1Mi --count 16 --inflight 4 --rounds 1 &&
