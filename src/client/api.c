@@ -77,6 +77,7 @@ int tw_tensor_desc_bytes(const struct tw_tensor_desc *desc, uint64_t *out)
 static void client_free(struct tw_client *c)
 {
     tw__client_rdma_close(c);
+    tw__client_stage_free(c);
     if (c->fd >= 0)
         close(c->fd);
     tw__sm_destroy(&c->sm);

@@ -188,20 +188,13 @@ static void log_path(const struct tw_srv_conn *c, uint64_t id, const char *op, u
 }
 
 /* No data plane of this server implements the path: none is left (the RDMA
- * rail of an RDMA-only connection was retired, docs/protocol.md §7), or it
- * needs host staging of GPU memory, which no plane does yet (issue 11). The
+ * rail of an RDMA-only connection was retired, docs/protocol.md §7). The
  * request fails, the connection stays. */
 static void refuse_no_plane(struct tw_srv_conn *c, uint64_t id, const char *op,
                             const struct tw_path *p)
 {
-    if (p->plane == TW_PATH_PLANE_NONE)
-        tw__conn_send_error(c, id, TW_WIRE_INTERNAL,
-                            "%s: no data plane left on this connection (%s)", op,
-                            tw__path_reason_str((enum tw_path_reason)p->reason));
-    else
-        tw__conn_send_error(c, id, TW_WIRE_DEVICE_UNAVAILABLE,
-                            "%s: this server's data planes cannot move GPU tensors yet (%s)", op,
-                            tw__path_reason_str((enum tw_path_reason)p->reason));
+    tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "%s: no data plane left on this connection (%s)",
+                        op, tw__path_reason_str((enum tw_path_reason)p->reason));
 }
 
 static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
@@ -280,16 +273,6 @@ static int device_ok(struct tw_srv_conn *c, uint64_t id, const struct tw_descrip
         tw__conn_send_error(c, id, TW_WIRE_DEVICE_UNAVAILABLE,
                             "put of '%s': device %s %s (devices: %s)", name, tag,
                             tw__srv_device_reason_str(v.reason), list);
-        return 0;
-    }
-    /* The store can hold GPU tensors, but the data planes cannot move bytes
-     * into device memory until staging is wired into them (issue #11):
-     * refuse cleanly rather than let a plane write to a device address. */
-    if (v.dev.type == TW_DEVICE_CUDA) {
-        tw__conn_send_error(c, id, TW_WIRE_DEVICE_UNAVAILABLE,
-                            "put of '%s': device %s is served, but this server's data planes "
-                            "cannot move GPU tensors yet (devices: %s)",
-                            name, tag, list);
         return 0;
     }
     return 1;
@@ -509,6 +492,9 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"puts", srv->stats.puts},
         {"gets", srv->stats.gets},
         {"input_pauses", srv->stats.input_pauses},
+        {"staged_gets", srv->stats.staged_gets},
+        {"staged_puts", srv->stats.staged_puts},
+        {"staged_bytes", srv->stats.staged_bytes},
         {"tensors", srv->store.count},
         {"stored_bytes", srv->store.stored_bytes},
         {"reserved_bytes", srv->store.reserved},

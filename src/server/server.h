@@ -152,6 +152,8 @@ struct tw_srv_stats {
     uint64_t bytes_out;
     uint64_t puts, gets;
     uint64_t input_pauses; /* times a connection stopped reading (backpressure) */
+    /* Transfers of GPU versions through host memory (xfer_staged.c). */
+    uint64_t staged_gets, staged_puts, staged_bytes;
 };
 
 struct tw_srv {
