@@ -8,10 +8,13 @@
  * and the rails' CQ wait fds (once fi_trywait() said that is safe), then
  * poll again. Without work the thread sleeps on wake_fd only.
  *
- * Polling policy (must_spin_locked): the mover polls, yielding between
- * rounds, while registrations are exposed or transfers run, i.e. while an
- * RDMA request is in flight; that costs one busy core per plane during
- * requests and buys microsecond reaction to a peer's reads. Afterwards
+ * Polling policy (must_spin_locked): on a rail without a CQ wait fd (shm)
+ * the mover polls, yielding between rounds, while registrations are
+ * exposed or transfers run, i.e. while an RDMA request is in flight; that
+ * costs one busy core per plane during requests and buys microsecond
+ * reaction to a peer's reads. Rails with a wait fd (tcp) sleep on it
+ * between bursts instead: many spinning planes on few cores starved each
+ * other (docs/performance.md, the RDMA-tcp put tail). Afterwards
  * (TW_FABRIC_LINGER, or only abandoned operations left) it sleeps on the
  * CQ wait fds, 20 ms at most, or naps NAP_NS where a rail has no wait fd
  * (shm), and once nothing is left it sleeps on wake_fd only.
@@ -103,9 +106,25 @@ static int try_wait_locked(struct tw_fabric *fab, struct pollfd *pfd, nfds_t *n,
  * ~200 us instead of ~4 us. So while remotely accessible registrations or
  * our own transfers exist the mover keeps polling, yielding the CPU between
  * rounds. */
+/*
+ * Only for rails without a CQ wait fd (shm), though. Spinning movers on an
+ * oversubscribed host starve each other and the threads they serve: 32
+ * RDMA clients (32 planes, 32 spinning movers) on 2 cores gave RDMA-tcp
+ * puts a p99 of 2.1 s and 275 ops/s in bench/soak.sh; with tcp movers
+ * sleeping on the CQ wait fd (which the provider's sockets wake) after
+ * SPIN_POLLS empty polls, p99 281 ms and 1572 ops/s (docs/performance.md).
+ * A rail with a wait fd therefore sleeps on it, at most ACTIVE_SLEEP_NS.
+ */
 static int must_spin_locked(const struct tw_fabric *fab)
 {
-    return fab->remote_mrs > 0 || !link_empty(&fab->active);
+    if (fab->remote_mrs == 0 && link_empty(&fab->active))
+        return 0;
+    for (unsigned i = 0; i < fab->nrails; i++) {
+        const struct tw_fabric_rail *r = &fab->rails[i];
+        if (r->info && r->wait_fd < 0 && !tw__fabric_rail_wedged(r))
+            return 1;
+    }
+    return 0;
 }
 
 static void *mover_main(void *arg)
