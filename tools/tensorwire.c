@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -25,7 +26,8 @@
 static const char usage_main[] =
     "usage: tensorwire [-s HOST:PORT] [--token-file PATH] [--timeout MS] [--checksum]\n"
     "                  [--fabric auto|none|PROV] [--push auto|always|never]\n"
-    "                  [--rdma-min-bytes SIZE] COMMAND [ARGS]\n"
+    "                  [--rdma-min-bytes SIZE] [--gpudirect auto|off|require]\n"
+    "                  [--gpudirect-max-distance PIX|PXB|PHB|NODE|SYS] COMMAND [ARGS]\n"
     "\n"
     "Commands:\n"
     "  put NAME FILE     store a .npy file (dtype and C-order shape from its header),\n"
@@ -53,6 +55,10 @@ static const char usage_main[] =
     "  --rdma-min-bytes SIZE   with RDMA, puts smaller than SIZE go inline (default\n"
     "                          1Mi, 0 = rdma at every size); the server applies its\n"
     "                          own --rdma-min-bytes to gets and puts\n"
+    "  --gpudirect auto|off|require  GPUDirect RDMA for GPU memory here: where\n"
+    "                          admitted (auto), never, or refuse to connect unless\n"
+    "                          a GPU is admitted on the provider (tensorwire doctor)\n"
+    "  --gpudirect-max-distance D  farthest GPU-NIC PCIe path admitted (default PXB)\n"
     "  -h, --help              this text; COMMAND --help for each command\n"
     "\n"
     "Exit status: 0 success, 1 the operation failed, 2 usage error.\n";
@@ -636,6 +642,27 @@ int main(int argc, char **argv)
                 cli.opts.push = TW_PUSH_NEVER;
             else
                 return usage(usage_main);
+        } else if (strcmp(a, "--gpudirect") == 0 || strncmp(a, "--gpudirect=", 12) == 0) {
+            const char *v = a[11] == '=' ? a + 12 : (++i < argc ? argv[i] : "");
+            static const char *const modes[] = {"auto", "off", "require"};
+            int m = -1;
+            for (int k = 0; k < 3; k++)
+                if (strcmp(v, modes[k]) == 0)
+                    m = k; /* enum tw_gpudirect_mode's values */
+            if (m < 0)
+                return usage(usage_main);
+            cli.opts.gpudirect = m;
+        } else if (strcmp(a, "--gpudirect-max-distance") == 0 ||
+                   strncmp(a, "--gpudirect-max-distance=", 25) == 0) {
+            const char *v = a[24] == '=' ? a + 25 : (++i < argc ? argv[i] : "");
+            static const char *const dists[] = {"PIX", "PXB", "PHB", "NODE", "SYS"};
+            int d = 0;
+            for (int k = 0; k < 5; k++)
+                if (strcasecmp(v, dists[k]) == 0)
+                    d = k + 1; /* tw_client_options.gpudirect_max_distance */
+            if (!d)
+                return usage(usage_main);
+            cli.opts.gpudirect_max_distance = d;
         } else if (a[0] == '-') {
             fprintf(stderr, "tensorwire: unknown option '%s'\n", a);
             return usage(usage_main);

@@ -76,6 +76,7 @@ int tw_tensor_desc_bytes(const struct tw_tensor_desc *desc, uint64_t *out)
 
 static void client_free(struct tw_client *c)
 {
+    tw__client_gdr_free(c);
     tw__client_rdma_close(c);
     if (c->fd >= 0)
         close(c->fd);
@@ -271,6 +272,9 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
         if (rc)
             goto out_free_client;
     }
+    rc = tw__client_gdr_setup(c, &o);
+    if (rc)
+        goto out_free_client;
     c->errmsg[0] = '\0';
     *out = c;
     return 0;

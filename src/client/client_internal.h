@@ -185,6 +185,12 @@ struct tw_client {
      * made from the codes above when asked. */
     char fabric_text[384];
     char plane_text[128];
+    /* GPUDirect (gdr_client.c): the options, and the verdict table of this
+     * process's GPUs on fpeer's provider, built on first use (NULL before). */
+    int gdr_mode;         /* enum tw_gpudirect_mode */
+    int gdr_max_distance; /* enum tw_pcie_dist */
+    struct tw_gdr_table *gdr;
+    int gdr_row; /* fpeer's provider in gdr, -1 when none */
 };
 
 /* --- conn.c ------------------------------------------------------------ */
@@ -254,6 +260,19 @@ void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int statu
  * c->fabric and c->fabric_detail; only a connection failure is returned
  * (negative). */
 int tw__client_rdma_setup(struct tw_client *c, const char *provider, int timeout_ms);
+
+struct tw_gdr_table;
+
+/* --- gdr_client.c --------------------------------------------------------- */
+
+/* After tw__client_rdma_setup: takes the gpudirect options; with require,
+ * fails (TW_EDEVICE, the failing predicate in c->errmsg) unless a GPU of
+ * this process is admitted on the accepted endpoint's provider. */
+int tw__client_gdr_setup(struct tw_client *c, const struct tw_client_options *o);
+/* The verdict for memory on CUDA device `ordinal` on this connection
+ * (builds the table on first call: gathers facts once per process). */
+enum tw_path_gdr tw__client_gdr_verdict(struct tw_client *c, int ordinal);
+void tw__client_gdr_free(struct tw_client *c);
 /* Closes the plane (tw_close). */
 void tw__client_rdma_close(struct tw_client *c);
 

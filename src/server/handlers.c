@@ -153,7 +153,7 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
         .mem_local = t->gpu >= 0 ? TW_PATH_MEM_CUDA : TW_PATH_MEM_HOST,
         .mem_peer = TW_PATH_MEM_HOST, /* not on the wire; does not change ours */
         .push = path_push(srv->cfg.push),
-        .gdr = TW_PATH_GDR_NOT_EVALUATED, /* issue 12 */
+        .gdr = tw__srv_gdr_verdict(c, t), /* one table cell (gdr_srv.c) */
     };
     char detail[320];
     if (in.want_rdma && in.endpoint_accepted &&
