@@ -36,3 +36,7 @@ target_link_libraries(bench_rdma_e2e PRIVATE tensorwire)
 # or device.
 tw_add_bench(bench_staging ${CMAKE_SOURCE_DIR}/bench/bench_staging.c)
 target_link_libraries(bench_staging PRIVATE tw_core)
+
+# GPUDirect admission: a cached verdict lookup vs deciding from facts.
+tw_add_bench(bench_gdr_lookup ${CMAKE_SOURCE_DIR}/bench/bench_gdr_lookup.c)
+target_link_libraries(bench_gdr_lookup PRIVATE tw_core)
