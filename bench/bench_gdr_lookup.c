@@ -20,21 +20,10 @@
 
 #include "common/clock.h"
 #include "gdr/admission.h"
+#include "bench_util.h"
 
 #define BATCHES 15
 #define N 1000000
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return v[n / 2];
-}
 
 static void fixture(struct tw_gdr_machine *m)
 {
@@ -100,7 +89,7 @@ int main(int argc, char **argv)
         sink += acc;
         dc[b] = (double)(t1 - t0) / (N / 10);
     }
-    double l = median(lk, BATCHES), d = median(dc, BATCHES);
+    double l = bench_median(lk, BATCHES), d = bench_median(dc, BATCHES);
     printf("cached verdict lookup (one table cell): %.2f ns median of %d x %d\n", l, BATCHES, N);
     printf("decide from facts (every predicate):    %.1f ns median (%.0fx the lookup)\n", d,
            l > 0 ? d / l : 0.0);

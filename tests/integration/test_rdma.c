@@ -620,9 +620,9 @@ static void raw_peer_close(struct itc *rc, struct tw_fabric *fab, struct tw_fabr
     itc_close(rc);
 }
 
-/* A raw peer's get with WANT_RDMA up to the pull: TENSOR_INFO(rdma),
- * RDMA_REGISTER (its key in *key), RDMA_READY sent. Returns the id. */
-static uint64_t raw_get_ready(struct itc *rc, const char *name, struct tw_fabric_rkey *key)
+/* A raw peer's get with WANT_RDMA up to the source's registration:
+ * TENSOR_INFO(rdma) and RDMA_REGISTER (its key in *key). Returns the id. */
+static uint64_t raw_get_registered(struct itc *rc, const char *name, struct tw_fabric_rkey *key)
 {
     struct tw_msg m;
     uint64_t id = itc_id(rc);
@@ -641,6 +641,14 @@ static uint64_t raw_get_ready(struct itc *rc, const char *name, struct tw_fabric
     key->key = m.u.rdma_register.rkey;
     key->remote_addr = m.u.rdma_register.remote_addr;
     key->length = m.u.rdma_register.length;
+    return id;
+}
+
+/* The same, then RDMA_READY sent: the peer pulls. */
+static uint64_t raw_get_ready(struct itc *rc, const char *name, struct tw_fabric_rkey *key)
+{
+    struct tw_msg m;
+    uint64_t id = raw_get_registered(rc, name, key);
     memset(&m, 0, sizeof(m));
     m.hdr.tag = TW_TAG_RDMA_READY;
     m.hdr.request_id = id;
@@ -884,19 +892,9 @@ static void test_push_sequence_on_wire(void)
 
     /* GET back with push: the server's RDMA_REGISTER, ours, RDMA_READY; the
      * server writes and says RDMA_DONE. */
-    id = itc_id(&rc);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_REQUEST;
-    m.hdr.request_id = id;
-    m.u.tensor_request.flags = TW_XFER_WANT_RDMA;
-    m.u.tensor_request.name.ptr = (const uint8_t *)"pushed";
-    m.u.tensor_request.name.len = 6;
-    itc_send(&rc, &m);
-    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
-    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_TENSOR_INFO);
-    TW_ASSERT_EQ(m.u.tensor_info.data_plane, TW_DP_RDMA);
-    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
-    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_RDMA_REGISTER);
+    struct tw_fabric_rkey skey;
+    id = raw_get_registered(&rc, "pushed", &skey);
+    TW_ASSERT_EQ(skey.length, LEN);
     send_register(&rc, id, dmr);
     send_tag(&rc, TW_TAG_RDMA_READY, id);
     TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
@@ -908,19 +906,7 @@ static void test_push_sequence_on_wire(void)
 
     /* Out of order: a destination registration after RDMA_READY (a pull
      * get) is fatal, EOUT_OF_ORDER. */
-    id = itc_id(&rc);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_REQUEST;
-    m.hdr.request_id = id;
-    m.u.tensor_request.flags = TW_XFER_WANT_RDMA;
-    m.u.tensor_request.name.ptr = (const uint8_t *)"pushed";
-    m.u.tensor_request.name.len = 6;
-    itc_send(&rc, &m);
-    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
-    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_TENSOR_INFO);
-    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
-    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_RDMA_REGISTER);
-    send_tag(&rc, TW_TAG_RDMA_READY, id);
+    id = raw_get_ready(&rc, "pushed", &skey);
     send_register(&rc, id, dmr);
     itc_expect_error(&rc, 0, TW_WIRE_PROTOCOL_ERROR);
     TW_ASSERT_EQ(itc_expect_eof(&rc), 0);
