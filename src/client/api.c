@@ -263,6 +263,7 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
     tw__token_clear(&token);
     c->push_policy = o.push;
     c->rdma_min_bytes = o.rdma_min_bytes;
+    c->gdr_mode = o.gpudirect; /* the plane asks for FI_HMEM unless off */
     if (!c->want_rdma) {
         c->fabric = TW__FABRIC_NOT_REQUESTED;
     } else if (!(c->sm.caps & TW_CAP_RDMA_DATA_PLANE)) {

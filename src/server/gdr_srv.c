@@ -117,14 +117,21 @@ static int peer_row(const struct tw_srv *srv, struct tw_fabric_peer *peer)
     return tw__gdr_table_provider(srv->gdr, tw__fabric_peer_provider(peer));
 }
 
+int tw__srv_gdr_admits(const struct tw_srv_conn *c, int ordinal)
+{
+    const struct tw_srv *srv = c->srv;
+    if (!srv->gdr || !c->fpeer)
+        return 0;
+    return tw__gdr_table_admitted(srv->gdr, peer_row(srv, c->fpeer), ordinal);
+}
+
 enum tw_path_gdr tw__srv_gdr_verdict(const struct tw_srv_conn *c, const struct tw_tensor *t)
 {
     const struct tw_srv *srv = c->srv;
     if (t->gpu < 0 || !srv->gdr || !c->fpeer)
         return TW_PATH_GDR_NOT_EVALUATED;
-    int ord = srv->store.gpu[t->gpu].ordinal;
-    return tw__gdr_table_admitted(srv->gdr, peer_row(srv, c->fpeer), ord) ? TW_PATH_GDR_ADMITTED
-                                                                          : TW_PATH_GDR_REFUSED;
+    return tw__srv_gdr_admits(c, srv->store.gpu[t->gpu].ordinal) ? TW_PATH_GDR_ADMITTED
+                                                                 : TW_PATH_GDR_REFUSED;
 }
 
 int tw__srv_gdr_flush(const struct tw_srv *srv, const struct tw_tensor *t, char *err, size_t errlen)

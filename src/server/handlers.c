@@ -254,7 +254,8 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
  * or (a GPU) without room gets DEVICE_UNAVAILABLE naming the reason and the
  * devices served. Returns 1 when the put may go on.
  */
-static int device_ok(struct tw_srv_conn *c, uint64_t id, const struct tw_descriptor *d)
+static int device_ok(struct tw_srv_conn *c, uint64_t id, const struct tw_descriptor *d,
+                     uint32_t flags)
 {
     struct tw_srv *srv = c->srv;
     uint64_t free_bytes[TW_SRV_MAX_DEVICES];
@@ -284,8 +285,11 @@ static int device_ok(struct tw_srv_conn *c, uint64_t id, const struct tw_descrip
     }
     /* The store can hold GPU tensors, but the data planes cannot move bytes
      * into device memory until staging is wired into them (issue #11):
-     * refuse cleanly rather than let a plane write to a device address. */
-    if (v.dev.type == TW_DEVICE_CUDA) {
+     * refuse cleanly rather than let a plane write to a device address.
+     * Only GPUDirect (an RDMA put into a GPU admitted on this connection's
+     * rail, issue #12) moves them already. */
+    if (v.dev.type == TW_DEVICE_CUDA &&
+        !((flags & TW_XFER_WANT_RDMA) && tw__srv_gdr_admits(c, v.dev.ordinal))) {
         tw__conn_send_error(c, id, TW_WIRE_DEVICE_UNAVAILABLE,
                             "put of '%s': device %s is served, but this server's data planes "
                             "cannot move GPU tensors yet (devices: %s)",
@@ -302,7 +306,7 @@ static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
     uint64_t id = m->hdr.request_id;
     struct tw_store *st = &c->srv->store;
     count_request(c);
-    if (!device_ok(c, id, d))
+    if (!device_ok(c, id, d, m->u.tensor_put.flags))
         return;
     struct tw_tensor *t = NULL;
     int rc = tw__store_alloc(st, d, &t);

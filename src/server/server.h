@@ -314,6 +314,8 @@ struct tw_gdr_table;
  * failing predicate) unless some served GPU is admitted. */
 int tw__srv_gdr_init(struct tw_srv *srv, char *err, size_t errlen);
 void tw__srv_gdr_destroy(struct tw_srv *srv);
+/* 1 when GPU `ordinal` is admitted for GPUDirect on c's rail. */
+int tw__srv_gdr_admits(const struct tw_srv_conn *c, int ordinal);
 /* The verdict for tensor t's memory on c's rail: one table cell. */
 enum tw_path_gdr tw__srv_gdr_verdict(const struct tw_srv_conn *c, const struct tw_tensor *t);
 /* Makes NIC writes into GPU tensor t visible to later GPU work
