@@ -20,7 +20,17 @@ build: deps
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+# Quiet apart from the demo: dependencies and build go to a log, shown
+# only when they fail.
+demo:
+	@mkdir -p $(BUILD)
+	@echo "building (log: $(BUILD)/demo-build.log) ..."
+	@if ! { ./scripts/install-deps.sh && cmake -S . -B $(BUILD) $(CMAKE_FLAGS) && \
+		cmake --build $(BUILD) -j $(JOBS); } >$(BUILD)/demo-build.log 2>&1; then \
+		cat $(BUILD)/demo-build.log; \
+		echo "make demo: the build failed (log above, kept in $(BUILD)/demo-build.log)" >&2; \
+		exit 1; \
+	fi
 	@./scripts/demo.sh $(BUILD)
 
 check: build

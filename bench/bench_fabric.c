@@ -17,13 +17,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_eq.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
+#include "fabric/fi_api.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -26,9 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <rdma/fabric.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_errno.h>
+#include "fabric/fi_api.h"
 
 #include "common/clock.h"
 #include "fabric/fabric.h"

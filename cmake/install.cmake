@@ -23,7 +23,8 @@ install(FILES ${CMAKE_BINARY_DIR}/tensorwireConfig.cmake
         DESTINATION ${TW_CMAKE_DIR})
 
 # Only needed to link libtensorwire statically; it is shipped shared.
-set(TW_PC_LIBS_PRIVATE "-lfabric -lcrypto -lpthread")
+# libfabric is not linked: it is loaded with dlopen (src/fabric/fi_api.h).
+set(TW_PC_LIBS_PRIVATE "-lcrypto -lpthread")
 if(CMAKE_DL_LIBS)
   string(APPEND TW_PC_LIBS_PRIVATE " -l${CMAKE_DL_LIBS}")
 endif()

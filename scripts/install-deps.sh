@@ -5,8 +5,12 @@
 # As root it runs apt-get; as another user it prints the command to run.
 set -eu
 # python3-dev .. python3-pytest: the Python package (python/) and its tests.
+# libmicrohttpd-dev: tensorwired --metrics. curl and prometheus (for its
+# promtool only, about 100 MB installed) scrape and check /metrics in the
+# tests; iproute2 builds the network namespaces of the fault tests.
 pkgs="build-essential cmake pkg-config libfabric-dev libfabric-bin libssl-dev python3 procps"
 pkgs="$pkgs python3-dev python3-setuptools python3-numpy python3-pytest python3-torch"
+pkgs="$pkgs libmicrohttpd-dev curl prometheus iproute2"
 if [ "${1:-}" = "--dev" ]; then
     pkgs="$pkgs clang clang-format libclang-rt-14-dev valgrind"
 fi

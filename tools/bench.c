@@ -8,8 +8,16 @@
  * depth, same provider, between two endpoints of this process; that loop is
  * then the baseline of the ratio, and the raw socket loop is still printed
  * so that RDMA can be compared with inline TCP.
+ *
+ * Baselines are the best the raw transport does, not one arbitrary setting
+ * (issue 10): the raw libfabric loop first sweeps operation size x window
+ * (SWEEP_SIZES x SWEEP_WINDOWS, the same total bytes) and the rounds then
+ * also run its best setting, against which the ratio is taken; the raw
+ * socket side adds a one-way streaming loop (tw_raw_stream, what iperf3
+ * measures) beside the request/response loop.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,12 +28,18 @@
 #include "tools/raw_fabric.h"
 
 #define BENCH_BUFFER_BUDGET (1ull << 30) /* client buffers kept at once */
+#define SWEEP_BUFFER (256ull << 20)      /* raw libfabric sweep: memory cycled through */
+
+static const uint64_t sweep_sizes[] = {64ull << 10, 256ull << 10, 1ull << 20, 4ull << 20,
+                                       16ull << 20};
+static const uint32_t sweep_windows[] = {1, 4, 16, 64};
 
 static const char usage_bench[] =
     "usage: tensorwire bench [--op get|put] [--size SIZE] [--count N] [--inflight N]\n"
     "                        [--warmup N] [--rounds R] [--sockbuf SIZE]\n"
     "                        [--fabric auto|none|PROV] [--push auto|always|never]\n"
-    "                        [--rdma-min-bytes SIZE] [--json]\n"
+    "                        [--rdma-min-bytes SIZE] [--connections N] [--no-sweep]\n"
+    "                        [--json]\n"
     "  Moves COUNT tensors of SIZE bytes (default 4Ki; K/M/G = 1000^n, Ki/Mi/Gi =\n"
     "  1024^n) with INFLIGHT requests outstanding on one connection (default 16),\n"
     "  after WARMUP untimed ones, then the same through a raw TCP loopback\n"
@@ -40,9 +54,18 @@ static const char usage_bench[] =
     "  (fi_read for pull, fi_write for push, same size, depth and provider, two\n"
     "  endpoints in this process, no protocol) and the ratio is against it; the\n"
     "  raw socket loop is still run and printed. Output names the data plane.\n"
+    "  Before the rounds the raw libfabric loop sweeps operation sizes 64Ki..16Mi x\n"
+    "  windows 1..64 for the same total bytes; its best setting runs in every round\n"
+    "  and is the baseline of the ratio (--no-sweep: same size and depth only).\n"
+    "  Every round also runs a one-way streaming socket loop (the same bytes as one\n"
+    "  stream, no turnarounds: what iperf3 measures); inline ratios are against it.\n"
     "  --rdma-min-bytes (also global): puts smaller than SIZE go inline (default\n"
     "  1Mi, 0 = always rdma); the server's own threshold decides gets. Output\n"
     "  (JSON rdma_min_bytes, server_rdma_min_bytes) shows both thresholds.\n"
+    "  --connections N: N connections (threads), each moving COUNT tensors with\n"
+    "  INFLIGHT outstanding at once (like redis-benchmark -c N -P INFLIGHT); the\n"
+    "  rate counts all of them, latency is connection 0's, the raw baselines stay\n"
+    "  one connection.\n"
     "  --json prints one JSON object. The tensors bench/<pid>/* are removed after.\n";
 
 struct result {
@@ -90,6 +113,89 @@ static long long server_setting(tw_client *c, const char *key)
     return v;
 }
 
+/* One more connection of --connections N: its own client, buffers, names
+ * (bench/<pid>/<k>/<i>) and items; its batches run on a thread of their own
+ * while connection 0 runs on the caller's. */
+struct extra_conn {
+    tw_client *c;
+    struct tw_batch_item *items;
+    uint8_t **bufs;
+    char (*names)[80];
+    uint64_t nbuf, count;
+    int op_put, rc;
+    pthread_t th;
+};
+
+static void *extra_main(void *arg)
+{
+    struct extra_conn *e = arg;
+    e->rc =
+        e->op_put ? tw_batch_put(e->c, e->items, e->count) : tw_batch_get(e->c, e->items, e->count);
+    return NULL;
+}
+
+static void extra_close(struct extra_conn *e)
+{
+    for (uint64_t i = 0; e->c && e->names && i < e->nbuf; i++)
+        if (e->names[i][0])
+            tw_delete(e->c, e->names[i]); /* best effort */
+    for (uint64_t i = 0; e->bufs && i < e->nbuf; i++)
+        free(e->bufs[i]);
+    free(e->bufs);
+    free(e->names);
+    free(e->items);
+    tw_close(e->c);
+    memset(e, 0, sizeof(*e));
+}
+
+/* Connects, stores the tensors a get reads, and runs the warm-up. 0 or -1
+ * (with a message printed); e is then closed. */
+static int extra_open(struct extra_conn *e, const struct tw_cli *cli, unsigned k, int op_put,
+                      uint64_t size, uint64_t nbuf, uint64_t count, uint64_t warmup)
+{
+    struct tw_tensor_desc desc = {.dtype = TW_U8, .ndim = 1, .shape = {size}};
+    uint64_t nitems = count > warmup ? count : warmup;
+    int rc;
+    memset(e, 0, sizeof(*e));
+    e->op_put = op_put;
+    e->count = count;
+    e->nbuf = nbuf;
+    if (!(e->c = tw_cli_connect(cli)))
+        return -1;
+    e->bufs = calloc(nbuf, sizeof(*e->bufs));
+    e->names = calloc(nbuf, sizeof(*e->names));
+    e->items = calloc(nitems, sizeof(*e->items));
+    if (!e->bufs || !e->names || !e->items)
+        goto out_nomem;
+    for (uint64_t i = 0; i < nbuf; i++) {
+        if (posix_memalign((void **)&e->bufs[i], 4096, size ? size : 1) != 0) {
+            e->bufs[i] = NULL;
+            goto out_nomem;
+        }
+        memset(e->bufs[i], (int)(i * 37 + k), size);
+        snprintf(e->names[i], sizeof(e->names[i]), "bench/%d/%u/%llu", (int)getpid(), k,
+                 (unsigned long long)i);
+        if (!op_put && (rc = tw_put(e->c, e->names[i], &desc, e->bufs[i], size)) != 0)
+            goto out_fail;
+    }
+    for (uint64_t i = 0; i < nitems; i++)
+        e->items[i] = (struct tw_batch_item){
+            .name = e->names[i % nbuf], .desc = desc, .buf = e->bufs[i % nbuf], .len = size};
+    if (warmup && (rc = op_put ? tw_batch_put(e->c, e->items, warmup)
+                               : tw_batch_get(e->c, e->items, warmup)) != 0)
+        goto out_fail;
+    return 0;
+
+out_nomem:
+    fprintf(stderr, "tensorwire bench: out of memory for connection %u\n", k);
+    extra_close(e);
+    return -1;
+out_fail:
+    tw_cli_fail(e->c, rc, "bench: connection %u", k);
+    extra_close(e);
+    return -1;
+}
+
 static int parse_count(const char *s, uint64_t *v, uint64_t max)
 {
     return s && (tw_parse_size(s, v) != 0 || *v == 0 || *v > max);
@@ -98,14 +204,18 @@ static int parse_count(const char *s, uint64_t *v, uint64_t max)
 int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
 {
     const char *o_op = "get", *o_size = "4Ki", *o_count = NULL, *o_inflight = "16", *o_json = NULL,
-               *o_warmup = NULL, *o_sockbuf = NULL, *o_rounds = "3", *o_fabric = NULL,
-               *o_push = NULL, *o_rdma_min = NULL;
+               *o_nosweep = NULL, *o_conns = "1", *o_warmup = NULL, *o_sockbuf = NULL,
+               *o_rounds = "3", *o_fabric = NULL, *o_push = NULL, *o_rdma_min = NULL;
     uint64_t size = 0, count = 0, inflight = 0, warmup = 0, sockbuf = 0, nbuf, elapsed = 0,
              raw_elapsed = 0;
     struct tw_batch_item *items = NULL;
     uint8_t **bufs = NULL;
     uint64_t *lat = NULL, *raw_lat = NULL, rounds = 0;
-    double *tw_rate = NULL, *raw_rate = NULL, *fab_rate = NULL;
+    double *tw_rate = NULL, *raw_rate = NULL, *fab_rate = NULL, *stream_rate = NULL,
+           *best_rate = NULL;
+    uint64_t best_size = 0, best_count = 0, stream_elapsed = 0;
+    uint32_t best_window = 0;
+    double best_sweep = 0;
     uint64_t *fab_lat = NULL, fab_elapsed = 0;
     uint8_t *fab_buf = NULL, *fab_tgt = NULL;
     struct tw_raw_fabric *rf = NULL;
@@ -116,6 +226,8 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     char name_prefix[64];
     char(*names)[80] = NULL;
     int op_put, rc, ret = TW_CLI_FAILED;
+    struct extra_conn *extra = NULL;
+    uint64_t nconns = 1, nextra = 0;
     tw_client *c = NULL;
 
     for (int i = 1; i < argc; i++) {
@@ -125,6 +237,10 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
             return fputs(usage_bench, stdout), TW_CLI_OK;
         if (strcmp(a, "--json") == 0) {
             o_json = "1";
+            continue;
+        }
+        if (strcmp(a, "--no-sweep") == 0) {
+            o_nosweep = "1";
             continue;
         }
         if (strcmp(a, "--op") == 0)
@@ -141,56 +257,59 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
             slot = &o_sockbuf;
         else if (strcmp(a, "--rounds") == 0)
             slot = &o_rounds;
+        else if (strcmp(a, "--connections") == 0)
+            slot = &o_conns;
         else if (strcmp(a, "--fabric") == 0)
             slot = &o_fabric;
         else if (strcmp(a, "--push") == 0)
             slot = &o_push;
         else if (strcmp(a, "--rdma-min-bytes") == 0)
             slot = &o_rdma_min;
-        if (!slot || i + 1 >= argc) {
-            fprintf(stderr, "tensorwire bench: bad argument '%s'\n", a);
-            fputs(usage_bench, stderr);
+        if (!slot) {
+            fprintf(stderr, "tensorwire bench: %s '%.64s' (see tensorwire bench --help)\n",
+                    a[0] == '-' ? "unknown option" : "unexpected argument", a);
+            return TW_CLI_USAGE;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "tensorwire bench: %s needs a value\n", a);
             return TW_CLI_USAGE;
         }
         *slot = argv[++i];
     }
     op_put = strcmp(o_op, "put") == 0;
-    if ((!op_put && strcmp(o_op, "get") != 0) || tw_parse_size(o_size, &size) ||
-        size > (64ull << 30) || parse_count(o_count, &count, 100000000) ||
-        parse_count(o_inflight, &inflight, 65536) || parse_count(o_rounds, &rounds, 100) ||
-        (o_warmup && tw_parse_size(o_warmup, &warmup)) ||
-        (o_sockbuf && (tw_parse_size(o_sockbuf, &sockbuf) || sockbuf > (1u << 30)))) {
-        fprintf(stderr,
-                "tensorwire bench: bad --op, --size, --count, --inflight, --warmup or --sockbuf\n");
-        fputs(usage_bench, stderr);
+    if (!op_put && strcmp(o_op, "get") != 0)
+        return tw_cli_bad_value("bench", "--op", o_op, "get or put");
+    if (tw_parse_size(o_size, &size) || size > (64ull << 30))
+        return tw_cli_bad_value("bench", "--size", o_size, "a size up to 64Gi (e.g. 4Ki, 1Mi)");
+    if (parse_count(o_count, &count, 100000000))
+        return tw_cli_bad_value("bench", "--count", o_count, "a count 1..100000000");
+    if (parse_count(o_inflight, &inflight, 65536))
+        return tw_cli_bad_value("bench", "--inflight", o_inflight, "a count 1..65536");
+    if (parse_count(o_rounds, &rounds, 100))
+        return tw_cli_bad_value("bench", "--rounds", o_rounds, "a count 1..100");
+    if (parse_count(o_conns, &nconns, 1024))
+        return tw_cli_bad_value("bench", "--connections", o_conns, "a count 1..1024");
+    if (o_warmup && tw_parse_size(o_warmup, &warmup))
+        return tw_cli_bad_value("bench", "--warmup", o_warmup, "a count");
+    if (o_sockbuf && (tw_parse_size(o_sockbuf, &sockbuf) || sockbuf > (1u << 30)))
+        return tw_cli_bad_value("bench", "--sockbuf", o_sockbuf, "a size up to 1Gi");
+    if (o_push && tw_cli_parse_push("bench", o_push, &cli2.opts.push))
         return TW_CLI_USAGE;
-    }
-    if (o_push) {
-        if (strcmp(o_push, "auto") == 0)
-            cli2.opts.push = TW_PUSH_AUTO;
-        else if (strcmp(o_push, "always") == 0)
-            cli2.opts.push = TW_PUSH_ALWAYS;
-        else if (strcmp(o_push, "never") == 0)
-            cli2.opts.push = TW_PUSH_NEVER;
-        else {
-            fprintf(stderr, "tensorwire bench: --push must be auto, always or never\n");
+    if (o_fabric) {
+        if (tw_cli_check_fabric("bench", o_fabric))
             return TW_CLI_USAGE;
-        }
-    }
-    if (o_fabric)
         cli2.opts.fabric = o_fabric;
-    if (o_rdma_min && tw_parse_size(o_rdma_min, &cli2.opts.rdma_min_bytes)) {
-        fprintf(stderr, "tensorwire bench: bad --rdma-min-bytes '%s'\n", o_rdma_min);
-        fputs(usage_bench, stderr);
-        return TW_CLI_USAGE;
     }
+    if (o_rdma_min && tw_parse_size(o_rdma_min, &cli2.opts.rdma_min_bytes))
+        return tw_cli_bad_value("bench", "--rdma-min-bytes", o_rdma_min,
+                                "a size (e.g. 0, 65536, 256Ki, 1Mi)");
     if (!o_count) {
         count = size ? (1ull << 30) / size : 100000;
         count = count < 8 ? 8 : count > 100000 ? 100000 : count;
     }
     if (!o_warmup)
         warmup = inflight < count ? inflight : count;
-    nbuf = BENCH_BUFFER_BUDGET / (size ? size : 1);
+    nbuf = BENCH_BUFFER_BUDGET / nconns / (size ? size : 1);
     nbuf = nbuf < 1 ? 1 : nbuf;
     nbuf = nbuf < inflight ? nbuf : inflight;
     nbuf = nbuf < count ? nbuf : count;
@@ -201,6 +320,15 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     if (!c)
         return TW_CLI_FAILED;
     long long srv_rdma_min = server_setting(c, "rdma_min_bytes");
+    if (nconns > 1 && !(extra = calloc(nconns - 1, sizeof(*extra)))) {
+        fprintf(stderr, "tensorwire bench: out of memory\n");
+        goto out_free;
+    }
+    for (uint64_t k = 1; k < nconns; k++) {
+        if (extra_open(&extra[k - 1], &cli2, (unsigned)k, op_put, size, nbuf, count, warmup) != 0)
+            goto out_free;
+        nextra = k;
+    }
     if (tw_client_max_inflight(c) < inflight)
         fprintf(stderr, "tensorwire bench: note: the server allows %u in flight, not %llu\n",
                 tw_client_max_inflight(c), (unsigned long long)inflight);
@@ -215,8 +343,10 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     raw_rate = calloc(rounds, sizeof(*raw_rate));
     fab_rate = calloc(rounds, sizeof(*fab_rate));
     fab_lat = calloc(count * rounds, sizeof(*fab_lat));
+    stream_rate = calloc(rounds, sizeof(*stream_rate));
+    best_rate = calloc(rounds, sizeof(*best_rate));
     if (!bufs || !names || !items || !lat || !raw_lat || !tw_rate || !raw_rate || !fab_rate ||
-        !fab_lat) {
+        !fab_lat || !stream_rate || !best_rate) {
         fprintf(stderr, "tensorwire bench: out of memory\n");
         goto out_free;
     }
@@ -269,6 +399,8 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
          * side), one reused buffer for large ones (each far beyond cache). */
         uint64_t slots = size >= (64ull << 20) ? 1 : nbuf;
         size_t flen = (size_t)(size * slots);
+        if (!o_nosweep && flen < SWEEP_BUFFER)
+            flen = SWEEP_BUFFER; /* the sweep cycles through 256 MiB */
         if (posix_memalign((void **)&fab_buf, 4096, flen) != 0 ||
             posix_memalign((void **)&fab_tgt, 4096, flen) != 0) {
             fprintf(stderr, "tensorwire bench: cannot allocate the raw fabric loop's buffers\n");
@@ -287,21 +419,54 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
             fprintf(stderr, "tensorwire bench: raw libfabric loop: %s\n", tw_raw_fabric_errmsg(rf));
             goto out_cleanup;
         }
+        /* The sweep: every operation size and window for the same total
+         * bytes; sizes beyond the provider's largest message are skipped. */
+        uint64_t total = size * count;
+        for (size_t si = 0; !o_nosweep && si < sizeof(sweep_sizes) / sizeof(*sweep_sizes); si++) {
+            for (size_t wi = 0; wi < sizeof(sweep_windows) / sizeof(*sweep_windows); wi++) {
+                uint64_t sz = sweep_sizes[si], n = total / sweep_sizes[si], el = 0;
+                n = n < 1 ? 1 : n;
+                if (tw_raw_fabric_loop(rf, fab_write, sz, n, sweep_windows[wi], NULL, &el) != 0 ||
+                    el == 0)
+                    continue;
+                double bps = (double)(n * sz) / ((double)el / 1e9);
+                if (bps > best_sweep) {
+                    best_sweep = bps;
+                    best_size = sz;
+                    best_count = n;
+                    best_window = sweep_windows[wi];
+                }
+            }
+        }
     }
     /* Rounds alternate ours and the baseline so drift in machine load hits
      * both alike; throughput is the median over rounds, latency percentiles
      * are over all samples. */
     for (uint64_t round = 0; round < rounds; round++) {
-        uint64_t t0 = tw_cli_now_ns();
+        uint64_t t0 = tw_cli_now_ns(), started = 0;
+        for (; started < nextra; started++)
+            if (pthread_create(&extra[started].th, NULL, extra_main, &extra[started]) != 0)
+                break;
         rc = op_put ? tw_batch_put(c, items, count) : tw_batch_get(c, items, count);
+        int xrc = started < nextra ? TW_CLI_FAILED : 0;
+        for (uint64_t k = 0; k < started; k++) {
+            pthread_join(extra[k].th, NULL);
+            if (extra[k].rc && !xrc) {
+                xrc = extra[k].rc;
+                tw_cli_fail(extra[k].c, xrc, "bench: %s on connection %llu", o_op,
+                            (unsigned long long)k + 1);
+            }
+        }
         elapsed = tw_cli_now_ns() - t0;
-        if (rc) {
-            ret = tw_cli_fail(c, rc, "bench: %s", o_op);
+        if (rc || xrc) {
+            if (rc)
+                tw_cli_fail(c, rc, "bench: %s", o_op);
             goto out_cleanup;
         }
         for (uint64_t i = 0; i < count; i++)
             lat[round * count + i] = items[i].latency_ns;
-        tw_rate[round] = (double)count / ((double)elapsed / 1e9);
+        /* All connections' tensors per second (nconns * count). */
+        tw_rate[round] = (double)(count * nconns) / ((double)elapsed / 1e9);
 
         rc = tw_raw_loop(op_put, size, count, (uint32_t)inflight, (int)sockbuf,
                          raw_lat + round * count, &raw_elapsed);
@@ -310,6 +475,13 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
             goto out_cleanup;
         }
         raw_rate[round] = (double)count / ((double)raw_elapsed / 1e9);
+
+        rc = tw_raw_stream(op_put, size, count, (int)sockbuf, &stream_elapsed);
+        if (rc) {
+            fprintf(stderr, "tensorwire bench: streaming socket loop failed: %s\n", strerror(-rc));
+            goto out_cleanup;
+        }
+        stream_rate[round] = (double)count / ((double)stream_elapsed / 1e9);
 
         if (rf) {
             rc = tw_raw_fabric_loop(rf, fab_write, size, count, (uint32_t)inflight,
@@ -321,6 +493,18 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
             }
             fab_rate[round] = (double)count / ((double)fab_elapsed / 1e9);
         }
+        if (rf && best_size) {
+            rc = tw_raw_fabric_loop(rf, fab_write, best_size, best_count, best_window, NULL,
+                                    &fab_elapsed);
+            if (rc) {
+                fprintf(stderr, "tensorwire bench: raw libfabric loop (best setting): %s\n",
+                        tw_raw_fabric_errmsg(rf));
+                goto out_cleanup;
+            }
+            /* In tensors of size per second, like every other rate here. */
+            best_rate[round] =
+                (double)(best_size * best_count) / (double)size / ((double)fab_elapsed / 1e9);
+        }
     }
     summarize(lat, count * rounds, size, tw_rate, rounds, &tw_res);
     summarize(raw_lat, count * rounds, size, raw_rate, rounds, &raw_res);
@@ -328,64 +512,103 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
         summarize(fab_lat, count * rounds, size, fab_rate, rounds, &fab_res);
     else
         fab_res = raw_res;
+    qsort(stream_rate, rounds, sizeof(*stream_rate), cmp_double);
+    double stream_ops = rounds % 2 ? stream_rate[rounds / 2]
+                                   : (stream_rate[rounds / 2 - 1] + stream_rate[rounds / 2]) / 2;
+    double best_ops = fab_res.ops_per_s;
+    if (best_size) {
+        qsort(best_rate, rounds, sizeof(*best_rate), cmp_double);
+        best_ops = rounds % 2 ? best_rate[rounds / 2]
+                              : (best_rate[rounds / 2 - 1] + best_rate[rounds / 2]) / 2;
+    }
 
-    /* The baseline: the raw libfabric loop for RDMA, the raw socket loop
-     * for inline. */
-    const struct result *base = rf ? &fab_res : &raw_res;
-    char base_name[128];
-    if (rf)
+    /* The baseline is the best the raw transport did: for RDMA the raw
+     * libfabric loop at the best swept setting or at ours, whichever was
+     * faster; for inline the streaming or the request/response socket
+     * loop, whichever was faster. */
+    char base_name[128], base_setting[96];
+    double base_ops;
+    if (rf) {
         snprintf(base_name, sizeof(base_name), "raw libfabric %s (%s)",
                  fab_write ? "fi_write" : "fi_read", tw_raw_fabric_provider(rf));
-    else
+        if (best_size && best_ops > fab_res.ops_per_s) {
+            base_ops = best_ops;
+            snprintf(base_setting, sizeof(base_setting), "%llu B x %u in flight (swept)",
+                     (unsigned long long)best_size, best_window);
+        } else {
+            base_ops = fab_res.ops_per_s;
+            snprintf(base_setting, sizeof(base_setting), "%llu B x %llu in flight (ours)",
+                     (unsigned long long)size, (unsigned long long)inflight);
+        }
+    } else {
         snprintf(base_name, sizeof(base_name), "raw socket");
-    double ratio = base->ops_per_s > 0 ? tw_res.ops_per_s / base->ops_per_s : 0;
+        if (stream_ops > raw_res.ops_per_s) {
+            base_ops = stream_ops;
+            snprintf(base_setting, sizeof(base_setting), "one-way stream");
+        } else {
+            base_ops = raw_res.ops_per_s;
+            snprintf(base_setting, sizeof(base_setting), "request/response x %llu in flight",
+                     (unsigned long long)inflight);
+        }
+    }
+    double ratio = base_ops > 0 ? tw_res.ops_per_s / base_ops : 0;
+    double same_ratio = fab_res.ops_per_s > 0 ? tw_res.ops_per_s / fab_res.ops_per_s : 0;
     double sock_ratio = raw_res.ops_per_s > 0 ? tw_res.ops_per_s / raw_res.ops_per_s : 0;
+    double stream_ratio = stream_ops > 0 ? tw_res.ops_per_s / stream_ops : 0;
+    double mib = (double)size / 1048576.0;
     if (o_json) {
         printf("{\"op\":\"%s\",\"size\":%llu,\"count\":%llu,\"inflight\":%llu,"
                "\"bytes_per_s\":%.0f,\"baseline_bytes_per_s\":%.0f,\"ratio\":%.4f,"
-               "\"ops_per_s\":%.1f,\"baseline_ops_per_s\":%.1f,"
+               "\"ops_per_s\":%.1f,\"baseline_ops_per_s\":%.1f,\"baseline_setting\":\"%s\","
+               "\"same_setting_bytes_per_s\":%.0f,\"same_setting_ratio\":%.4f,"
+               "\"best_op_size\":%llu,\"best_window\":%u,"
                "\"p50_us\":%.1f,\"p99_us\":%.1f,\"baseline_p50_us\":%.1f,\"baseline_p99_us\":%.1f,"
                "\"baseline\":\"%s\",\"raw_socket_bytes_per_s\":%.0f,\"raw_socket_ratio\":%.4f,"
-               "\"rounds\":%llu,\"max_frame\":%u,\"data_plane\":\"%s\",\"provider\":\"%s\","
+               "\"stream_bytes_per_s\":%.0f,\"stream_ratio\":%.4f,"
+               "\"connections\":%llu,\"rounds\":%llu,\"max_frame\":%u,\"data_plane\":\"%s\","
+               "\"provider\":\"%s\","
                "\"rdma_min_bytes\":%llu,\"server_rdma_min_bytes\":%lld}\n",
                o_op, (unsigned long long)size, (unsigned long long)count,
-               (unsigned long long)inflight, tw_res.bytes_per_s, base->bytes_per_s, ratio,
-               tw_res.ops_per_s, base->ops_per_s, tw_res.p50_us, tw_res.p99_us, base->p50_us,
-               base->p99_us, base_name, raw_res.bytes_per_s, sock_ratio, (unsigned long long)rounds,
-               tw_client_max_frame(c), plane, prov, (unsigned long long)cli2.opts.rdma_min_bytes,
-               srv_rdma_min);
+               (unsigned long long)inflight, tw_res.bytes_per_s, base_ops * (double)size, ratio,
+               tw_res.ops_per_s, base_ops, base_setting, fab_res.bytes_per_s, same_ratio,
+               (unsigned long long)best_size, best_window, tw_res.p50_us, tw_res.p99_us,
+               fab_res.p50_us, fab_res.p99_us, base_name, raw_res.bytes_per_s, sock_ratio,
+               stream_ops * (double)size, stream_ratio, (unsigned long long)nconns,
+               (unsigned long long)rounds, tw_client_max_frame(c), plane, prov,
+               (unsigned long long)cli2.opts.rdma_min_bytes, srv_rdma_min);
     } else {
-        printf("bench %s: size %llu B, count %llu x %llu rounds, in flight %llu, data plane: %s\n",
+        printf("bench %s: size %llu B, count %llu x %llu rounds, in flight %llu x %llu "
+               "connections, data plane: %s\n",
                o_op, (unsigned long long)size, (unsigned long long)count,
-               (unsigned long long)rounds, (unsigned long long)inflight, plane);
+               (unsigned long long)rounds, (unsigned long long)inflight, (unsigned long long)nconns,
+               plane);
         if (!rdma)
             printf("fabric: %s\n", tw_client_fabric_status(c));
         if (strncmp(tw_client_fabric_status(c), "rdma ", 5) == 0)
             printf("rdma threshold: puts from %llu B (client), gets and puts from %lld B "
                    "(server; -1 = unknown)\n",
                    (unsigned long long)cli2.opts.rdma_min_bytes, srv_rdma_min);
+        printf("%-38s %12s %12s %8s\n", "", "MiB/s", "ops/s", "ratio");
+        printf("%-38s %12.1f %12.0f\n", "tensorwire", tw_res.ops_per_s * mib, tw_res.ops_per_s);
         if (rf) {
-            printf("%-16s %16s %16s %8s %16s %8s\n", "", "tensorwire", "raw libfabric", "ratio",
-                   "raw socket", "ratio");
-            printf("%-16s %16.1f %16.1f %8.3f %16.1f %8.3f\n", "MiB/s",
-                   tw_res.bytes_per_s / 1048576.0, fab_res.bytes_per_s / 1048576.0, ratio,
-                   raw_res.bytes_per_s / 1048576.0, sock_ratio);
-            printf("%-16s %16.0f %16.0f %8.3f %16.0f %8.3f\n", "ops/s", tw_res.ops_per_s,
-                   fab_res.ops_per_s, ratio, raw_res.ops_per_s, sock_ratio);
-            printf("%-16s %16.1f %16.1f %8s %16.1f\n", "p50 latency us", tw_res.p50_us,
-                   fab_res.p50_us, "", raw_res.p50_us);
-            printf("%-16s %16.1f %16.1f %8s %16.1f\n", "p99 latency us", tw_res.p99_us,
-                   fab_res.p99_us, "", raw_res.p99_us);
-            printf("raw libfabric: %s, same size and depth, no protocol\n", base_name + 14);
-        } else {
-            printf("%-16s %16s %16s %8s\n", "", "tensorwire", "raw socket", "ratio");
-            printf("%-16s %16.1f %16.1f %8.3f\n", "MiB/s", tw_res.bytes_per_s / 1048576.0,
-                   raw_res.bytes_per_s / 1048576.0, ratio);
-            printf("%-16s %16.0f %16.0f %8.3f\n", "ops/s", tw_res.ops_per_s, raw_res.ops_per_s,
-                   ratio);
-            printf("%-16s %16.1f %16.1f\n", "p50 latency us", tw_res.p50_us, raw_res.p50_us);
-            printf("%-16s %16.1f %16.1f\n", "p99 latency us", tw_res.p99_us, raw_res.p99_us);
+            printf("%-38s %12.1f %12.0f %8.3f\n", "raw libfabric, same size and depth",
+                   fab_res.ops_per_s * mib, fab_res.ops_per_s, same_ratio);
+            if (best_size) {
+                char label[64];
+                snprintf(label, sizeof(label), "raw libfabric, best: %llu KiB x %u",
+                         (unsigned long long)(best_size >> 10), best_window);
+                printf("%-38s %12.1f %12.0f %8.3f\n", label, best_ops * mib, best_ops,
+                       best_ops > 0 ? tw_res.ops_per_s / best_ops : 0);
+            }
         }
+        printf("%-38s %12.1f %12.0f %8.3f\n", "raw socket, request/response",
+               raw_res.ops_per_s * mib, raw_res.ops_per_s, sock_ratio);
+        printf("%-38s %12.1f %12.0f %8.3f\n", "raw socket, one-way stream", stream_ops * mib,
+               stream_ops, stream_ratio);
+        printf("baseline: %s, %s: ratio %.3f\n", base_name, base_setting, ratio);
+        printf("p50/p99 latency us: tensorwire %.1f/%.1f, %s %.1f/%.1f\n", tw_res.p50_us,
+               tw_res.p99_us, rf ? "raw libfabric (same setting)" : "raw socket loop",
+               fab_res.p50_us, fab_res.p99_us);
     }
     ret = TW_CLI_OK;
 
@@ -405,9 +628,14 @@ out_free:
     free(raw_rate);
     free(fab_rate);
     free(fab_lat);
+    free(stream_rate);
+    free(best_rate);
     tw_raw_fabric_close(rf);
     free(fab_buf);
     free(fab_tgt);
+    for (uint64_t k = 0; k < nextra; k++)
+        extra_close(&extra[k]);
+    free(extra);
     tw_close(c);
     return ret;
 }

@@ -43,16 +43,17 @@ int tw_cli_doctor(int argc, char **argv)
         } else if (strncmp(a, "--sysfs-root=", 13) == 0) {
             root = a + 13;
         } else {
-            fprintf(stderr, "tensorwire doctor: %s '%s'\n",
+            fprintf(stderr, "tensorwire doctor: %s '%.64s' (see tensorwire doctor --help)\n",
                     a[0] == '-' && (strcmp(a, "--fabric") == 0 || strcmp(a, "--sysfs-root") == 0)
                         ? "missing value for"
                     : a[0] == '-' ? "unknown option"
                                   : "unexpected argument",
                     a);
-            fputs(usage_doctor, stderr);
             return TW_CLI_USAGE;
         }
     }
+    if (providers && tw_cli_check_fabric("doctor", providers))
+        return TW_CLI_USAGE;
     char *report = NULL;
     struct tw_doctor_result res;
     int rc = tw_doctor(providers, root, flags, &report, &res);

@@ -7,16 +7,12 @@
 
 #include "tensorwire/error.h"
 #include "tools/clock.h"
+/* libfabric through the same dlopen loader as the library (the CLI would
+ * otherwise link libfabric and pay its providers' constructors at start). */
+#include "src/fabric/fi_api.h"
 
 #include <errno.h>
 #include <pthread.h>
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_eq.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

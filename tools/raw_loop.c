@@ -12,6 +12,9 @@
  * memory per request as a real transfer does; a small reused buffer would
  * stay in cache and measure the cache, not the transfer. Both buffers are
  * allocated and touched before the clock starts.
+ *
+ * tw_raw_stream is the one-way streaming variant (iperf3's measurement): one
+ * request, then all the bytes in one direction, then one answer.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -33,6 +36,7 @@ struct raw_server {
     uint8_t *buf; /* chunk bytes, allocated and touched by the caller */
     int op_put;
     uint64_t size;
+    uint64_t stream_count; /* 0: request/response; else tensors streamed at once */
     int sockbuf;
     int rc;
 };
@@ -94,6 +98,19 @@ static int send_req_payload(int fd, const uint8_t *req, const uint8_t *payload, 
     return send_all(fd, payload + ((size_t)w - RAW_REQ_LEN), n - ((size_t)w - RAW_REQ_LEN));
 }
 
+/* Sends (or receives when recv) total bytes in pieces of at most chunk,
+ * cycling through buf. */
+static int move_bytes(int fd, uint8_t *buf, size_t chunk, uint64_t total, int in)
+{
+    int rc = 0;
+    while (total > 0 && !rc) {
+        size_t n = total < chunk ? (size_t)total : chunk;
+        rc = in ? recv_all(fd, buf, n) : send_all(fd, buf, n);
+        total -= n;
+    }
+    return rc;
+}
+
 static void tune(int fd, int sockbuf)
 {
     int one = 1;
@@ -116,72 +133,112 @@ static void *raw_server_main(void *arg)
         return NULL;
     }
     tune(fd, s->sockbuf);
+    if (s->stream_count) {
+        /* One request, then all the bytes one way, then one answer. */
+        if (recv_all(fd, req, sizeof(req)) == 0 &&
+            move_bytes(fd, buf, chunk, s->size * s->stream_count, s->op_put) == 0 && s->op_put)
+            (void)send_all(fd, req, sizeof(req));
+        goto out_close;
+    }
     for (;;) {
         int rc = recv_all(fd, req, sizeof(req));
         if (rc)
             break; /* the client closed: done */
-        uint64_t left = s->size;
-        if (s->op_put) {
-            while (left > 0) {
-                size_t n = left < chunk ? (size_t)left : chunk;
-                if ((rc = recv_all(fd, buf, n)) != 0)
-                    goto out_close;
-                left -= n;
-            }
-            if ((rc = send_all(fd, req, sizeof(req))) != 0)
-                goto out_close;
-        } else {
-            while (left > 0) {
-                size_t n = left < chunk ? (size_t)left : chunk;
-                if ((rc = send_all(fd, buf, n)) != 0)
-                    goto out_close;
-                left -= n;
-            }
-        }
+        if ((rc = move_bytes(fd, buf, chunk, s->size, s->op_put)) != 0 ||
+            (s->op_put && (rc = send_all(fd, req, sizeof(req))) != 0))
+            goto out_close;
     }
 out_close:
     close(fd);
     return NULL;
 }
 
+/* A connected client socket with its server thread and both buffers. */
+struct raw_pair {
+    struct raw_server srv;
+    pthread_t th;
+    int fd, started;
+    uint8_t *buf;
+    size_t chunk;
+};
+
+static void pair_close(struct raw_pair *p)
+{
+    if (p->started) {
+        if (p->fd >= 0)
+            close(p->fd);
+        else
+            shutdown(p->srv.listen_fd, SHUT_RDWR); /* unblock accept */
+        pthread_join(p->th, NULL);
+    } else if (p->fd >= 0) {
+        close(p->fd);
+    }
+    free(p->buf);
+    free(p->srv.buf);
+    if (p->srv.listen_fd >= 0)
+        close(p->srv.listen_fd);
+}
+
+/* Starts the thread and connects to it. On failure everything is undone. */
+static int pair_open(struct raw_pair *p, int op_put, uint64_t size, uint64_t stream_count,
+                     int sockbuf)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    int rc;
+    memset(p, 0, sizeof(*p));
+    p->fd = -1;
+    p->srv = (struct raw_server){
+        .op_put = op_put, .size = size, .stream_count = stream_count, .sockbuf = sockbuf};
+    p->chunk = size < RAW_CHUNK ? (size_t)size : RAW_CHUNK;
+    p->srv.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (p->srv.listen_fd < 0)
+        return -errno;
+    if (bind(p->srv.listen_fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+        listen(p->srv.listen_fd, 1) < 0 ||
+        getsockname(p->srv.listen_fd, (struct sockaddr *)&a, &alen) < 0) {
+        rc = -errno;
+        goto out_close;
+    }
+    p->buf = malloc(p->chunk ? p->chunk : 1);
+    p->srv.buf = malloc(p->chunk ? p->chunk : 1);
+    if (!p->buf || !p->srv.buf) {
+        rc = -ENOMEM;
+        goto out_close;
+    }
+    memset(p->buf, 0xa5, p->chunk);
+    memset(p->srv.buf, 0x5a, p->chunk);
+    if ((rc = pthread_create(&p->th, NULL, raw_server_main, &p->srv)) != 0) {
+        rc = -rc;
+        goto out_close;
+    }
+    p->started = 1;
+    p->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (p->fd < 0 || (tune(p->fd, sockbuf), connect(p->fd, (struct sockaddr *)&a, sizeof(a))) < 0) {
+        rc = -errno;
+        goto out_close;
+    }
+    return 0;
+
+out_close:
+    pair_close(p);
+    return rc;
+}
+
 int tw_raw_loop(int op_put, uint64_t size, uint64_t count, uint32_t inflight, int sockbuf,
                 uint64_t *lat_ns, uint64_t *elapsed_ns)
 {
-    struct raw_server srv = {.op_put = op_put, .size = size, .sockbuf = sockbuf};
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t alen = sizeof(a);
-    pthread_t th;
-    uint64_t *t_send = NULL, sent = 0, done = 0, t0;
-    size_t chunk = size < RAW_CHUNK ? (size_t)size : RAW_CHUNK;
-    uint8_t *buf = NULL, req[RAW_REQ_LEN] = {0};
-    int fd = -1, rc;
-
-    srv.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (srv.listen_fd < 0)
-        return -errno;
-    if (bind(srv.listen_fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(srv.listen_fd, 1) < 0 ||
-        getsockname(srv.listen_fd, (struct sockaddr *)&a, &alen) < 0) {
-        rc = -errno;
-        goto out_close_listen;
-    }
-    t_send = calloc(count ? count : 1, sizeof(*t_send));
-    buf = malloc(chunk ? chunk : 1);
-    srv.buf = malloc(chunk ? chunk : 1);
-    if (!t_send || !buf || !srv.buf) {
-        rc = -ENOMEM;
+    struct raw_pair p;
+    uint64_t *t_send = calloc(count ? count : 1, sizeof(*t_send)), sent = 0, done = 0, t0;
+    uint8_t req[RAW_REQ_LEN] = {0};
+    int rc;
+    if (!t_send)
+        return -ENOMEM;
+    if ((rc = pair_open(&p, op_put, size, 0, sockbuf)) != 0)
         goto out_free;
-    }
-    memset(buf, 0xa5, chunk);
-    memset(srv.buf, 0x5a, chunk);
-    if ((rc = pthread_create(&th, NULL, raw_server_main, &srv)) != 0) {
-        rc = -rc;
-        goto out_free;
-    }
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || (tune(fd, sockbuf), connect(fd, (struct sockaddr *)&a, sizeof(a))) < 0) {
-        rc = -errno;
-        goto out_join;
-    }
+    int fd = p.fd;
+    uint8_t *buf = p.buf;
+    size_t chunk = p.chunk;
 
     t0 = tw_cli_now_ns();
     while (done < count) {
@@ -193,48 +250,49 @@ int tw_raw_loop(int op_put, uint64_t size, uint64_t count, uint32_t inflight, in
                 /* Request and payload in one system call, as any sane
                  * sender (and libtensorwire's sendmsg batching) does. */
                 if ((rc = send_req_payload(fd, req, buf, (size_t)left)) != 0)
-                    goto out_join;
+                    goto out_close;
                 left = 0;
             } else if ((rc = send_all(fd, req, sizeof(req))) != 0) {
-                goto out_join;
+                goto out_close;
             }
-            while (left > 0) {
-                size_t n = left < chunk ? (size_t)left : chunk;
-                if ((rc = send_all(fd, buf, n)) != 0)
-                    goto out_join;
-                left -= n;
-            }
+            if ((rc = move_bytes(fd, buf, chunk, left, 0)) != 0)
+                goto out_close;
             sent++;
         }
-        if (op_put) {
-            rc = recv_all(fd, req, sizeof(req));
-        } else {
-            rc = 0;
-            for (uint64_t left = size; left > 0 && !rc;) {
-                size_t n = left < chunk ? (size_t)left : chunk;
-                rc = recv_all(fd, buf, n);
-                left -= n;
-            }
-        }
+        rc = op_put ? recv_all(fd, req, sizeof(req)) : move_bytes(fd, buf, chunk, size, 1);
         if (rc)
-            goto out_join;
+            goto out_close;
         lat_ns[done] = tw_cli_now_ns() - t_send[done];
         done++;
     }
     *elapsed_ns = tw_cli_now_ns() - t0;
     rc = 0;
 
-out_join:
-    if (fd >= 0)
-        close(fd);
-    else
-        shutdown(srv.listen_fd, SHUT_RDWR); /* unblock accept */
-    pthread_join(th, NULL);
+out_close:
+    pair_close(&p);
 out_free:
-    free(buf);
-    free(srv.buf);
     free(t_send);
-out_close_listen:
-    close(srv.listen_fd);
+    return rc;
+}
+
+int tw_raw_stream(int op_put, uint64_t size, uint64_t count, int sockbuf, uint64_t *elapsed_ns)
+{
+    struct raw_pair p;
+    uint8_t req[RAW_REQ_LEN] = {0};
+    uint64_t t0;
+    int rc;
+    if (size == 0 || count == 0)
+        return -EINVAL;
+    if ((rc = pair_open(&p, op_put, size, count, sockbuf)) != 0)
+        return rc;
+    t0 = tw_cli_now_ns();
+    if ((rc = send_all(p.fd, req, sizeof(req))) != 0 ||
+        (rc = move_bytes(p.fd, p.buf, p.chunk, size * count, !op_put)) != 0 ||
+        (op_put && (rc = recv_all(p.fd, req, sizeof(req))) != 0))
+        goto out_close;
+    *elapsed_ns = tw_cli_now_ns() - t0;
+
+out_close:
+    pair_close(&p);
     return rc;
 }

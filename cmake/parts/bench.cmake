@@ -37,6 +37,16 @@ target_link_libraries(bench_rdma_e2e PRIVATE tensorwire)
 tw_add_bench(bench_staging ${CMAKE_SOURCE_DIR}/bench/bench_staging.c)
 target_link_libraries(bench_staging PRIVATE tw_core)
 
+# KV-cache and weight-sync workloads against one tensor of the same bytes
+# (bench/kv_bench.sh runs it on every plane): public API only.
+tw_add_bench(bench_kv ${CMAKE_SOURCE_DIR}/bench/bench_kv.c)
+target_link_libraries(bench_kv PRIVATE tensorwire)
+
+# Soak (not a test): N clients x T seconds of mixed self-checking operations
+# against a running tensorwired (bench/soak.sh starts one).
+tw_add_bench(bench_soak ${CMAKE_SOURCE_DIR}/bench/bench_soak.c)
+target_link_libraries(bench_soak PRIVATE tw_core)
+
 # GPUDirect admission: a cached verdict lookup vs deciding from facts.
 tw_add_bench(bench_gdr_lookup ${CMAKE_SOURCE_DIR}/bench/bench_gdr_lookup.c)
 target_link_libraries(bench_gdr_lookup PRIVATE tw_core)

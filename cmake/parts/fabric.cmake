@@ -20,3 +20,9 @@ foreach(prov tcp shm)
               TIMEOUT 120 LABELS ${_labels} regcache)
   target_compile_definitions(test_mrcache_${prov} PRIVATE TW_TEST_PROVIDER="${prov}")
 endforeach()
+
+# libfabric loaded by dlopen only (src/fabric/fi_api.h): nothing links it,
+# and a machine without it serves inline (skips with 77 without root).
+add_test(NAME test_fabric_loader COMMAND sh ${CMAKE_SOURCE_DIR}/tests/integration/test_fabric_loader.sh)
+set_tests_properties(test_fabric_loader PROPERTIES TIMEOUT 60 LABELS "fabric;integration"
+  SKIP_RETURN_CODE 77 ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")

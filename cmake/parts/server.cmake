@@ -5,7 +5,10 @@ file(GLOB TW_SERVER_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/server/*.c
 list(REMOVE_ITEM TW_SERVER_SOURCES ${CMAKE_SOURCE_DIR}/src/server/main.c)
 # Everything but main(), so tests can link the server's modules.
 add_library(tw_server STATIC ${TW_SERVER_SOURCES})
-target_link_libraries(tw_server PUBLIC tw_core)
+# /metrics (src/server/metrics.c): libmicrohttpd, required (CI builds and
+# tests it; scripts/install-deps.sh installs libmicrohttpd-dev).
+pkg_check_modules(MHD REQUIRED IMPORTED_TARGET libmicrohttpd)
+target_link_libraries(tw_server PUBLIC tw_core PkgConfig::MHD)
 add_executable(tensorwired ${CMAKE_SOURCE_DIR}/src/server/main.c)
 target_link_libraries(tensorwired PRIVATE tw_server)
 set_target_properties(tensorwired PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
@@ -59,3 +62,15 @@ foreach(prov tcp shm)
   target_compile_definitions(test_rdma_${prov} PRIVATE TW_TEST_PROVIDER="${prov}")
   add_dependencies(test_rdma_${prov} tensorwired)
 endforeach()
+
+# tensorwired --metrics scraped with curl and checked with promtool.
+add_test(NAME test_metrics COMMAND sh ${CMAKE_SOURCE_DIR}/tests/integration/test_metrics.sh)
+set_tests_properties(test_metrics PROPERTIES TIMEOUT 60 LABELS integration SKIP_RETURN_CODE 77
+  ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")
+
+# Faults between hosts (tests/faults/): server and client in two network
+# namespaces; link cut, tbf, blackhole. Needs root (CI runs as root);
+# skips with 77 where namespaces cannot be created. About 45 s.
+add_test(NAME test_netns_faults COMMAND sh ${CMAKE_SOURCE_DIR}/tests/faults/test_netns_faults.sh)
+set_tests_properties(test_netns_faults PROPERTIES TIMEOUT 300 LABELS "integration;faults"
+  SKIP_RETURN_CODE 77 ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")

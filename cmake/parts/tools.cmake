@@ -2,17 +2,30 @@
 # shared libtensorwire through include/tensorwire/ only (no src/ on its
 # include path). Its .npy reader/writer (tools/npy.c) lives here because
 # only the CLI uses it. `tensorwire bench`'s raw libfabric baseline
-# (tools/raw_fabric.c) talks to libfabric directly, on purpose.
+# (tools/raw_fabric.c) talks to libfabric directly, on purpose. The list of
+# libfabric provider names (src/fabric/provider_names.c: pure, no library
+# state) is compiled in, so --fabric typos are refused exactly as
+# tensorwired refuses them.
 add_executable(tensorwire_cli ${CMAKE_SOURCE_DIR}/tools/tensorwire.c
                               ${CMAKE_SOURCE_DIR}/tools/bench.c
                               ${CMAKE_SOURCE_DIR}/tools/doctor.c
                               ${CMAKE_SOURCE_DIR}/tools/npy.c
                               ${CMAKE_SOURCE_DIR}/tools/raw_loop.c
-                              ${CMAKE_SOURCE_DIR}/tools/raw_fabric.c)
+                              ${CMAKE_SOURCE_DIR}/tools/raw_fabric.c
+                              ${CMAKE_SOURCE_DIR}/tools/cli_text.c
+                              ${CMAKE_SOURCE_DIR}/tools/progress.c
+                              ${CMAKE_SOURCE_DIR}/src/fabric/provider_names.c
+                              ${CMAKE_SOURCE_DIR}/src/fabric/fi_load.c)
+# raw_fabric.c reaches libfabric through the library's dlopen loader (its
+# own copy: the library's is hidden), so the CLI links no libfabric and
+# `tensorwire --help` does not load it.
+set_source_files_properties(${CMAKE_SOURCE_DIR}/src/fabric/fi_load.c TARGET_DIRECTORY tensorwire_cli
+                            PROPERTIES INCLUDE_DIRECTORIES ${CMAKE_SOURCE_DIR}/src)
+target_include_directories(tensorwire_cli SYSTEM PRIVATE ${FABRIC_INCLUDE_DIRS})
 set_target_properties(tensorwire_cli PROPERTIES OUTPUT_NAME tensorwire
                       INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
 target_include_directories(tensorwire_cli PRIVATE ${CMAKE_SOURCE_DIR})
-target_link_libraries(tensorwire_cli PRIVATE tensorwire PkgConfig::FABRIC Threads::Threads)
+target_link_libraries(tensorwire_cli PRIVATE tensorwire Threads::Threads ${CMAKE_DL_LIBS})
 
 # The .npy unit test (tests/unit/test_npy.c) builds the CLI's parser.
 target_sources(test_npy PRIVATE ${CMAKE_SOURCE_DIR}/tools/npy.c)
@@ -29,7 +42,20 @@ foreach(prov tcp shm)
 endforeach()
 
 add_test(NAME test_cli COMMAND sh ${CMAKE_SOURCE_DIR}/tests/integration/test_cli.sh)
-set_tests_properties(test_cli PROPERTIES TIMEOUT 90 LABELS integration SKIP_RETURN_CODE 77
+set_tests_properties(test_cli PROPERTIES TIMEOUT 180 LABELS integration SKIP_RETURN_CODE 77
+  ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")
+
+# tensorwire get: atomic replacement and bounded memory (test_cli_get.sh);
+# the same on a full filesystem, in a private tmpfs (test_cli_fullfs.sh, root
+# only: skipped otherwise); the progress line on a pseudo-terminal
+# (test_cli_progress.py).
+foreach(t test_cli_get test_cli_fullfs)
+  add_test(NAME ${t} COMMAND sh ${CMAKE_SOURCE_DIR}/tests/integration/${t}.sh)
+  set_tests_properties(${t} PROPERTIES TIMEOUT 90 LABELS integration SKIP_RETURN_CODE 77
+    ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")
+endforeach()
+add_test(NAME test_cli_progress COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/integration/test_cli_progress.py)
+set_tests_properties(test_cli_progress PROPERTIES TIMEOUT 90 LABELS integration SKIP_RETURN_CODE 77
   ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR}")
 
 # tensorwire doctor (GPUDirect admission report): text and JSON on this

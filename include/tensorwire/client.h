@@ -150,6 +150,10 @@ struct tw_client_options {
      * server applies its own threshold (tensorwired --rdma-min-bytes) and may
      * answer inline, which the client follows. */
     uint64_t rdma_min_bytes;
+    /* Non-zero: accept a token_file that its group or others may read or
+     * write. Default 0: such a file fails the connect with -EACCES and a
+     * message giving the 'chmod 600' fix. */
+    int allow_insecure_token_file;
     /* enum tw_gpudirect_mode: GPUDirect RDMA into and out of this process's
      * GPU memory (docs/gpudirect.md). Default TW_GPUDIRECT_AUTO: used where
      * admitted (`tensorwire doctor` says why not). TW_GPUDIRECT_REQUIRE:

@@ -64,6 +64,7 @@ def test_capacity_exceeded(own_server):
 def test_unauthorized(own_server, tmp_path):
     tok = tmp_path / "token"
     tok.write_text("s3cret-token-for-tests\n")
+    tok.chmod(0o600)  # a token file others can read is refused
     s = own_server("--token-file", str(tok))
     with pytest.raises(tensorwire.Unauthorized) as e:
         tensorwire.connect(s.addr, timeout=30)

@@ -247,7 +247,9 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
         if (rc)
             goto out_free_client;
     } else if (o.token_file) {
-        rc = tw__token_load_file(&token, o.token_file, c->errmsg, sizeof(c->errmsg));
+        rc = tw__token_load_file(&token, o.token_file,
+                                 o.allow_insecure_token_file ? TW__TOKEN_ALLOW_INSECURE : 0,
+                                 c->errmsg, sizeof(c->errmsg));
         if (rc)
             goto out_free_client;
     }

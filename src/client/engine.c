@@ -481,8 +481,7 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
         m.hdr.tag = TW_TAG_LIST;
         m.u.list.prefix.ptr = (const uint8_t *)(r->name ? r->name : "");
         m.u.list.prefix.len = (uint32_t)(r->name ? strlen(r->name) : 0);
-        if (m.u.list.prefix.len > TW_MAX_NAME_LEN ||
-            !tw__utf8_valid(m.u.list.prefix.ptr, m.u.list.prefix.len))
+        if (m.u.list.prefix.len && tw__name_check(m.u.list.prefix.ptr, m.u.list.prefix.len))
             rc = TW_EBAD_NAME;
         break;
     case TW__OP_PING:
@@ -495,8 +494,12 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
     }
     if (rc < 0) {
         char why[160];
-        int n = snprintf(why, sizeof(why), "%s%s%s: %s", r->name ? "'" : "", r->name ? r->name : "",
-                         r->name ? "'" : "", tw_strerror(rc));
+        /* The reason, never the name itself: it may be 1,000 bytes or hold
+         * control characters, and the caller has it anyway. */
+        const char *bad =
+            r->name ? tw__name_problem((const uint8_t *)r->name, strlen(r->name)) : NULL;
+        int n = bad ? snprintf(why, sizeof(why), "the name (%zu bytes) %s", strlen(r->name), bad)
+                    : snprintf(why, sizeof(why), "%s", tw_strerror(rc));
         /* Local validation failures map to INVALID_ARGUMENT, like the
          * server's answer to the same request would. */
         tw__client_engine_finish(c, r, TW_EINVAL, why,

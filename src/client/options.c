@@ -27,6 +27,7 @@
     X(fabric)                                                                                      \
     X(push)                                                                                        \
     X(rdma_min_bytes)                                                                              \
+    X(allow_insecure_token_file)                                                                   \
     X(gpudirect)                                                                                   \
     X(gpudirect_max_distance)
 

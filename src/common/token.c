@@ -15,6 +15,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -27,8 +28,10 @@ static int is_token_space(uint8_t b)
     return b == ' ' || b == '\t' || b == '\r' || b == '\n';
 }
 
-int tw__token_load_file(struct tw_token *tok, const char *path, char *errbuf, size_t errlen)
+int tw__token_load_file(struct tw_token *tok, const char *path, unsigned flags, char *errbuf,
+                        size_t errlen)
 {
+    struct stat st;
     uint8_t chunk[512];
     uint64_t pos = 0; /* content bytes seen so far */
     uint64_t end = 0; /* one past the last non-whitespace byte seen */
@@ -40,6 +43,29 @@ int tw__token_load_file(struct tw_token *tok, const char *path, char *errbuf, si
         rc = -errno;
         tw__errbuf_set(errbuf, errlen, "cannot open token file '%s': %s", path, strerror(-rc));
         return rc;
+    }
+    /* Checked on the open descriptor, not the path, so the file judged is
+     * the file read. A secret that others can read is no secret. */
+    if (fstat(fd, &st) < 0) {
+        rc = -errno;
+        tw__errbuf_set(errbuf, errlen, "cannot stat token file '%s': %s", path, strerror(-rc));
+        close(fd);
+        return rc;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        tw__errbuf_set(errbuf, errlen, "token file '%s' is a directory", path);
+        close(fd);
+        return -EISDIR;
+    }
+    if ((st.st_mode & (S_IRWXG | S_IRWXO)) && !(flags & TW__TOKEN_ALLOW_INSECURE)) {
+        tw__errbuf_set(
+            errbuf, errlen,
+            "token file '%s' is readable or writable by %s (mode %03o); run 'chmod 600 %s' "
+            "(or pass --allow-insecure-token-file)",
+            path, (st.st_mode & S_IRWXO) ? "others" : "its group", (unsigned)(st.st_mode & 0777),
+            path);
+        close(fd);
+        return -EACCES;
     }
     for (;;) {
         ssize_t n = read(fd, chunk, sizeof(chunk));

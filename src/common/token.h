@@ -25,8 +25,15 @@ struct tw_token {
     uint8_t bytes[TW_AUTH_MAX_TOKEN_LEN];
 };
 
+/* Flags of tw__token_load_file. */
+#define TW__TOKEN_ALLOW_INSECURE                                                                   \
+    1u /* accept a file that group or others may                                                   \
+          read or write */
+
 /* Reads the token file at path into *tok (overwritten; on failure it is left
- * cleared, len 0). The whole file is read, so a token followed by any amount
+ * cleared, len 0). A file with any group or other permission bit is refused
+ * with -EACCES (errbuf gives the 'chmod 600 PATH' fix) unless flags has
+ * TW__TOKEN_ALLOW_INSECURE. The whole file is read, so a token followed by any amount
  * of trailing whitespace is accepted and one longer than the limit is refused
  * however the file is laid out; no byte of the file stays in a buffer that
  * was not wiped. Returns 0; a negated errno when the file cannot be opened or
@@ -34,7 +41,8 @@ struct tw_token {
  * above (empty after stripping, or longer than TW_AUTH_MAX_TOKEN_LEN). On
  * failure errbuf (errlen bytes, may be 0) says why and names the path; it
  * never contains token bytes. */
-int tw__token_load_file(struct tw_token *tok, const char *path, char *errbuf, size_t errlen);
+int tw__token_load_file(struct tw_token *tok, const char *path, unsigned flags, char *errbuf,
+                        size_t errlen);
 
 /* Copies len bytes at bytes into *tok, as given (no stripping: a token passed
  * directly is already the secret). Returns 0 or TW_EINVAL when len is not

@@ -247,7 +247,7 @@ int tw__fabric_accept_offer(struct tw_fabric *fab, const uint8_t peer_host_id[TW
         else if (e->addr_format != r->addr.addr_format)
             skip = "address format";
         else if ((ret = insert_locked(r, e->addr_format, e->addr.ptr, e->addr.len, peer)) != 0)
-            skip = "fi_av_insert failed";
+            skip = fab->errmsg; /* "PROV: fi_av_insert: <libfabric's reason>" */
         else {
             *ours = &r->addr;
             pthread_mutex_unlock(&fab->lock);

@@ -124,6 +124,12 @@
  * also on a loaded host under sanitizers. A control call (registration,
  * address vector) waits for a wedged rail's io mutex at most this long. */
 #define TW_FABRIC_DEFAULT_WEDGE_NS (1000ull * 1000 * 1000)
+/* The same for rails other than shm when wedge_ns is left at 0. Only shm
+ * calls can spin forever on a lock a dead peer held; a tcp call that is
+ * merely slow (the mover descheduled on a loaded host: 32 RDMA clients on
+ * 2 cores passed 1 s, and every transfer of the rail was failed) must not
+ * retire its rail, while a call that truly hangs is still caught. */
+#define TW_FABRIC_DEFAULT_NET_WEDGE_NS (10000ull * 1000 * 1000)
 
 struct tw_fabric;
 struct tw_fabric_peer;
@@ -146,7 +152,8 @@ struct tw_fabric_config {
     uint64_t drain_ns; /* 0 = TW_FABRIC_DEFAULT_DRAIN_NS */
     int threaded;      /* 1: start the data-mover thread and the watchdog */
     uint64_t wedge_ns; /* a libfabric call longer than this wedges its rail;
-                          0 = TW_FABRIC_DEFAULT_WEDGE_NS */
+                          0 = TW_FABRIC_DEFAULT_WEDGE_NS on shm rails and
+                          TW_FABRIC_DEFAULT_NET_WEDGE_NS on the others */
     int hmem;          /* 1: ask for FI_HMEM (device memory registration) */
 };
 

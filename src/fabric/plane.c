@@ -54,6 +54,7 @@ int tw__fabric_open(const struct tw_fabric_config *cfg, struct tw_fabric **out, 
     fab->depth = cfg->depth ? cfg->depth : TW_FABRIC_DEFAULT_DEPTH;
     fab->drain_ns = cfg->drain_ns ? cfg->drain_ns : TW_FABRIC_DEFAULT_DRAIN_NS;
     fab->wedge_ns = cfg->wedge_ns ? cfg->wedge_ns : TW_FABRIC_DEFAULT_WEDGE_NS;
+    fab->wedge_net_ns = cfg->wedge_ns ? cfg->wedge_ns : TW_FABRIC_DEFAULT_NET_WEDGE_NS;
     fab->hmem = cfg->hmem;
     fab->wake_fd = fab->event_fd = -1;
     link_init(&fab->peers);

@@ -9,6 +9,11 @@
 
 const char *tw__fabric_version_string(char *buf, size_t len)
 {
+    if (tw__fabric_lib_load(NULL, 0) < 0) {
+        if (len)
+            buf[0] = '\0';
+        return buf;
+    }
     uint32_t v = fi_version();
     snprintf(buf, len, "%u.%u", FI_MAJOR(v), FI_MINOR(v));
     return buf;

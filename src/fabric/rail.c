@@ -396,6 +396,11 @@ int tw__fabric_rails_open(struct tw_fabric *fab, const struct tw_fabric_config *
             return TW_ENOFABRIC;
         }
     }
+    /* The first use of libfabric in this process loads it (fi_api.h); a
+     * machine without it has no fabric, for a reason the caller can print. */
+    int lrc = tw__fabric_lib_load(err, errlen);
+    if (lrc)
+        return lrc;
 
     int last = TW_ENOFABRIC;
     for (unsigned i = 0; i < nnames && fab->nrails < TW_FABRIC_MAX_RAILS; i++) {

@@ -238,7 +238,10 @@ static void *watchdog_main(void *arg)
         if (!(seq & 1) || seq != seen_seq) {
             seen_seq = seq;
             seen_ns = now;
-        } else if (now - seen_ns >= fab->wedge_ns && rail < TW_FABRIC_MAX_SLOTS &&
+        } else if (rail < TW_FABRIC_MAX_SLOTS &&
+                   now - seen_ns >= (__atomic_load_n(&fab->rails[rail].is_shm, __ATOMIC_RELAXED)
+                                         ? fab->wedge_ns
+                                         : fab->wedge_net_ns) &&
                    gen == __atomic_load_n(&fab->gen, __ATOMIC_ACQUIRE)) {
             /* First let io waiters holding fab->lock give up. */
             __atomic_store_n(&fab->rails[rail].wedged, 1, __ATOMIC_RELEASE);

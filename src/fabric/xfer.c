@@ -228,10 +228,21 @@ static void abandon_ops(struct tw_fabric_xfer *x)
  * given the slot of one that went away before answering our connection
  * request is never connected, and every post to it returns EAGAIN (addr.c
  * keeps dead peers' slots for that reason; this catches the rest). Posts
- * refused for TW_FABRIC_SHM_REFUSED_NS with nothing of ours in flight end
- * the transfer and retire the rail. Returns 1 if it did. */
+ * refused for TW_FABRIC_SHM_REFUSED_NS with nothing of ours in flight to
+ * that peer (no operation of any transfer) end the transfer and retire the
+ * rail. Returns 1 if it did. Called with fab->lock held. */
 static int refused_too_long(struct tw_fabric_xfer *x, uint64_t now)
 {
+    /* Another transfer's operations to the same peer fill the queue we
+     * post into: that is back-pressure, not stale state (48 transfers to
+     * one client on a busy machine were failed as stale before). */
+    for (struct tw_fabric_link *l = x->fab->active.next; l != &x->fab->active; l = l->next) {
+        const struct tw_fabric_xfer *o = TW_CONTAINER_OF(l, struct tw_fabric_xfer, node);
+        if (o != x && o->d.peer == x->d.peer && o->inflight) {
+            x->refused_since_ns = 0;
+            return 0;
+        }
+    }
     if (!x->refused_since_ns) {
         x->refused_since_ns = now;
         return 0;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "fabric/fabric.h"
+#include "fabric/fi_api.h"
 #include "gdr/nics.h"
 #include "gdr/sysfs.h"
 #include "gpu/cuda.h"
@@ -123,8 +124,13 @@ static void gather_fabric(struct tw_gdr_machine *m, const char *providers,
                           const struct tw_cuda_api *cu)
 {
     char err[256] = "";
-    tw__fabric_version_string(m->fabric_version, sizeof(m->fabric_version));
-    m->nrows = tw__fabric_list_providers(m->rows, TW_GDR_MAX_FABRIC_ROWS, err, sizeof(err));
+    /* No libfabric here: the reason is the status, and no provider is
+     * probed (the GPU facts below are still gathered). */
+    int have_fabric = tw__fabric_lib_load(m->fabric_status, sizeof(m->fabric_status)) == 0;
+    if (have_fabric) {
+        tw__fabric_version_string(m->fabric_version, sizeof(m->fabric_version));
+        m->nrows = tw__fabric_list_providers(m->rows, TW_GDR_MAX_FABRIC_ROWS, err, sizeof(err));
+    }
     if (m->nrows < 0) {
         snprintf(m->fabric_status, sizeof(m->fabric_status), "%s", err);
         m->nrows = 0;
@@ -144,7 +150,10 @@ static void gather_fabric(struct tw_gdr_machine *m, const char *providers,
     }
 
     char list[256];
-    snprintf(list, sizeof(list), "%s", providers ? providers : "verbs,efa,shm,tcp");
+    snprintf(list, sizeof(list), "%s",
+             !have_fabric ? ""
+             : providers  ? providers
+                          : "verbs,efa,shm,tcp");
     char *save = NULL;
     for (char *p = strtok_r(list, ",", &save); p && m->nprov < TW_GDR_MAX_PROVIDERS;
          p = strtok_r(NULL, ",", &save)) {

@@ -330,7 +330,12 @@ int tw__utf8_valid(const uint8_t *s, size_t len);
  * (the sequence is truncated, overlong, a surrogate or above U+10FFFF), or
  * len when all of s is valid. */
 size_t tw__utf8_invalid_at(const uint8_t *s, size_t len);
-/* Tensor name rule: 1..TW_MAX_NAME_LEN bytes of valid UTF-8, no NUL. */
+/* Why s[0..len) is not a valid tensor name ("is empty", "is longer than
+ * 1024 bytes", "is not valid UTF-8", "holds a control character ..."), a
+ * static string; NULL when it is valid. */
+const char *tw__name_problem(const uint8_t *s, size_t len);
+/* Tensor name rule: 1..TW_MAX_NAME_LEN bytes of valid UTF-8 without
+ * control characters (C0 including NUL, DEL, C1). */
 int tw__name_check(const uint8_t *s, size_t len);
 /* Device tag rule: "cpu" or "cuda:N" (N decimal 0..255, no leading zeros)
  * or another [a-z0-9_:.-]{1,32} tag (syntactically valid, possibly unknown

@@ -57,21 +57,36 @@ size_t tw__utf8_invalid_at(const uint8_t *s, size_t len)
     return len;
 }
 
-static int has_nul(const uint8_t *s, size_t len)
+/* A control character at s[i]: C0 (NUL included), DEL, or C1 (U+0080..
+ * U+009F, whose UTF-8 is C2 80..C2 9F). Names carry none, so no terminal,
+ * log line or listing can be steered by a name (docs/protocol.md §3.1). */
+static int has_control(const uint8_t *s, size_t len)
 {
-    for (size_t i = 0; i < len; i++)
-        if (s[i] == 0)
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < 0x20 || s[i] == 0x7f)
             return 1;
+        if (s[i] == 0xc2 && i + 1 < len && s[i + 1] >= 0x80 && s[i + 1] <= 0x9f)
+            return 1;
+    }
     return 0;
+}
+
+const char *tw__name_problem(const uint8_t *s, size_t len)
+{
+    if (!s || len == 0)
+        return "is empty";
+    if (len > TW_MAX_NAME_LEN)
+        return "is longer than 1024 bytes";
+    if (!tw__utf8_valid(s, len))
+        return "is not valid UTF-8";
+    if (has_control(s, len))
+        return "holds a control character (C0, DEL or C1)";
+    return NULL;
 }
 
 int tw__name_check(const uint8_t *s, size_t len)
 {
-    if (len == 0 || len > TW_MAX_NAME_LEN || !s)
-        return TW_EBAD_NAME;
-    if (has_nul(s, len) || !tw__utf8_valid(s, len))
-        return TW_EBAD_NAME;
-    return 0;
+    return tw__name_problem(s, len) ? TW_EBAD_NAME : 0;
 }
 
 static int tag_char_ok(uint8_t c)

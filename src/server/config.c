@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "gdr/policy.h"
+#include "fabric/provider_names.h"
 #include "proto/proto.h"
 #include "server/log.h"
 #include "tensorwire/error.h"
@@ -67,6 +68,9 @@ void tw__srv_config_usage(const char *argv0)
            "                           is refused with DEVICE_UNAVAILABLE\n"
            "  --token-file PATH        require HMAC-SHA256 authentication with this token\n"
            "  --log-level LEVEL        error, warn, info (default) or debug\n"
+           "  --log-format FORMAT      text (default) or json (one object per line)\n"
+           "  --metrics HOST:PORT      serve Prometheus metrics on http://HOST:PORT/metrics\n"
+           "                           (default off; port 0 picks a free port, logged)\n"
            "  --config FILE            read 'key = value' lines with the same keys\n"
            "  --max-connections N      connections served at once (default 1024)\n"
            "  --max-inflight N         requests in flight per connection (default 256)\n"
@@ -103,6 +107,9 @@ void tw__srv_config_usage(const char *argv0)
            "                           GPU is admitted on the plane's provider\n"
            "  --gpudirect-max-distance PIX|PXB|PHB|NODE|SYS\n"
            "                           farthest GPU-NIC PCIe path admitted (default PXB)\n"
+           "  --allow-insecure-token-file  accept a token file that its group or others\n"
+           "                           can read (refused by default)\n"
+           "  --version                version, protocol version, libfabric and CUDA found\n"
            "  --help                   this text\n",
            argv0, TW_SRV_DEFAULT_LISTEN, (unsigned long long)(TW_DEFAULT_RDMA_MIN_BYTES / 1024));
 }
@@ -268,6 +275,10 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
         if (strlen(value) >= sizeof(c->token_file))
             FAIL("token-file: path too long");
         snprintf(c->token_file, sizeof(c->token_file), "%s", value);
+    } else if (strcmp(k, "allow-insecure-token-file") == 0) {
+        if (strcmp(value, "1") != 0 && strcmp(value, "true") != 0 && strcmp(value, "yes") != 0)
+            FAIL("allow-insecure-token-file: '%s' is not true (it is a flag)", value);
+        c->allow_insecure_token_file = 1;
     } else if (strcmp(k, "capacity") == 0) {
         char why[160];
         if (tw__srv_parse_capacity(value, c, why, sizeof(why)) != 0)
@@ -287,6 +298,15 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
         if (l < 0)
             FAIL("log-level: '%s' is not one of error, warn, info, debug", value);
         c->log_level = l;
+    } else if (strcmp(k, "log-format") == 0) {
+        int f = tw__log_format_parse(value);
+        if (f < 0)
+            FAIL("log-format: '%s' is not one of text, json", value);
+        c->log_format = f;
+    } else if (strcmp(k, "metrics") == 0) {
+        if (strlen(value) >= sizeof(c->metrics))
+            FAIL("metrics: address too long");
+        snprintf(c->metrics, sizeof(c->metrics), "%s", value);
     } else if (strcmp(k, "max-connections") == 0) {
         if (parse_u32(value, 1, 1000000, &c->max_connections) != 0)
             FAIL("max-connections: '%s' must be a number 1..1000000", value);
@@ -315,9 +335,15 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
         if (tw__parse_seconds(value, &c->shutdown_grace_ms) != 0)
             FAIL("shutdown-grace: '%s' is not a number of seconds", value);
     } else if (strcmp(k, "fabric") == 0) {
+        size_t n = 0;
+        const char *bad = tw__fabric_unknown_provider(value, &n);
         if (!*value || strlen(value) >= sizeof(c->fabric))
             FAIL("fabric: '%s' must be auto, none or a provider list (tcp, shm, verbs, ...)",
                  value);
+        if (bad)
+            FAIL("fabric: unknown provider '%.*s' in '%.64s' (auto, none, or a list of tcp, shm, "
+                 "verbs, efa, ...; e.g. 'tcp;ofi_rxm')",
+                 (int)(n < 64 ? n : 64), bad, value);
         snprintf(c->fabric, sizeof(c->fabric), "%s", value);
     } else if (strcmp(k, "push") == 0) {
         if (strcmp(value, "auto") == 0)
@@ -405,8 +431,28 @@ out_close_file:
     return rc;
 }
 
-/* Splits "--key=value" / "--key value". Returns the number of argv slots
- * consumed (1 or 2), or TW_EINVAL. */
+/* Options that take no value ("--allow-insecure-token-file"): on the
+ * command line they stand alone; in a file they are "key = true". */
+static int is_flag(const char *key)
+{
+    return strcmp(key, "allow-insecure-token-file") == 0;
+}
+
+/* Whether tw__srv_config_set knows key, asked on a scratch config so the
+ * one list of keys stays in tw__srv_config_set. */
+static int is_known_key(const char *key)
+{
+    struct tw_srv_config scratch;
+    char err[256] = "";
+    if (strcmp(key, "config") == 0) /* handled by tw__srv_config_from_args */
+        return 1;
+    tw__srv_config_defaults(&scratch);
+    return tw__srv_config_set(&scratch, key, "", err, sizeof(err)) == 0 ||
+           strncmp(err, "unknown option", 14) != 0;
+}
+
+/* Splits "--key=value" / "--key value" / "--flag". Returns the number of
+ * argv slots consumed (1 or 2), or TW_EINVAL (key too long, value missing). */
 static int split_opt(int argc, char **argv, int i, char *key, size_t keylen, const char **value)
 {
     const char *a = argv[i] + 2;
@@ -423,6 +469,10 @@ static int split_opt(int argc, char **argv, int i, char *key, size_t keylen, con
     if (strlen(a) >= keylen)
         return TW_EINVAL;
     strcpy(key, a);
+    if (is_flag(key)) {
+        *value = "1";
+        return 1;
+    }
     if (i + 1 >= argc)
         return TW_EINVAL;
     *value = argv[i + 1];
@@ -443,11 +493,17 @@ int tw__srv_config_from_args(struct tw_srv_config *c, int argc, char **argv, cha
             tw__srv_config_usage(argv[0]);
             return 1;
         }
+        if (strcmp(argv[i], "--version") == 0) {
+            tw__srv_print_version();
+            return 1;
+        }
     }
     for (int i = 1; i < argc;) {
         if (strncmp(argv[i], "--", 2) != 0)
             FAIL("unexpected argument '%s'", argv[i]);
         int used = split_opt(argc, argv, i, key, sizeof(key), &value);
+        if (used < 0 && !is_known_key(argv[i] + 2))
+            FAIL("unknown option '%.*s'", 64, argv[i]);
         if (used < 0)
             FAIL("option '%s' needs a value", argv[i]);
         if (strcmp(key, "config") == 0) {
@@ -459,6 +515,8 @@ int tw__srv_config_from_args(struct tw_srv_config *c, int argc, char **argv, cha
     }
     for (int i = 1; i < argc;) {
         int used = split_opt(argc, argv, i, key, sizeof(key), &value);
+        if (!is_known_key(key))
+            FAIL("unknown option '--%s'", key);
         if (strcmp(key, "config") != 0) {
             rc = tw__srv_config_set(c, key, value, errbuf, errlen);
             if (rc < 0)

@@ -29,8 +29,9 @@ struct tw_srv_device_capacity {
 
 struct tw_srv_config {
     char listen[256];
-    char token_file[4096]; /* "" = no authentication */
-    uint64_t capacity;     /* of cpu: bytes; 0 = unlimited; default 3/4 of RAM */
+    char token_file[4096];         /* "" = no authentication */
+    int allow_insecure_token_file; /* accept a token file group or others can read */
+    uint64_t capacity;             /* of cpu: bytes; 0 = unlimited; default 3/4 of RAM */
     /* --devices: where tensors may be stored; ndevices 0 = the default
      * (cpu plus every visible GPU, decided at startup: server/devices.h). */
     unsigned ndevices;
@@ -39,7 +40,8 @@ struct tw_srv_config {
      * without one gets the default fraction of its free memory. */
     unsigned ncapacities;
     struct tw_srv_device_capacity capacities[TW_SRV_MAX_DEVICES];
-    int log_level; /* enum tw_log_level */
+    int log_level;  /* enum tw_log_level */
+    int log_format; /* enum tw_log_format */
     uint32_t max_connections;
     /* Admission (src/server/admission.h): connections not yet through the
      * handshake, in all and per client address. */
@@ -63,6 +65,8 @@ struct tw_srv_config {
     /* Gets and puts of fewer bytes move inline even when the client asked
      * for RDMA (default TW_DEFAULT_RDMA_MIN_BYTES; 0 = RDMA at every size). */
     uint64_t rdma_min_bytes;
+    /* --metrics HOST:PORT: serve Prometheus text on /metrics ("" = off). */
+    char metrics[256];
     /* --gpudirect auto|off|require (enum tw_gdr_mode, gdr/policy.h) and
      * --gpudirect-max-distance (enum tw_pcie_dist, default PXB): GPUDirect
      * admission of the served GPUs on the plane's provider
@@ -98,6 +102,9 @@ int tw__srv_config_load_file(struct tw_srv_config *c, const char *path, char *er
                              size_t errlen);
 /* Prints --help text to stdout. */
 void tw__srv_config_usage(const char *argv0);
+/* Prints "tensorwired VERSION (protocol N)" and the libfabric and CUDA
+ * driver versions found (src/server/version_info.c). */
+void tw__srv_print_version(void);
 
 /*
  * "--devices" value: comma-separated device tags ("cpu,cuda:0,cuda:1"),

@@ -222,7 +222,7 @@ int tw__conn_new(struct tw_srv *srv, int fd, const struct sockaddr *peer, int re
     srv->nconns++;
     srv->stats.connections_total++;
     handshake_list_add(c);
-    TW_LOGI("conn %llu %s: accepted (%u connections)", (unsigned long long)c->id, c->peer,
+    TW_LOGD("conn %llu %s: accepted (%u connections)", (unsigned long long)c->id, c->peer,
             srv->nconns);
     if (handshake_ms)
         tw__loop_timer_start(&srv->loop, &c->handshake_timer, handshake_ms);
@@ -593,9 +593,9 @@ static int vsend_error(struct tw_srv_conn *c, uint64_t id, uint32_t code, const 
     tw__msg_error_init(&m, id, code, text);
     if (id != 0) {
         c->srv->stats.requests_failed++;
-        TW_LOG(code == TW_WIRE_INTERNAL ? TW_LOG_ERROR : TW_LOG_INFO,
-               "conn %llu %s: request %llu failed: %s: %s", (unsigned long long)c->id, c->peer,
-               (unsigned long long)id, tw_strerror_name(TW_ERR_FROM_WIRE(code)), text);
+        TW_LOG(tw__log_level_of_request_error(code), "conn %llu %s: request %llu failed: %s: %s",
+               (unsigned long long)c->id, c->peer, (unsigned long long)id,
+               tw_strerror_name(TW_ERR_FROM_WIRE(code)), text);
     } else {
         /* BUSY is admission at work: under a crowd of idle sockets one line
          * each would flood the log (STATS counts them). */

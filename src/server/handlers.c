@@ -494,13 +494,8 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
 {
     struct tw_srv *srv = c->srv;
     struct tw_fabric_stats fst;
-    memset(&fst, 0, sizeof(fst));
-    if (srv->fab)
-        tw__fabric_stats(srv->fab, &fst);
     struct tw_fabric_mrcache_stats mst;
-    memset(&mst, 0, sizeof(mst));
-    if (srv->mrc)
-        tw__fabric_mrcache_stats(srv->mrc, &mst);
+    tw__srv_plane_stats(srv, &fst, &mst);
     count_request(c);
     const struct {
         const char *key;

@@ -22,6 +22,7 @@ int main(int argc, char **argv)
         return 2;
     }
     tw__log_set_level((enum tw_log_level)cfg.log_level);
+    tw__log_set_format((enum tw_log_format)cfg.log_format);
     /* Writes to a vanished peer must fail with EPIPE, not kill the daemon
      * (sendmsg uses MSG_NOSIGNAL; this covers anything else). */
     signal(SIGPIPE, SIG_IGN);
@@ -29,6 +30,12 @@ int main(int argc, char **argv)
     rc = tw__srv_init(&srv, &cfg, err, sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "tensorwired: %s\n", err);
+        return 1;
+    }
+    rc = tw__metrics_start(&srv, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "tensorwired: %s\n", err);
+        tw__srv_destroy(&srv);
         return 1;
     }
     /* Scripts and tests read the bound port (useful with port 0) here. */
@@ -45,6 +52,7 @@ int main(int argc, char **argv)
             cfg.max_inflight);
 
     rc = tw__srv_run(&srv);
+    tw__metrics_stop(&srv);
     tw__srv_destroy(&srv);
     TW_LOGI("tensorwired stopped");
     return rc < 0 ? 1 : 0;

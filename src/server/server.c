@@ -8,6 +8,7 @@
 #include "server/server.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +91,19 @@ static void admit(struct tw_srv *srv, int fd, const struct sockaddr *peer)
     int rc = tw__conn_new(srv, fd, peer, 0, why, hs_ms);
     if (rc < 0)
         TW_LOGW("accept: cannot set up the connection: %s", tw_strerror(rc));
+}
+
+/* Idle memory (docs/performance.md, "Process start and idle memory"):
+ * spare buffers and small-tensor slab blocks nobody used for a period, then
+ * free heap pages (connection buffers) that glibc would otherwise keep. */
+static void on_trim(struct tw_loop *loop, struct tw_timer *t)
+{
+    struct tw_srv *srv = t->data;
+    uint64_t freed = tw__store_trim_spares(&srv->store);
+    if (freed)
+        TW_LOGD("freed %llu bytes of unused spare buffers", (unsigned long long)freed);
+    malloc_trim(0);
+    tw__loop_timer_start(loop, t, TW_SRV_TRIM_MS);
 }
 
 static void on_accept_retry(struct tw_loop *loop, struct tw_timer *t)
@@ -208,7 +222,9 @@ int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errb
     srv->cfg = *cfg;
     srv->lfd = -1;
     if (cfg->token_file[0]) {
-        rc = tw__token_load_file(&srv->token, cfg->token_file, errbuf, errlen);
+        rc = tw__token_load_file(&srv->token, cfg->token_file,
+                                 cfg->allow_insecure_token_file ? TW__TOKEN_ALLOW_INSECURE : 0,
+                                 errbuf, errlen);
         if (rc < 0)
             return rc;
     }
@@ -256,6 +272,8 @@ int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errb
     }
     tw__timer_init(&srv->accept_retry, on_accept_retry, srv);
     tw__timer_init(&srv->grace_timer, on_grace_timeout, srv);
+    tw__timer_init(&srv->trim_timer, on_trim, srv);
+    tw__loop_timer_start(&srv->loop, &srv->trim_timer, TW_SRV_TRIM_MS);
 
     sigset_t mask;
     sigemptyset(&mask);
@@ -366,6 +384,7 @@ void tw__srv_destroy(struct tw_srv *srv)
     }
     tw__loop_timer_stop(&srv->loop, &srv->grace_timer);
     tw__loop_timer_stop(&srv->loop, &srv->accept_retry);
+    tw__loop_timer_stop(&srv->loop, &srv->trim_timer);
     /* After the connections (their peers are removed), before the store
      * (deferred registrations still hold tensor versions). */
     tw__srv_fabric_destroy(srv);

@@ -26,6 +26,7 @@
 #include "proto/sm.h"
 #include "server/config.h"
 #include "server/devices.h"
+#include "server/metrics.h"
 #include "server/store.h"
 #include "server/xfer.h"
 
@@ -45,6 +46,9 @@
 /* After the server's GOODBYE: how long crossing requests are still read
  * and answered before the connection closes. */
 #define TW_SRV_GOODBYE_WINDOW_MS 1000u
+/* Every this often the server frees spare buffers unused for a period and
+ * returns free heap to the kernel (malloc_trim): idle memory goes back. */
+#define TW_SRV_TRIM_MS 10000u
 /* Connections being refused with ERROR(BUSY) beyond max_connections. */
 #define TW_SRV_MAX_REJECTING 64u
 
@@ -179,8 +183,10 @@ struct tw_srv {
     int shutting_down;
     int done;
     struct tw_timer grace_timer;
+    struct tw_timer trim_timer; /* TW_SRV_TRIM_MS */
     struct tw_srv_stats stats;
-    uint8_t *scratch; /* sink for discarded DATA bytes */
+    struct tw_srv_metrics metrics; /* metrics.h */
+    uint8_t *scratch;              /* sink for discarded DATA bytes */
     size_t scratch_len;
 
     /* RDMA plane (fabric_srv.c); NULL when it did not open. */

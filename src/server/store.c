@@ -2,8 +2,8 @@
  * Hash map of names (FNV-1a, chained, doubles at load factor 1) to current
  * versions. Storage: tw__hostmem_alloc (mmap, tracked) for large tensors so
  * freeing returns memory to the OS at once and registration caches know its
- * lifetime, posix_memalign(page) for small ones (the hostmem table is a
- * sorted array: not meant for many thousands of tiny buffers).
+ * lifetime, the store's slab (server/slab.h) for small ones (the hostmem
+ * table is a sorted array: not meant for many thousands of tiny buffers).
  */
 #include "server/store.h"
 
@@ -47,6 +47,7 @@ static void give_spare(struct tw_store *s, void *p, size_t len)
                     s->on_recycle(s->recycle_ctx, p, len);
                 s->spare[i].p = p;
                 s->spare[i].len = len;
+                s->spare[i].aged = 0;
                 s->spare_bytes += len;
                 return;
             }
@@ -54,6 +55,25 @@ static void give_spare(struct tw_store *s, void *p, size_t len)
     }
     (void)len;
     tw__hostmem_free(p); /* invalidates every registration cache */
+}
+
+uint64_t tw__store_trim_spares(struct tw_store *s)
+{
+    uint64_t freed = 0;
+    for (int i = 0; i < TW_STORE_SPARES; i++) {
+        if (!s->spare[i].p)
+            continue;
+        if (!s->spare[i].aged) {
+            s->spare[i].aged = 1;
+            continue;
+        }
+        tw__hostmem_free(s->spare[i].p); /* invalidates every registration cache */
+        freed += s->spare[i].len;
+        s->spare_bytes -= s->spare[i].len;
+        s->spare[i].p = NULL;
+    }
+    /* Small tensors' free blocks, by the same rule. */
+    return freed + tw__slab_trim(&s->slab);
 }
 
 static uint64_t hash_name(const uint8_t *s, size_t n)
@@ -180,7 +200,15 @@ int tw__store_init(struct tw_store *s, uint64_t capacity)
         s->spare_max = capacity / 4;
     s->nbuckets = INITIAL_BUCKETS;
     s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
-    return s->buckets ? 0 : -ENOMEM;
+    if (!s->buckets)
+        return -ENOMEM;
+    /* Free small-tensor memory kept faulted in: the same bound as spares. */
+    if (tw__slab_init(&s->slab, s->spare_max) < 0) {
+        free(s->buckets);
+        s->buckets = NULL;
+        return -ENOMEM;
+    }
+    return 0;
 }
 
 void tw__store_destroy(struct tw_store *s)
@@ -204,6 +232,7 @@ void tw__store_destroy(struct tw_store *s)
         s->spare[i].p = NULL;
     }
     s->spare_bytes = 0;
+    tw__slab_destroy(&s->slab);
 }
 
 uint64_t tw__store_free_bytes(const struct tw_store *s)
@@ -254,10 +283,15 @@ int tw__store_alloc(struct tw_store *s, const struct tw_descriptor *d, struct tw
             t->data = p;
             t->mmapped = 1;
         } else {
-            void *p = NULL;
-            if (posix_memalign(&p, page, alloc) != 0)
+            uint8_t *p = tw__slab_alloc(&s->slab, alloc);
+            if (!p)
                 goto out_free_tensor;
+            /* A reused block holds an older version's bytes: the put
+             * overwrites [0, len), clear the rest of the last page. */
+            if (alloc > len)
+                memset(p + len, 0, alloc - len);
             t->data = p;
+            t->in_slab = 1;
         }
         t->alloc_len = alloc;
     }
@@ -303,8 +337,8 @@ void tw__tensor_unref(struct tw_tensor *t)
         s->reserved -= t->byte_length;
         if (t->mmapped)
             give_spare(s, t->data, t->alloc_len);
-        else
-            free(t->data);
+        else if (t->in_slab)
+            tw__slab_free(&s->slab, t->data, t->alloc_len);
     }
     free(t);
 }

@@ -17,7 +17,9 @@
  *
  * Large versions (>= 1 MiB) live in tw__hostmem_alloc() memory, so RDMA
  * registration caches know their lifetime and may keep them registered;
- * smaller ones are posix_memalign'd (unknown lifetime: registered per use).
+ * smaller ones live in the store's slab (server/slab.h: arenas faulted in
+ * ahead, freed blocks reused by size; unknown lifetime to RDMA: registered
+ * per use).
  *
  * A version whose device tag is cuda:N lives in that GPU's memory instead
  * (allocated through the store's devmem ops, on that device's primary
@@ -35,6 +37,7 @@
 
 #include "proto/device.h"
 #include "proto/proto.h"
+#include "server/slab.h"
 
 struct tw_store;
 
@@ -44,7 +47,8 @@ struct tw_tensor {
     uint8_t dtype;
     uint8_t ndim;
     uint8_t has_crc;
-    uint8_t mmapped;
+    uint8_t mmapped; /* storage from tw__hostmem (large) */
+    uint8_t in_slab; /* storage from the store's slab (small) */
     uint32_t crc32c;
     uint64_t byte_length;
     uint64_t shape[TW_MAX_NDIM];
@@ -90,6 +94,7 @@ struct tw_store {
     struct {
         void *p;
         size_t len;
+        int aged; /* survived one tw__store_trim_spares() unused */
     } spare[TW_STORE_SPARES];
     uint64_t spare_bytes, spare_max;
     /* Called (event loop) with large storage about to go back to the spare
@@ -99,6 +104,7 @@ struct tw_store {
      * NULL: nothing to do. */
     void (*on_recycle)(void *ctx, void *p, size_t len);
     void *recycle_ctx;
+    struct tw_slab slab;                      /* storage of small host versions */
     const struct tw_store_devmem_ops *devmem; /* default: CUDA */
     unsigned ngpus;
     struct tw_store_gpu gpu[TW_STORE_MAX_GPUS];
@@ -108,6 +114,15 @@ int tw__store_init(struct tw_store *s, uint64_t capacity);
 /* Drops the map's references. Versions still referenced elsewhere stay valid
  * (their store pointer too: call this only after every reader released). */
 void tw__store_destroy(struct tw_store *s);
+
+/*
+ * Frees the spare buffers that stayed unused since the previous call (and
+ * marks the others), so an idle server gives back the memory of sizes
+ * nobody puts any more: called every TW_SRV_TRIM_MS, a spare lives 1 to 2
+ * periods unused; the slab's free small-tensor blocks likewise
+ * (tw__slab_trim). Returns the bytes freed.
+ */
+uint64_t tw__store_trim_spares(struct tw_store *s);
 
 /* Declares GPU `ordinal` with its capacity (0 = unlimited). Returns 0,
  * TW_EINVAL when it is already declared or TW_STORE_MAX_GPUS are. */

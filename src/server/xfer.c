@@ -19,6 +19,7 @@ static void on_deadline(struct tw_loop *loop, struct tw_timer *t)
     snprintf(name, sizeof(name), "%.64s", x->t->name);
     unsigned long long done = x->done, total = x->t->byte_length;
     int put = x->dir == TW_XFER_PUT;
+    x->failed = 1;
     tw__xfer_destroy(x);
     tw__conn_send_error(c, id, TW_WIRE_TIMEOUT,
                         "%s of '%s' did not finish within %.1f s (%llu of %llu bytes moved)",
@@ -41,6 +42,7 @@ struct tw_xfer *tw__xfer_new(struct tw_srv_conn *c, uint64_t id, enum tw_xfer_di
     tw__tensor_ref(t);
     x->ops = ops;
     x->started_ms = tw__loop_now(&c->srv->loop);
+    x->started_ns = tw__metrics_now_ns();
     tw__timer_init(&x->deadline, on_deadline, x);
     if (c->srv->cfg.transfer_timeout_ms)
         tw__loop_timer_start(&c->srv->loop, &x->deadline, c->srv->cfg.transfer_timeout_ms);
@@ -84,6 +86,7 @@ void tw__xfer_destroy(struct tw_xfer *x)
 {
     struct tw_srv_conn *c = x->conn;
     count_path(&c->srv->stats, x);
+    tw__metrics_xfer_end(&c->srv->metrics, x, tw__metrics_now_ns());
     tw__loop_timer_stop(&c->srv->loop, &x->deadline);
     tw__conn_remove_xfer(c, x);
     if (x->ops->release)
@@ -121,6 +124,7 @@ void tw__xfer_put_complete(struct tw_xfer *x)
         char name[80];
         snprintf(name, sizeof(name), "%.64s", t->name);
         uint32_t got = x->crc, want = t->crc32c;
+        x->failed = 1;
         tw__xfer_destroy(x);
         tw__conn_send_error(c, id, TW_WIRE_CHECKSUM_MISMATCH,
                             "put of '%s': CRC32C of the received bytes is 0x%08x but the "

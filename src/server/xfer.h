@@ -82,6 +82,8 @@ struct tw_xfer {
     uint64_t done; /* bytes moved so far */
     uint32_t crc;  /* running CRC32C of received bytes (PUT with a CRC) */
     uint64_t started_ms;
+    uint64_t started_ns; /* tw__metrics_now_ns(), for the duration histogram */
+    int failed;          /* ended with an error (metrics.h counts it failed) */
     struct tw_timer deadline;
     struct tw_xfer *hnext;         /* connection's id table */
     struct tw_xfer *snext, *sprev; /* connection's list of sources to pump */

@@ -185,7 +185,7 @@ static void log_xfer(struct tw_xfer *x)
 {
     struct tw_srv_conn *c = x->conn;
     char how[160];
-    TW_LOGI("conn %llu %s: %s %s %llu B: %s, %llu ms", (unsigned long long)c->id, c->peer,
+    TW_LOGD("conn %llu %s: %s %s %llu B: %s, %llu ms", (unsigned long long)c->id, c->peer,
             x->dir == TW_XFER_GET ? "get" : "put", x->t->name,
             (unsigned long long)x->t->byte_length,
             tw__path_format(&x->path, c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL, how,
@@ -202,6 +202,7 @@ static void fail_xfer(struct tw_xfer *x, uint32_t code, const char *what, const 
     char name[80];
     snprintf(name, sizeof(name), "%.64s", x->t->name);
     int put = x->dir == TW_XFER_PUT;
+    x->failed = 1;
     tw__xfer_destroy(x);
     tw__conn_send_error(c, id, code, "rdma %s of '%s': %s%s%s", put ? "put" : "get", name, what,
                         detail && *detail ? ": " : "", detail ? detail : "");
@@ -251,6 +252,7 @@ void tw__srv_rdma_on_completion(struct tw_srv *srv, const struct tw_fabric_compl
     if (x->dir == TW_XFER_GET) {
         /* Push get: our writes are done (delivery complete). */
         x->done = fc->bytes;
+        x->failed = fc->status != 0;
         uint32_t ws = tw__fabric_status_to_wire(fc->status);
         if (fc->status == 0)
             log_xfer(x);
@@ -343,6 +345,7 @@ static int get_on_msg(struct tw_xfer *x, const struct tw_msg *m)
         return 0;
     case TW_TAG_RDMA_DONE: /* pull: the client's reads are over; request ends */
         x->done = m->u.rdma_done.bytes;
+        x->failed = m->u.rdma_done.status != 0;
         if (m->u.rdma_done.status == 0)
             log_xfer(x);
         else

@@ -188,6 +188,29 @@ static void test_request_errors(void)
     itc_expect_error(&c, id, TW_WIRE_INVALID_ARGUMENT);
     TW_ASSERT_EQ(itc_ping(&c), 0);
 
+    /* Control characters in a name (C0, DEL, C1): INVALID_ARGUMENT for that
+     * request, connection lives (docs/protocol.md §3.1). The encoder
+     * refuses such names, so the last bytes of an encoded STAT are patched. */
+    static const uint8_t controls[][2] = {{0x09, 0}, {0x0a, 0},    {0x1b, 0},
+                                          {0x7f, 0}, {0xc2, 0x80}, {0xc2, 0x9b}};
+    for (size_t k = 0; k < sizeof(controls) / sizeof(controls[0]); k++) {
+        size_t clen = controls[k][1] ? 2 : 1;
+        id = itc_id(&c);
+        memset(&m, 0, sizeof(m));
+        m.hdr.tag = TW_TAG_STAT;
+        m.hdr.request_id = id;
+        m.u.name.name.ptr = (const uint8_t *)"ctl__";
+        m.u.name.name.len = (uint32_t)(3 + clen);
+        n = tw__msg_encode(&m, frame, sizeof(frame));
+        TW_ASSERT(n > 0);
+        memcpy(frame + n - clen, controls[k], clen);
+        TW_ASSERT_OK(itc_send_raw(&c, frame, (size_t)n));
+        itc_expect_error(&c, id, TW_WIRE_INVALID_ARGUMENT);
+    }
+    TW_ASSERT_EQ(itc_ping(&c), 0);
+    /* U+00A0 (C2 A0), just past C1, is an ordinary character. */
+    TW_ASSERT_EQ(itc_stat(&c, "nbsp\xc2\xa0", NULL), TW_WIRE_NOT_FOUND);
+
     /* A long UTF-8 name is cut for the message without breaking UTF-8. */
     char longname[256] = "x";
     for (int i = 0; i < 100; i++)

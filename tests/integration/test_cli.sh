@@ -62,8 +62,56 @@ expect 0 "$TW" bench --help && grep_out "raw TCP loopback"
 expect 2 "$TW"
 expect 2 "$TW" frobnicate
 expect 2 "$TW" $A get onlyname
-expect 2 "$TW" $A bench --size 12Q
-expect 2 "$TW" --bogus ls
+expect 2 "$TW" $A bench --size 12Q && grep_err "bench: --size: '12Q' is not a size"
+expect 2 "$TW" --bogus ls && grep_err "unknown option '--bogus'"
+[ "$(wc -l <"$W/err")" -eq 1 ] || fail "unknown option printed more than one line: $(cat "$W/err")"
+
+echo "case argument errors name the option and the value, exit 2"
+expect 2 "$TW" --timeout abc ls && grep_err "^tensorwire: --timeout: 'abc' is not a number"
+[ "$(wc -l <"$W/err")" -eq 1 ] || fail "--timeout abc printed the usage text: $(cat "$W/err")"
+expect 2 "$TW" --push sideways ls && grep_err "^tensorwire: --push: 'sideways' is not one of auto"
+expect 2 "$TW" --connect-timeout 0 ls && grep_err "connect-timeout: '0'"
+expect 2 "$TW" --fabric bogus ls && grep_err "unknown provider 'bogus'"
+expect 2 "$TW" --fabric 'tcp,nonesuch;ofi_rxm' ls && grep_err "unknown provider 'nonesuch'"
+expect 2 "$TW" $A bench --fabric bogus && grep_err "unknown provider 'bogus'"
+expect 2 "$TW" $A bench --op sideways && grep_err "bench: --op: 'sideways' is not get or put"
+expect 2 "$TW" $A get --bogus x y && grep_err "^tensorwire get: unknown option '--bogus'"
+expect 2 "$TW" $A put x y --dtype f99 && grep_err "put: --dtype: 'f99' is not a dtype"
+expect 2 "$TW" $A ping --count 0 && grep_err "ping: --count: '0'"
+expect 2 "$TW" $A rm && grep_err "nothing to remove"
+expect 2 "$TW" $A rm --prefix '' && grep_err "rm: --prefix: '' is not a prefix"
+expect 2 "$TW" $A stats --bogus && grep_err "unknown option '--bogus'"
+expect 2 "$TW" --timeout && grep_err "^tensorwire: --timeout needs a value"
+expect 0 "$TW" --version && grep_out "^tensorwire [0-9.]* (protocol 1)$"
+expect 0 "$B/tensorwired" --version && grep_out "^tensorwired [0-9.]* (protocol 1)$" &&
+    grep_out "^libfabric [0-9]" && grep_out "^cuda"
+expect 2 "$B/tensorwired" --foo && grep_err "unknown option '--foo'"
+expect 2 "$B/tensorwired" --fabric bogus && grep_err "unknown provider 'bogus'"
+long=$(python3 -c "print('n' * 2000)")
+expect 1 "$TW" $A stat "$long" && grep_err "the name (2000 bytes) is longer than 1024 bytes"
+[ "$(wc -c <"$W/err")" -lt 400 ] || fail "the 2000-byte name was echoed whole: $(wc -c <"$W/err") bytes"
+mkdir -p "$W/adir"
+expect 1 "$TW" $A put x "$W/adir" && grep_err "is a directory"
+expect 1 "$TW" $A get x "$W/adir" && grep_err "is a directory"
+
+echo "case --connect-timeout against a listener that never answers"
+python3 -c "
+import socket, sys, time
+s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(16)
+print(s.getsockname()[1], flush=True); time.sleep(60)
+" >"$W/silent.port" &
+SILENT=$!
+i=0
+while [ ! -s "$W/silent.port" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+t0=$(date +%s%N)
+expect 1 "$TW" -s "127.0.0.1:$(cat "$W/silent.port")" --connect-timeout 300 ls && grep_err "TIMEOUT"
+t1=$(date +%s%N)
+ms=$(((t1 - t0) / 1000000))
+echo "   gave up after $ms ms: $(cat "$W/err")"
+[ "$ms" -lt 5000 ] || fail "--connect-timeout 300 took $ms ms"
+expect 1 "$TW" -s "127.0.0.1:$(cat "$W/silent.port")" --timeout 300 ls && grep_err "TIMEOUT"
+kill "$SILENT" 2>/dev/null
+wait "$SILENT" 2>/dev/null
 
 echo "case npy round trip, every numpy dtype"
 for dt in '<f8:8' '<f4:4' '<f2:2' '|i1:1' '<i2:2' '<i4:4' '<i8:8' '|u1:1' '<u2:2' '<u4:4' '<u8:8' '|b1:1'; do
@@ -104,10 +152,23 @@ expect 1 "$TW" $A put cli/be "$W/be.npy" && grep_err "big-endian"
 mknpy "$W/short.npy" '<f4' "(100,)" 10
 expect 1 "$TW" $A put cli/short "$W/short.npy" && grep_err "header says 400"
 
+echo "case names with control characters are refused, before and by the server"
+for n in "$(printf 'a\tb')" "$(printf 'a\nb')" "$(printf 'x\033[31m')" "$(printf 'c1\302\233x')" "$(printf 'del\177')"; do
+    expect 1 "$TW" $A put "$n" "$W/s.npy" && grep_err "INVALID_ARGUMENT: the name (.*) holds a control character"
+    # The echoed name is escaped: no raw control byte reaches the terminal.
+    if LC_ALL=C grep -q "$(printf '[\001-\010\016-\037\177]')" "$W/err"; then
+        fail "a raw control character in: $(cat -v "$W/err")"
+    fi
+done
+expect 1 "$TW" $A ls "$(printf 'p\tq')" && grep_err "INVALID_ARGUMENT"
+# (The server's own refusal, for clients that skip the check, is in
+# itest_basic: raw STAT/PUT frames with control characters.)
+expect 0 "$TW" $A put "cli/ünïcode ok" "$W/s.npy"
+
 echo "case ls, stat, rm, errors"
 expect 0 "$TW" $A ls cli/ && grep_out "cli/scalar" && grep_out "cli/<f4 *f32 *(3,4)"
 n=$(wc -l <"$W/out")
-[ "$n" -eq 16 ] || fail "ls cli/ printed $n lines, want 16"
+[ "$n" -eq 17 ] || fail "ls cli/ printed $n lines, want 17"
 expect 0 "$TW" $A stat cli/scalar && grep_out "shape:  ()"
 expect 0 "$TW" $A rm cli/scalar
 expect 1 "$TW" $A get cli/scalar "$W/x.npy" && grep_err "^tensorwire: get cli/scalar: NOT_FOUND: ."
@@ -116,6 +177,37 @@ expect 1 "$TW" $A stat cli/scalar && grep_err "NOT_FOUND"
 expect 1 "$TW" $A rm cli/scalar && grep_err "^tensorwire: rm cli/scalar: NOT_FOUND"
 expect 0 "$TW" $A ping
 expect 0 "$TW" $A stats
+
+echo "case --json of ls, stat, stats"
+expect 0 "$TW" $A ls cli/ --json && python3 -c "
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert isinstance(o, list) and len(o) == 16, len(o)  # cli/scalar was removed
+e = [x for x in o if x['name'] == 'cli/<f4'][0]
+assert e == {'name': 'cli/<f4', 'dtype': 'f32', 'shape': [3, 4], 'bytes': 48, 'device': 'cpu'}, e
+assert [x['name'] for x in o] == sorted(x['name'] for x in o)
+assert any(x['name'] == 'cli/ünïcode ok' for x in o)
+" "$W/out" || fail "ls --json: $(cat "$W/out")"
+expect 0 "$TW" $A ls nothing-here/ --json && [ "$(cat "$W/out")" = "[]" ] || fail "empty ls --json: $(cat "$W/out")"
+expect 0 "$TW" $A stat cli/empty --json && python3 -c "
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o == {'name': 'cli/empty', 'dtype': 'f32', 'shape': [0], 'bytes': 0, 'device': 'cpu'}, o
+" "$W/out" || fail "stat --json: $(cat "$W/out")"
+expect 0 "$TW" $A stats --json && python3 -c "
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o['tensors'] >= 16 and all(isinstance(v, int) for v in o.values()), o
+" "$W/out" || fail "stats --json: $(cat "$W/out")"
+
+echo "case rm of several names, rm --prefix"
+for n in 1 2 3; do expect 0 "$TW" $A put "rmx/$n" "$W/s.npy"; expect 0 "$TW" $A put "rmp/$n" "$W/s.npy"; done
+expect 1 "$TW" $A rm rmx/1 rmx/nope rmx/3 && grep_err "rm rmx/nope: NOT_FOUND"
+expect 0 "$TW" $A ls rmx/ && [ "$(cat "$W/out" | wc -l)" -eq 1 ] && grep_out "rmx/2" || fail "rm of several names left: $(cat "$W/out")"
+expect 0 "$TW" $A rm rmx/2 -v && grep_out "removed rmx/2"
+expect 0 "$TW" $A rm --prefix rmp/ -v && grep_out "removed rmp/3"
+expect 0 "$TW" $A ls rmp/ && [ ! -s "$W/out" ] || fail "rm --prefix left: $(cat "$W/out")"
+expect 0 "$TW" $A rm --prefix rmp/ # nothing left: fine
 TENSORWIRE_SERVER=$TW_SERVER_ADDR expect 0 "$TW" ls cli/
 expect 1 "$TW" -s 127.0.0.1:1 ls && grep_err "connect 127.0.0.1:1: ECONNREFUSED"
 
@@ -160,6 +252,17 @@ assert o['op'] == 'get' and o['size'] == 4096 and o['count'] == 2000 and o['infl
 assert o['bytes_per_s'] > 0 and o['baseline_bytes_per_s'] > 0 and o['data_plane'] == 'inline tcp'
 " "$W/out" || fail "bench --json output: $(cat "$W/out")"
 expect 0 "$TW" $A bench --op put --size 1Mi --count 20 --inflight 4 && grep_out "raw socket"
+echo "case bench --connections (several clients) and the streaming baseline"
+expect 0 "$TW" $A bench --op put --size 4Ki --count 200 --inflight 4 --connections 3 --rounds 1 \
+    --json &&
+    python3 -c "
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o['connections'] == 3 and o['ops_per_s'] > 0, o
+assert o['stream_bytes_per_s'] > 0 and o['raw_socket_bytes_per_s'] > 0, o
+best = max(o['stream_bytes_per_s'], o['raw_socket_bytes_per_s'])
+assert abs(o['baseline_bytes_per_s'] - best) <= 1e-6 * best + 1, o
+" "$W/out" || fail "bench --connections --json output: $(cat "$W/out")"
 if grep -q "rails: .*tcp;ofi_rxm" "$W/server.log"; then
     echo "case bench --fabric tcp (raw libfabric baseline)"
     for push in never always; do
@@ -174,6 +277,9 @@ assert o['provider'] == 'tcp;ofi_rxm' and o['baseline'] == 'raw libfabric %s (tc
 assert o['bytes_per_s'] > 0 and o['baseline_bytes_per_s'] > 0 and o['raw_socket_bytes_per_s'] > 0
 assert o['baseline_bytes_per_s'] != o['raw_socket_bytes_per_s']
 assert o['rdma_min_bytes'] == 1048576 and o['server_rdma_min_bytes'] == 1048576, o
+# The swept raw loop: a real setting, and the baseline is the faster one.
+assert o['best_op_size'] >= 65536 and o['best_window'] >= 1, o
+assert o['baseline_bytes_per_s'] >= o['same_setting_bytes_per_s'] * 0.999, o
 " "$W/out" "$dp" "$fi" || fail "bench --fabric tcp --json output: $(cat "$W/out")"
     done
     expect 0 "$TW" $A bench --fabric tcp --op put --size 1Mi --count 16 --inflight 4 --rounds 1 &&
@@ -200,8 +306,26 @@ tw_server_stop
 echo "case auth with a token file"
 printf 'cli-secret\n' >"$W/token"
 printf 'wrong' >"$W/wrong"
+chmod 644 "$W/token"
+chmod 600 "$W/wrong"
+echo "case a token file others can read is refused, with the fix"
+"$B/tensorwired" --listen 127.0.0.1:0 --token-file "$W/token" >"$W/out" 2>"$W/err" &
+P=$!
+wait $P
+[ $? -eq 1 ] || fail "tensorwired accepted a 0644 token file"
+grep_err "chmod 600 $W/token"
+chmod 600 "$W/token"
 tw_server_start "$B" "$W" --token-file "$W/token" || exit 1
 A="-s $TW_SERVER_ADDR"
+chmod 640 "$W/token"
+expect 1 "$TW" $A --token-file "$W/token" ls && grep_err "chmod 600 $W/token"
+expect 0 "$TW" $A --token-file "$W/token" --allow-insecure-token-file ls
+chmod 600 "$W/token"
+tw_server_stop
+chmod 604 "$W/token"
+tw_server_start "$B" "$W" --token-file "$W/token" --allow-insecure-token-file || exit 1
+A="-s $TW_SERVER_ADDR"
+chmod 600 "$W/token"
 expect 1 "$TW" $A ls && grep_err "UNAUTHORIZED"
 expect 1 "$TW" $A --token-file "$W/wrong" ls && grep_err "UNAUTHORIZED"
 expect 0 "$TW" $A --token-file "$W/token" put cli/a "$W/a.npy"

@@ -510,7 +510,7 @@ static void client_killed(const char *push, int rounds)
         if (rc != 0) {
             /* shm 1.17: the peer got an address slot whose connection
              * state a vanished peer left stale (src/fabric/xfer.c,
-             * refused_too_long): that first transfer fails within 1 s and
+             * refused_too_long): that first transfer fails within 5 s and
              * the rail is replaced; the next connection works. */
             const char *why = tw_client_last_error_message(c);
             fprintf(stderr, "  round %d: first put failed: %s\n", round, why);

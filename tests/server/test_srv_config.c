@@ -57,8 +57,39 @@ static void test_args_and_file(void)
     char *bad2[] = {"tensorwired", "--frobnicate", "1", NULL};
     TW_ASSERT_ERR(tw__srv_config_from_args(&c, 3, bad2, err, sizeof(err)), TW_EINVAL);
     fprintf(stderr, "  %s\n", err);
+    TW_ASSERT(strstr(err, "unknown option '--frobnicate'") != NULL);
     char *bad3[] = {"tensorwired", "--listen", NULL};
     TW_ASSERT_ERR(tw__srv_config_from_args(&c, 2, bad3, err, sizeof(err)), TW_EINVAL);
+    TW_ASSERT(strstr(err, "'--listen' needs a value") != NULL);
+    /* An unknown option without a value is unknown, not "needs a value". */
+    char *bad5[] = {"tensorwired", "--foo", NULL};
+    TW_ASSERT_ERR(tw__srv_config_from_args(&c, 2, bad5, err, sizeof(err)), TW_EINVAL);
+    fprintf(stderr, "  %s\n", err);
+    TW_ASSERT_STR_EQ(err, "unknown option '--foo'");
+    char *bad6[] = {"tensorwired", "--listen", "127.0.0.1:0", "--foo", NULL};
+    TW_ASSERT_ERR(tw__srv_config_from_args(&c, 4, bad6, err, sizeof(err)), TW_EINVAL);
+    TW_ASSERT_STR_EQ(err, "unknown option '--foo'");
+    /* A flag takes no value; in a file it is "key = true". */
+    tw__srv_config_defaults(&c);
+    TW_ASSERT_EQ(c.allow_insecure_token_file, 0);
+    char *flag[] = {"tensorwired", "--allow-insecure-token-file", "--max-inflight", "9", NULL};
+    TW_ASSERT_OK(tw__srv_config_from_args(&c, 4, flag, err, sizeof(err)));
+    TW_ASSERT_EQ(c.allow_insecure_token_file, 1);
+    TW_ASSERT_EQ(c.max_inflight, 9);
+    tw__srv_config_defaults(&c);
+    TW_ASSERT_OK(tw__srv_config_set(&c, "allow_insecure_token_file", "true", err, sizeof(err)));
+    TW_ASSERT_EQ(c.allow_insecure_token_file, 1);
+    TW_ASSERT_ERR(tw__srv_config_set(&c, "allow-insecure-token-file", "maybe", err, sizeof(err)),
+                  TW_EINVAL);
+    /* A provider name libfabric does not have is a typo: refused, named. */
+    TW_ASSERT_OK(tw__srv_config_set(&c, "fabric", "tcp;ofi_rxm,shm", err, sizeof(err)));
+    TW_ASSERT_OK(tw__srv_config_set(&c, "fabric", "verbs", err, sizeof(err)));
+    TW_ASSERT_ERR(tw__srv_config_set(&c, "fabric", "bogus", err, sizeof(err)), TW_EINVAL);
+    TW_ASSERT(strstr(err, "unknown provider 'bogus'") != NULL);
+    TW_ASSERT_ERR(tw__srv_config_set(&c, "fabric", "tcp,tpc", err, sizeof(err)), TW_EINVAL);
+    TW_ASSERT(strstr(err, "unknown provider 'tpc'") != NULL);
+    TW_ASSERT_ERR(tw__srv_config_set(&c, "fabric", "tcp,", err, sizeof(err)), TW_EINVAL);
+    fprintf(stderr, "  %s\n", err);
     char *bad4[] = {"tensorwired", "--max-inflight", "70000", NULL};
     TW_ASSERT_ERR(tw__srv_config_from_args(&c, 3, bad4, err, sizeof(err)), TW_EINVAL);
 

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/token.h"
@@ -36,6 +37,7 @@ static void write_file(const void *s, size_t n)
     TW_ASSERT(f != NULL);
     TW_ASSERT_EQ(fwrite(s, 1, n, f), n);
     TW_ASSERT_EQ(fclose(f), 0);
+    TW_ASSERT_OK(chmod(tmp_path, 0600)); /* a token file only its owner reads */
 }
 
 static void test_golden_macs(void)
@@ -101,29 +103,29 @@ static void test_token_file_rules(void)
 
     /* The vector's token with every kind of trailing whitespace. */
     write_file("correct horse battery staple \t\r\n\n", 33);
-    TW_ASSERT_OK(tw__token_load_file(&tok, tmp_path, err, sizeof(err)));
+    TW_ASSERT_OK(tw__token_load_file(&tok, tmp_path, 0, err, sizeof(err)));
     TW_ASSERT_EQ(tok.len, 28);
     TW_ASSERT_MEM_EQ(tok.bytes, "correct horse battery staple", 28);
 
     /* Leading and inner whitespace stay; \v and \f are not stripped. */
     write_file(" a b\v\f\n", 7);
-    TW_ASSERT_OK(tw__token_load_file(&tok, tmp_path, err, sizeof(err)));
+    TW_ASSERT_OK(tw__token_load_file(&tok, tmp_path, 0, err, sizeof(err)));
     TW_ASSERT_EQ(tok.len, 6);
     TW_ASSERT_MEM_EQ(tok.bytes, " a b\v\f", 6);
 
     /* NUL bytes are token bytes. */
     write_file("a\0b\n", 4);
-    TW_ASSERT_OK(tw__token_load_file(&tok, tmp_path, err, sizeof(err)));
+    TW_ASSERT_OK(tw__token_load_file(&tok, tmp_path, 0, err, sizeof(err)));
     TW_ASSERT_EQ(tok.len, 3);
     TW_ASSERT_MEM_EQ(tok.bytes, "a\0b", 3);
 
     /* Empty and whitespace-only files are refused, saying so. */
     write_file("", 0);
-    TW_ASSERT_ERR(tw__token_load_file(&tok, tmp_path, err, sizeof(err)), TW_EINVAL);
+    TW_ASSERT_ERR(tw__token_load_file(&tok, tmp_path, 0, err, sizeof(err)), TW_EINVAL);
     fprintf(stderr, "  %s\n", err);
     TW_ASSERT(strstr(err, "empty") != NULL && strstr(err, tmp_path) != NULL);
     write_file(" \r\n\t", 4);
-    TW_ASSERT_ERR(tw__token_load_file(&tok, tmp_path, err, sizeof(err)), TW_EINVAL);
+    TW_ASSERT_ERR(tw__token_load_file(&tok, tmp_path, 0, err, sizeof(err)), TW_EINVAL);
     fprintf(stderr, "  %s\n", err);
     TW_ASSERT(strstr(err, "whitespace") != NULL);
     TW_ASSERT_EQ(tok.len, 0);
@@ -133,13 +135,13 @@ static void test_token_file_rules(void)
     memset(big, 'k', sizeof(big));
     memset(big + TW_AUTH_MAX_TOKEN_LEN, '\n', sizeof(big) - TW_AUTH_MAX_TOKEN_LEN);
     write_file(big, sizeof(big));
-    TW_ASSERT_OK(tw__token_load_file(&tok, tmp_path, err, sizeof(err)));
+    TW_ASSERT_OK(tw__token_load_file(&tok, tmp_path, 0, err, sizeof(err)));
     TW_ASSERT_EQ(tok.len, TW_AUTH_MAX_TOKEN_LEN);
 
     /* 1025 bytes: refused. */
     big[TW_AUTH_MAX_TOKEN_LEN] = 'k';
     write_file(big, TW_AUTH_MAX_TOKEN_LEN + 1);
-    TW_ASSERT_ERR(tw__token_load_file(&tok, tmp_path, err, sizeof(err)), TW_EINVAL);
+    TW_ASSERT_ERR(tw__token_load_file(&tok, tmp_path, 0, err, sizeof(err)), TW_EINVAL);
     fprintf(stderr, "  %s\n", err);
     TW_ASSERT(strstr(err, "1024") != NULL);
     TW_ASSERT_EQ(tok.len, 0);
@@ -152,40 +154,61 @@ static void test_token_file_rules(void)
     memcpy(big, "short", 5);
     big[sizeof(big) - 1] = 'x';
     write_file(big, sizeof(big));
-    TW_ASSERT_ERR(tw__token_load_file(&tok, tmp_path, err, sizeof(err)), TW_EINVAL);
+    TW_ASSERT_ERR(tw__token_load_file(&tok, tmp_path, 0, err, sizeof(err)), TW_EINVAL);
     /* The same with the byte at position 1024 (the 1025th): refused; at
      * 1023: a valid 1024-byte token with inner spaces. */
     write_file(big, TW_AUTH_MAX_TOKEN_LEN);
-    TW_ASSERT_OK(tw__token_load_file(&tok, tmp_path, err, sizeof(err)));
+    TW_ASSERT_OK(tw__token_load_file(&tok, tmp_path, 0, err, sizeof(err)));
     TW_ASSERT_EQ(tok.len, 5);
     big[TW_AUTH_MAX_TOKEN_LEN] = 'x';
     write_file(big, TW_AUTH_MAX_TOKEN_LEN + 1);
-    TW_ASSERT_ERR(tw__token_load_file(&tok, tmp_path, err, sizeof(err)), TW_EINVAL);
+    TW_ASSERT_ERR(tw__token_load_file(&tok, tmp_path, 0, err, sizeof(err)), TW_EINVAL);
     big[TW_AUTH_MAX_TOKEN_LEN - 1] = 'x';
     write_file(big, TW_AUTH_MAX_TOKEN_LEN);
-    TW_ASSERT_OK(tw__token_load_file(&tok, tmp_path, err, sizeof(err)));
+    TW_ASSERT_OK(tw__token_load_file(&tok, tmp_path, 0, err, sizeof(err)));
     TW_ASSERT_EQ(tok.len, TW_AUTH_MAX_TOKEN_LEN);
     TW_ASSERT_EQ(tok.bytes[TW_AUTH_MAX_TOKEN_LEN - 1], 'x');
 
     /* A missing file and a directory: the errno, with the path. */
     TW_ASSERT_OK(unlink(tmp_path));
-    TW_ASSERT_ERR(tw__token_load_file(&tok, tmp_path, err, sizeof(err)), -ENOENT);
+    TW_ASSERT_ERR(tw__token_load_file(&tok, tmp_path, 0, err, sizeof(err)), -ENOENT);
     fprintf(stderr, "  %s\n", err);
     TW_ASSERT(strstr(err, tmp_path) != NULL);
-    TW_ASSERT_ERR(tw__token_load_file(&tok, "/", err, sizeof(err)), -EISDIR);
+    TW_ASSERT_ERR(tw__token_load_file(&tok, "/", 0, err, sizeof(err)), -EISDIR);
     fprintf(stderr, "  %s\n", err);
     /* errbuf may be absent. */
-    TW_ASSERT_ERR(tw__token_load_file(&tok, tmp_path, NULL, 0), -ENOENT);
+    TW_ASSERT_ERR(tw__token_load_file(&tok, tmp_path, 0, NULL, 0), -ENOENT);
 
     /* The loaded token authenticates exactly like the string. */
     write_file("correct horse battery staple\n", 29);
-    TW_ASSERT_OK(tw__token_load_file(&tok, tmp_path, err, sizeof(err)));
+    TW_ASSERT_OK(tw__token_load_file(&tok, tmp_path, 0, err, sizeof(err)));
     uint8_t auth[128], mac[32];
     TW_ASSERT_EQ(tw_load_vector("auth", auth, sizeof(auth)), 88);
     fill_nonces();
     TW_ASSERT_OK(
         tw__auth_mac(tok.bytes, tok.len, TW_AUTH_PROOF_CLIENT, server_nonce, client_nonce, mac));
     TW_ASSERT_MEM_EQ(mac, auth + 56, 32);
+
+    /* A file its group or others may read (or write) is refused with the
+     * fix in the message, whatever its content, unless the caller allows
+     * it; the owner's own bits do not matter. */
+    static const mode_t insecure[] = {0644, 0640, 0604, 0620, 0602, 0660};
+    for (size_t i = 0; i < sizeof(insecure) / sizeof(insecure[0]); i++) {
+        TW_ASSERT_OK(chmod(tmp_path, insecure[i]));
+        TW_ASSERT_ERR(tw__token_load_file(&tok, tmp_path, 0, err, sizeof(err)), -EACCES);
+        TW_ASSERT_EQ(tok.len, 0);
+        char fix[128];
+        snprintf(fix, sizeof(fix), "chmod 600 %s", tmp_path);
+        TW_ASSERT(strstr(err, fix) != NULL);
+        if (i == 0)
+            fprintf(stderr, "  %s\n", err);
+        TW_ASSERT_OK(
+            tw__token_load_file(&tok, tmp_path, TW__TOKEN_ALLOW_INSECURE, err, sizeof(err)));
+        TW_ASSERT_EQ(tok.len, 28);
+    }
+    TW_ASSERT_OK(chmod(tmp_path, 0400));
+    TW_ASSERT_OK(tw__token_load_file(&tok, tmp_path, 0, err, sizeof(err)));
+    TW_ASSERT_EQ(tok.len, 28);
 
     /* Clearing wipes bytes and length. */
     tw__token_clear(&tok);

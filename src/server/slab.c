@@ -1,0 +1,190 @@
+/*
+ * Arena storage for small tensors (see slab.h for the policy and why).
+ */
+#include "server/slab.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
+#endif
+
+#define HUGE_STEP (2u << 20)            /* alignment and fault-ahead step */
+#define COLD_BIT ((uintptr_t)1)         /* a free block given back with MADV_DONTNEED */
+#define AGED_BIT ((uintptr_t)2)         /* free and faulted in at the last trim */
+#define FLAG_BITS (COLD_BIT | AGED_BIT) /* blocks are page aligned */
+
+struct tw_slab_arena {
+    struct tw_slab_arena *next;
+    uint8_t *base;
+    size_t bump;    /* bytes handed out from base */
+    size_t faulted; /* bytes from base already faulted in */
+};
+
+int tw__slab_init(struct tw_slab *sl, uint64_t keep_max)
+{
+    memset(sl, 0, sizeof(*sl));
+    sl->page = (size_t)sysconf(_SC_PAGESIZE);
+    sl->nclasses = TW_SLAB_MAX / sl->page;
+    sl->keep_max = keep_max;
+    sl->classes = calloc(sl->nclasses, sizeof(*sl->classes));
+    return sl->classes ? 0 : -ENOMEM;
+}
+
+/* Faults [a->faulted, upto) in. Advisory: on failure the pages fault on
+ * first use instead. */
+static void populate(struct tw_slab *sl, struct tw_slab_arena *a, size_t upto)
+{
+    if (upto <= a->faulted)
+        return;
+    uint8_t *p = a->base + a->faulted;
+    size_t n = upto - a->faulted;
+    if (madvise(p, n, MADV_POPULATE_WRITE) != 0) {
+        for (size_t off = 0; off < n; off += sl->page)
+            ((volatile uint8_t *)p)[off] = 0; /* fresh anonymous memory is zero */
+    }
+    a->faulted = upto;
+}
+
+static struct tw_slab_arena *arena_new(struct tw_slab *sl)
+{
+    struct tw_slab_arena *a = calloc(1, sizeof(*a));
+    if (!a)
+        return NULL;
+    size_t map = TW_SLAB_ARENA + HUGE_STEP;
+    uint8_t *m = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+        free(a);
+        return NULL;
+    }
+    /* Keep the 2 MiB-aligned TW_SLAB_ARENA bytes, unmap the slack around. */
+    uint8_t *base = (uint8_t *)(((uintptr_t)m + HUGE_STEP - 1) & ~(uintptr_t)(HUGE_STEP - 1));
+    if (base > m)
+        munmap(m, (size_t)(base - m));
+    if (base + TW_SLAB_ARENA < m + map)
+        munmap(base + TW_SLAB_ARENA, (size_t)(m + map - (base + TW_SLAB_ARENA)));
+    (void)madvise(base, TW_SLAB_ARENA, MADV_HUGEPAGE); /* advisory */
+    a->base = base;
+    a->next = sl->arenas;
+    sl->arenas = a;
+    sl->arena_bytes += TW_SLAB_ARENA;
+    return a;
+}
+
+static void arenas_release(struct tw_slab *sl)
+{
+    struct tw_slab_arena *a = sl->arenas;
+    while (a) {
+        struct tw_slab_arena *next = a->next;
+        munmap(a->base, TW_SLAB_ARENA);
+        free(a);
+        a = next;
+    }
+    sl->arenas = NULL;
+    sl->arena_bytes = 0;
+}
+
+void *tw__slab_alloc(struct tw_slab *sl, size_t len)
+{
+    if (len == 0 || len >= TW_SLAB_MAX || len % sl->page != 0 || sl->dead)
+        return NULL;
+    struct tw_slab_class *c = &sl->classes[len / sl->page - 1];
+    if (c->nfree > 0) {
+        uintptr_t v = (uintptr_t)c->free[--c->nfree];
+        if (!(v & COLD_BIT))
+            sl->kept_bytes -= len;
+        sl->live_bytes += len;
+        return (void *)(v & ~FLAG_BITS);
+    }
+    struct tw_slab_arena *a = sl->arenas;
+    if (!a || TW_SLAB_ARENA - a->bump < len) {
+        /* The old arena's tail (under 1 MiB) stays unused. */
+        if (!(a = arena_new(sl)))
+            return NULL;
+    }
+    uint8_t *p = a->base + a->bump;
+    a->bump += len;
+    /* Fault in through the end of this block's huge page, plus the next one,
+     * so the following puts find their pages present. */
+    size_t ahead = ((a->bump + HUGE_STEP - 1) & ~(size_t)(HUGE_STEP - 1)) + HUGE_STEP;
+    populate(sl, a, ahead < TW_SLAB_ARENA ? ahead : TW_SLAB_ARENA);
+    sl->live_bytes += len;
+    return p;
+}
+
+void tw__slab_free(struct tw_slab *sl, void *p, size_t len)
+{
+    if (!p)
+        return;
+    sl->live_bytes -= len;
+    if (sl->dead) {
+        if (sl->live_bytes == 0) {
+            arenas_release(sl);
+            sl->dead = 0;
+        }
+        return;
+    }
+    struct tw_slab_class *c = &sl->classes[len / sl->page - 1];
+    if (c->nfree == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 64;
+        void **f = realloc(c->free, cap * sizeof(*f));
+        if (!f) {
+            /* Out of memory for the list: the block stays unused until the
+             * arenas go; give its pages back now. */
+            (void)madvise(p, len, MADV_DONTNEED);
+            return;
+        }
+        c->free = f;
+        c->cap = cap;
+    }
+    uintptr_t v = (uintptr_t)p;
+    if (sl->kept_bytes + len <= sl->keep_max) {
+        sl->kept_bytes += len;
+    } else {
+        (void)madvise(p, len, MADV_DONTNEED);
+        v |= COLD_BIT;
+    }
+    c->free[c->nfree++] = (void *)v;
+}
+
+uint64_t tw__slab_trim(struct tw_slab *sl)
+{
+    uint64_t freed = 0;
+    for (size_t i = 0; !sl->dead && i < sl->nclasses; i++) {
+        struct tw_slab_class *c = &sl->classes[i];
+        size_t len = (i + 1) * sl->page;
+        for (size_t k = 0; k < c->nfree; k++) {
+            uintptr_t v = (uintptr_t)c->free[k];
+            if (v & COLD_BIT)
+                continue;
+            if (v & AGED_BIT) {
+                (void)madvise((void *)(v & ~FLAG_BITS), len, MADV_DONTNEED);
+                v = (v & ~FLAG_BITS) | COLD_BIT;
+                sl->kept_bytes -= len;
+                freed += len;
+            } else {
+                v |= AGED_BIT;
+            }
+            c->free[k] = (void *)v;
+        }
+    }
+    return freed;
+}
+
+void tw__slab_destroy(struct tw_slab *sl)
+{
+    for (size_t i = 0; sl->classes && i < sl->nclasses; i++)
+        free(sl->classes[i].free);
+    free(sl->classes);
+    sl->classes = NULL;
+    sl->nclasses = 0;
+    sl->kept_bytes = 0;
+    if (sl->live_bytes == 0)
+        arenas_release(sl);
+    else
+        sl->dead = 1;
+}

@@ -1,0 +1,77 @@
+/*
+ * Storage for the store's small host tensors (under TW_SLAB_MAX bytes): page
+ * multiples carved from large arenas, so that a put of a new small tensor
+ * costs no system call and no page fault per tensor (issue 10: a KV-cache
+ * batch of 40,960 x 32 KiB new names ran at 0.13-0.31x of one tensor of the
+ * same bytes, the store's per-tensor allocation and first touch dominating).
+ *
+ * - Arenas are TW_SLAB_ARENA bytes of anonymous memory, aligned to 2 MiB and
+ *   advised MADV_HUGEPAGE; pages are faulted in ahead of the bump pointer,
+ *   one 2 MiB step at a time (MADV_POPULATE_WRITE, or a touch per page on
+ *   kernels without it), so the fault cost is paid per huge page, not per
+ *   4 KiB page of each tensor.
+ * - Freed blocks go to a stack per size (in pages) and are reused exactly by
+ *   the next allocation of that size: an overwrite of a batch, or a new batch
+ *   of the same shapes, reuses faulted memory. Freed blocks beyond keep_max
+ *   bytes are handed back to the kernel with MADV_DONTNEED (the addresses
+ *   stay reserved for the same size; a reuse faults them again), so an idle
+ *   server holds at most keep_max bytes of free small-tensor memory, and
+ *   tw__slab_trim (the store's idle trim) gives back the free blocks that
+ *   stayed unused for a whole trim period.
+ * - Arenas are unmapped by tw__slab_destroy, or, when blocks are still in
+ *   use then, by the tw__slab_free of the last one.
+ *
+ * Memory is not tracked by tw__hostmem: RDMA registers these blocks per use,
+ * as it did the posix_memalign'd ones before. Old contents of a reused block
+ * are visible until the caller overwrites them (the store fills every byte
+ * of a version before publishing it and clears the tail of the last page).
+ *
+ * Single-threaded (the daemon's event loop), like the store.
+ */
+#ifndef TW_SERVER_SLAB_H
+#define TW_SERVER_SLAB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TW_SLAB_MAX (1u << 20)    /* blocks are smaller than this */
+#define TW_SLAB_ARENA (64u << 20) /* bytes per arena */
+
+struct tw_slab_arena;
+
+/* Free blocks of one size (a stack of addresses). */
+struct tw_slab_class {
+    void **free;
+    size_t nfree, cap;
+};
+
+struct tw_slab {
+    size_t page;
+    size_t nclasses; /* sizes 1..nclasses pages */
+    struct tw_slab_class *classes;
+    struct tw_slab_arena *arenas; /* newest first; bump allocation in the first */
+    uint64_t keep_max;            /* free bytes kept faulted in */
+    uint64_t kept_bytes;          /* free bytes currently faulted in */
+    uint64_t live_bytes;          /* bytes of blocks handed out */
+    uint64_t arena_bytes;         /* bytes of all arenas */
+    int dead;                     /* destroyed with blocks in use */
+};
+
+/* Prepares an empty slab (no memory yet). Returns 0 or -ENOMEM. */
+int tw__slab_init(struct tw_slab *sl, uint64_t keep_max);
+/* A block of len bytes (a multiple of the page size, 0 < len < TW_SLAB_MAX),
+ * page aligned, owned by the caller until tw__slab_free. NULL when out of
+ * memory. */
+void *tw__slab_alloc(struct tw_slab *sl, size_t len);
+/* Gives back a block from tw__slab_alloc with the same len. */
+void tw__slab_free(struct tw_slab *sl, void *p, size_t len);
+/* Gives back (MADV_DONTNEED) the free blocks that were already free and
+ * faulted in at the previous call, and marks the others: called
+ * periodically, a free block stays faulted in 1 to 2 periods unused.
+ * Returns the bytes given back. */
+uint64_t tw__slab_trim(struct tw_slab *sl);
+/* Unmaps the arenas now, or with the last tw__slab_free when blocks are
+ * still in use (sl must then stay valid until that call). */
+void tw__slab_destroy(struct tw_slab *sl);
+
+#endif

@@ -1,0 +1,208 @@
+#!/bin/sh
+# Faults between hosts: tensorwired and the tensorwire CLI in two network
+# namespaces joined by a veth pair (tests/faults/netns.sh). The link is
+# cut mid-put and mid-get (inline and RDMA over tcp), throttled with tbf
+# (this kernel has tbf, not netem), and blackholed, then brought back.
+# Each time: the request fails with TIMEOUT or a connection error within
+# its deadline (client --timeout 3 s without progress, server
+# --transfer-timeout 6 s), nothing partial becomes visible, nothing leaks
+# (STATS: connections, reserved_bytes, rdma transfers and peers settle),
+# the server keeps serving, and the next transfer after the link returns
+# works byte for byte.
+# Needs root and iproute2 (exit 77 = skip where namespaces cannot be made).
+# TW_FAULTS_KNOWN_BUGS=1 also runs the cases listed as known bugs below.
+set -u
+B=${TW_BUILD_DIR:?}
+S=${TW_SOURCE_DIR:?}
+. "$S/tests/faults/netns.sh"
+[ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root"; exit 77; }
+command -v ip >/dev/null && command -v tc >/dev/null || { echo "SKIP: needs iproute2"; exit 77; }
+W=$(mktemp -d "${TMPDIR:-/tmp}/tw-faults.XXXXXX")
+SP=""
+cleanup() {
+    [ -n "$SP" ] && kill "$SP" 2>/dev/null
+    ns_teardown
+    rm -rf "$W"
+}
+trap cleanup EXIT INT TERM
+ns_setup || { echo "SKIP: cannot create network namespaces here"; exit 77; }
+FAILS=0
+fail() {
+    echo "FAIL: $*" >&2
+    FAILS=$((FAILS + 1))
+}
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# The wrapper writes the server's own pid (ip netns exec forks).
+ns_s sh -c 'echo $$ >"$0"; exec "$@"' "$W/server.pid" "$B/tensorwired" --listen "$ADDR_S:0" \
+    --fabric tcp --transfer-timeout 6 --idle-timeout 60 >"$W/server.log" 2>&1 &
+A=""
+i=0
+while [ $i -lt 100 ] && [ -z "$A" ]; do
+    A=$(sed -n 's/^listening on //p' "$W/server.log")
+    [ -n "$A" ] || sleep 0.1
+    i=$((i + 1))
+done
+[ -n "$A" ] || { echo "server did not start: $(cat "$W/server.log")"; exit 1; }
+SP=$(cat "$W/server.pid")
+RDMA=0
+grep -q "rails: .*tcp" "$W/server.log" && RDMA=1
+
+cli() { ns_c "$B/tensorwire" -s "$A" "$@"; }
+stat_of() { cli --timeout 2000 stats 2>/dev/null | awk -v k="$1" '$1 == k { print $2 }'; }
+# wait_for KEY MIN SECONDS: until STATS KEY >= MIN (the transfer is under way).
+wait_for() {
+    _end=$(($(now_ms) + $3 * 1000))
+    while [ "$(now_ms)" -lt $_end ]; do
+        _v=$(stat_of "$1")
+        [ -n "$_v" ] && [ "$_v" -ge "$2" ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
+# settle SECONDS: the server is back to idle (only the STATS connection,
+# nothing reserved beyond what is stored, no rdma transfer or peer).
+settle() {
+    _end=$(($(now_ms) + $1 * 1000))
+    while :; do
+        cli --timeout 2000 stats >"$W/stats" 2>/dev/null
+        _c=$(awk '$1 == "connections" { print $2 }' "$W/stats")
+        _r=$(awk '$1 == "reserved_bytes" { print $2 }' "$W/stats")
+        _s=$(awk '$1 == "stored_bytes" { print $2 }' "$W/stats")
+        _x=$(awk '$1 == "rdma_xfers_active" { print $2 }' "$W/stats")
+        _p=$(awk '$1 == "rdma_peers" { print $2 }' "$W/stats")
+        [ "$_c" = 1 ] && [ -n "$_r" ] && [ "$_r" = "$_s" ] && [ "$_x" = 0 ] && [ "$_p" = 0 ] &&
+            return 0
+        if [ "$(now_ms)" -ge $_end ]; then
+            fail "$2: server did not settle within $1 s: $(tr '\n' ' ' <"$W/stats")"
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+# expect_failed CASE RC START_MS LIMIT_S: the request failed (exit 1, not a
+# crash) with TIMEOUT or a connection error, at most LIMIT_S after START_MS.
+expect_failed() {
+    _el=$(($(now_ms) - $3))
+    [ "$2" -eq 1 ] || fail "$1: client exited $2, want 1: $(cat "$W/err")"
+    [ $_el -le $(($4 * 1000)) ] || fail "$1: failed after $_el ms, limit $4 s"
+    grep -Eq "TIMEOUT|ECONN|EPIPE|ENETUNREACH|EHOSTUNREACH|connection|Connection" "$W/err" ||
+        fail "$1: not a timeout or connection error: $(cat "$W/err")"
+    echo "  $1: failed in $_el ms: $(head -c 200 "$W/err")"
+}
+# in_ls NAME: 0 when ls lists NAME.
+in_ls() { cli ls >"$W/ls" 2>&1 && awk '{ print $1 }' "$W/ls" | grep -qx "$1"; }
+roundtrip() {
+    cli "$@" put rt "$W/small.bin" --dtype u8 --shape 1000000 >"$W/err" 2>&1 || {
+        fail "round trip put ($*): $(cat "$W/err")"
+        return
+    }
+    cli "$@" get --raw rt "$W/rt.bin" >"$W/err" 2>&1 || fail "round trip get ($*): $(cat "$W/err")"
+    cmp -s "$W/small.bin" "$W/rt.bin" || fail "round trip ($*): bytes differ"
+}
+
+head -c 1000000 /dev/urandom >"$W/small.bin"
+head -c 16000000 /dev/urandom >"$W/big.bin"
+echo "case baseline"
+cli put big "$W/big.bin" --dtype u8 --shape 16000000 >"$W/err" 2>&1 || fail "put big: $(cat "$W/err")"
+roundtrip
+[ $RDMA -eq 1 ] && roundtrip --fabric tcp --rdma-min-bytes 0
+settle 20 baseline
+
+# cut_case NAME DIR FABRIC TRIGGER_KEY SETTLE_S: a 16 MB transfer at
+# 16 Mbit/s (8 s) whose link is cut once the server sees it under way; the
+# server must be back to idle within SETTLE_S after the link returns.
+cut_case() {
+    _name=$1 _dir=$2 _fab=$3 _key=$4 _settle=$5
+    _before=$(stat_of "$_key")
+    ns_throttle 16mbit
+    if [ "$_dir" = put ]; then
+        cli --timeout 3000 --fabric "$_fab" --rdma-min-bytes 0 put "$_name" "$W/big.bin" --dtype u8 \
+            --shape 16000000 >"$W/out" 2>"$W/err" &
+    else
+        cli --timeout 3000 --fabric "$_fab" get --raw big "$W/got.bin" >"$W/out" 2>"$W/err" &
+    fi
+    _cp=$!
+    if ! wait_for "$_key" $((${_before:-0} + 1)) 10; then
+        fail "$_name: transfer not seen under way ($_key)"
+    fi
+    ns_cut
+    _t0=$(now_ms)
+    wait $_cp
+    expect_failed "$_name" $? "$_t0" 10
+    ns_restore
+    ns_unthrottle
+    _t0=$(now_ms)
+    settle "$_settle" "$_name" && echo "  $_name: settled $(($(now_ms) - _t0)) ms after the link returned"
+    if [ "$_dir" = put ]; then
+        in_ls "$_name" && fail "$_name: a partial put became visible"
+    fi
+    cli get --raw big "$W/got.bin" >"$W/err" 2>&1 || fail "$_name: get after: $(cat "$W/err")"
+    cmp -s "$W/big.bin" "$W/got.bin" || fail "$_name: stored tensor changed"
+    roundtrip --fabric "$_fab" --rdma-min-bytes 0
+}
+
+echo "case link cut mid-put, inline"
+cut_case cut_put_inline put none reserved_bytes 40
+echo "case link cut mid-get, inline"
+cut_case cut_get_inline get none gets 40
+if [ $RDMA -eq 1 ]; then
+    echo "case link cut mid-put, rdma tcp"
+    # The server's reads that the dead client never answered stay with the
+    # tcp provider (rdma_stuck_ops, the 16 MB version reserved) until the
+    # tcp connection to it fails, which TCP's retransmission backoff decides
+    # after the link returns: seen from 1 s to about 60 s (under ASan).
+    cut_case cut_put_rdma put tcp rdma_xfers_active 120
+    # KNOWN BUG (libfabric 1.17 tcp;ofi_rxm): when the client's reads do not
+    # drain, it closes its data plane with RMA operations outstanding and
+    # crashes inside fi_close(endpoint) (SIGSEGV, src/fabric/rail.c).
+    if [ "${TW_FAULTS_KNOWN_BUGS:-0}" = 1 ]; then
+        echo "case link cut mid-get, rdma tcp"
+        cut_case cut_get_rdma get tcp gets 120
+    else
+        echo "case link cut mid-get, rdma tcp: KNOWN BUG, not run (TW_FAULTS_KNOWN_BUGS=1 runs it)"
+    fi
+else
+    echo "note: no rdma tcp plane in the namespace; rdma cases not run"
+fi
+
+echo "case throttled with tbf"
+ns_throttle 16mbit
+t0=$(now_ms)
+roundtrip
+echo "  1 MB round trip at 16 Mbit/s: $(($(now_ms) - t0)) ms"
+# 16 MB at 16 Mbit/s needs 8 s: the server's 6 s transfer deadline ends it.
+t0=$(now_ms)
+cli --timeout 30000 put slow "$W/big.bin" --dtype u8 --shape 16000000 >"$W/out" 2>"$W/err"
+rc=$?
+expect_failed throttled_put $rc "$t0" 14
+grep -q TIMEOUT "$W/err" || fail "throttled put: want the server's TIMEOUT: $(cat "$W/err")"
+ns_unthrottle
+settle 20 throttled
+in_ls slow && fail "throttled put: partial tensor visible"
+
+echo "case blackholed route mid-get"
+ns_throttle 16mbit
+before=$(stat_of gets)
+cli --timeout 3000 get --raw big "$W/got.bin" >"$W/out" 2>"$W/err" &
+cp=$!
+wait_for gets $((${before:-0} + 1)) 10 || fail "blackhole: get not seen under way"
+ns_blackhole
+t0=$(now_ms)
+wait $cp
+expect_failed blackhole_get $? "$t0" 10
+ns_unblackhole
+ns_unthrottle
+settle 40 blackhole
+cli get --raw big "$W/got.bin" >"$W/err" 2>&1 || fail "blackhole: get after: $(cat "$W/err")"
+cmp -s "$W/big.bin" "$W/got.bin" || fail "blackhole: bytes differ after the route returned"
+
+echo "case serving after all of it"
+roundtrip
+[ $RDMA -eq 1 ] && roundtrip --fabric tcp --rdma-min-bytes 0
+kill -0 "$SP" 2>/dev/null || fail "server died"
+
+[ $FAILS -eq 0 ] && echo "PASS" && exit 0
+echo "--- server log (last 40 lines):" >&2
+tail -n 40 "$W/server.log" >&2
+exit 1
