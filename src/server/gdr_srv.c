@@ -125,6 +125,31 @@ int tw__srv_gdr_admits(const struct tw_srv_conn *c, int ordinal)
     return tw__gdr_table_admitted(srv->gdr, peer_row(srv, c->fpeer), ordinal);
 }
 
+char *tw__srv_gdr_why_not(const struct tw_srv_conn *c, int ordinal, char *buf, size_t len)
+{
+    const struct tw_srv *srv = c->srv;
+    if (!len)
+        return buf;
+    if (c->srv->cfg.gpudirect == TW_GDR_MODE_OFF) {
+        snprintf(buf, len, "--gpudirect off");
+        return buf;
+    }
+    if (!srv->gdr || !c->fpeer) {
+        snprintf(buf, len, "%s", !c->fpeer ? "no rdma endpoint" : "no GPUDirect facts");
+        return buf;
+    }
+    const struct tw_gdr_verdict *v = tw__gdr_table_get(srv->gdr, peer_row(srv, c->fpeer), ordinal);
+    if (!v)
+        snprintf(buf, len, "%s not probed for CUDA registration",
+                 tw__fabric_peer_provider(c->fpeer));
+    else if (v->admitted)
+        snprintf(buf, len, "admitted");
+    else
+        snprintf(buf, len, "cuda:%d on %s: %s: %s", ordinal, tw__fabric_peer_provider(c->fpeer),
+                 tw__gdr_pred_name(v->first_fail), tw__gdr_reason_str(v->reason));
+    return buf;
+}
+
 enum tw_path_gdr tw__srv_gdr_verdict(const struct tw_srv_conn *c, const struct tw_tensor *t)
 {
     const struct tw_srv *srv = c->srv;

@@ -192,16 +192,20 @@ static void log_path(const struct tw_srv_conn *c, uint64_t id, const char *op, u
  * needs host staging of GPU memory, which no plane does yet (issue 11). The
  * request fails, the connection stays. */
 static void refuse_no_plane(struct tw_srv_conn *c, uint64_t id, const char *op,
-                            const struct tw_path *p)
+                            const struct tw_path *p, const struct tw_tensor *t)
 {
+    char why[256] = "";
+    if (p->reason == TW_PATH_R_STAGED_NO_GPUDIRECT && t->gpu >= 0)
+        tw__srv_gdr_why_not(c, c->srv->store.gpu[t->gpu].ordinal, why, sizeof(why));
     if (p->plane == TW_PATH_PLANE_NONE)
         tw__conn_send_error(c, id, TW_WIRE_INTERNAL,
                             "%s: no data plane left on this connection (%s)", op,
                             tw__path_reason_str((enum tw_path_reason)p->reason));
     else
         tw__conn_send_error(c, id, TW_WIRE_DEVICE_UNAVAILABLE,
-                            "%s: this server's data planes cannot move GPU tensors yet (%s)", op,
-                            tw__path_reason_str((enum tw_path_reason)p->reason));
+                            "%s: this server's data planes cannot move GPU tensors yet (%s%s%s)",
+                            op, tw__path_reason_str((enum tw_path_reason)p->reason),
+                            why[0] ? ": " : "", why);
 }
 
 static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
@@ -219,8 +223,8 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
     struct tw_path path = choose_path(c, TW_PATH_GET, m->u.tensor_request.flags, t);
     log_path(c, id, "get", t->byte_length, m->u.tensor_request.flags, &path);
     if (!tw__dp_for_path(&path)) {
+        refuse_no_plane(c, id, "get", &path, t);
         tw__tensor_unref(t);
-        refuse_no_plane(c, id, "get", &path);
         return;
     }
     struct tw_xfer *x = tw__xfer_new(c, id, TW_XFER_GET, t, &path);
@@ -290,10 +294,13 @@ static int device_ok(struct tw_srv_conn *c, uint64_t id, const struct tw_descrip
      * rail, issue #12) moves them already. */
     if (v.dev.type == TW_DEVICE_CUDA &&
         !((flags & TW_XFER_WANT_RDMA) && tw__srv_gdr_admits(c, v.dev.ordinal))) {
+        char why[256] = "the put did not ask for RDMA";
+        if (flags & TW_XFER_WANT_RDMA)
+            tw__srv_gdr_why_not(c, v.dev.ordinal, why, sizeof(why));
         tw__conn_send_error(c, id, TW_WIRE_DEVICE_UNAVAILABLE,
                             "put of '%s': device %s is served, but this server's data planes "
-                            "cannot move GPU tensors yet (devices: %s)",
-                            name, tag, list);
+                            "cannot move GPU tensors yet (devices: %s; GPUDirect: %s)",
+                            name, tag, list, why);
         return 0;
     }
     return 1;
@@ -329,8 +336,8 @@ static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
     struct tw_path path = choose_path(c, TW_PATH_PUT, m->u.tensor_put.flags, t);
     log_path(c, id, "put", d->byte_length, m->u.tensor_put.flags, &path);
     if (!tw__dp_for_path(&path)) {
+        refuse_no_plane(c, id, "put", &path, t);
         tw__tensor_unref(t); /* the unpublished version goes */
-        refuse_no_plane(c, id, "put", &path);
         return;
     }
     struct tw_xfer *x = tw__xfer_new(c, id, TW_XFER_PUT, t, &path);

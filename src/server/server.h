@@ -322,6 +322,10 @@ int tw__srv_gdr_init(struct tw_srv *srv, char *err, size_t errlen);
 void tw__srv_gdr_destroy(struct tw_srv *srv);
 /* 1 when GPU `ordinal` is admitted for GPUDirect on c's rail. */
 int tw__srv_gdr_admits(const struct tw_srv_conn *c, int ordinal);
+/* Why GPU `ordinal` is not admitted on c's rail, for an error message:
+ * "cuda:0 on tcp;ofi_rxm: provider_rdma: the provider moves data through
+ * kernel sockets: ...". Writes into buf and returns it. */
+char *tw__srv_gdr_why_not(const struct tw_srv_conn *c, int ordinal, char *buf, size_t len);
 /* The verdict for tensor t's memory on c's rail: one table cell. */
 enum tw_path_gdr tw__srv_gdr_verdict(const struct tw_srv_conn *c, const struct tw_tensor *t);
 /* Makes NIC writes into GPU tensor t visible to later GPU work
