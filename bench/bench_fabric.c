@@ -26,6 +26,7 @@
 
 #include "fabric/fabric.h"
 #include "tools/raw_fabric.h"
+#include "bench_util.h"
 
 #define MAX_SIZES 8
 #define DIE(...)                                                                                   \
@@ -34,18 +35,6 @@
         fprintf(stderr, "\n");                                                                     \
         exit(1);                                                                                   \
     } while (0)
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static int iters_for(size_t size)
 {
@@ -235,7 +224,7 @@ int main(int argc, char **argv)
                 double v[101];
                 for (int k = 0; k < reps; k++)
                     v[k] = engine_rep(&e, write, max, rk);
-                double ns = median(v, reps);
+                double ns = tw_bench_median(v, reps);
                 char cs[32];
                 fmt_size(chunks[ci], cs, sizeof(cs));
                 printf("%-10s %-6u %12.3f\n", cs, depths[di], (double)max / ns);
@@ -262,7 +251,7 @@ int main(int argc, char **argv)
                 vr[k] = raw_rep(r, write, sizes[i]);
                 ve[k] = engine_rep(&e, write, sizes[i], rk);
             }
-            double mr = median(vr, reps), me = median(ve, reps);
+            double mr = tw_bench_median(vr, reps), me = tw_bench_median(ve, reps);
             char ss[32];
             fmt_size(sizes[i], ss, sizeof(ss));
             printf("%-8s %14.2f %14.3f %14.2f %14.3f %8.2f\n", ss, mr / 1000, (double)sizes[i] / mr,
@@ -278,7 +267,7 @@ int main(int argc, char **argv)
             vi[k] = engine_rep_once(&e, write, 4096, rk);
         }
         printf("4 KiB after 50 ms idle (target mover asleep): %.2f us median\n",
-               median(vi, reps) / 1000);
+               tw_bench_median(vi, reps) / 1000);
         tw_raw_fabric_close(r);
         engine_close(&e);
     }

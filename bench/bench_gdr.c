@@ -93,21 +93,21 @@ int main(int argc, char **argv)
     char put_plane[128] = "", get_plane[128] = "";
     int bad = 0;
     for (int i = 0; i < reps; i++) {
-        double t0 = bench_now_s();
+        double t0 = tw_bench_now_s();
         if (tw_put(c, "bench/gdr", &d, src, n) != 0) {
             fprintf(stderr, "put to %s: %s\n", dev, tw_client_last_error_message(c));
             return 1;
         }
-        tp[i] = bench_now_s() - t0;
+        tp[i] = tw_bench_now_s() - t0;
         snprintf(put_plane, sizeof(put_plane), "%s", tw_client_data_plane(c));
         memset(dst, 0, n);
         struct tw_tensor_desc gd;
-        t0 = bench_now_s();
+        t0 = tw_bench_now_s();
         if (tw_get(c, "bench/gdr", dst, n, &gd) != 0) {
             fprintf(stderr, "get: %s\n", tw_client_last_error_message(c));
             return 1;
         }
-        tg[i] = bench_now_s() - t0;
+        tg[i] = tw_bench_now_s() - t0;
         snprintf(get_plane, sizeof(get_plane), "%s", tw_client_data_plane(c));
         if (memcmp(dst, src, n) != 0) {
             fprintf(stderr, "get %d: bytes differ from the put\n", i);
@@ -120,7 +120,7 @@ int main(int argc, char **argv)
     }
     path_stats(c, after);
     tw_close(c);
-    double mp = bench_median(tp, reps), mg = bench_median(tg, reps);
+    double mp = tw_bench_median(tp, reps), mg = tw_bench_median(tg, reps);
     double gb = (double)n / 1e9;
     printf("size %zu B (%s on %s), %d reps, byte-exact: %s\n", n, dev, prov, reps,
            bad ? "NO" : "yes");
@@ -162,7 +162,7 @@ int main(int argc, char **argv)
         }
         rr[i] = (double)ns / 1e9;
     }
-    double mrw = bench_median(rw, reps), mrr = bench_median(rr, reps);
+    double mrw = tw_bench_median(rw, reps), mrr = tw_bench_median(rr, reps);
     printf("raw fi_write host->%s: %8.2f ms  %6.2f GB/s  (%s)\n", dev, mrw * 1e3, gb / mrw,
            tw_raw_fabric_provider(r));
     printf("raw fi_read  %s->host: %8.2f ms  %6.2f GB/s\n", dev, mrr * 1e3, gb / mrr);

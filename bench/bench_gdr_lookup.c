@@ -89,7 +89,7 @@ int main(int argc, char **argv)
         sink += acc;
         dc[b] = (double)(t1 - t0) / (N / 10);
     }
-    double l = bench_median(lk, BATCHES), d = bench_median(dc, BATCHES);
+    double l = tw_bench_median(lk, BATCHES), d = tw_bench_median(dc, BATCHES);
     printf("cached verdict lookup (one table cell): %.2f ns median of %d x %d\n", l, BATCHES, N);
     printf("decide from facts (every predicate):    %.1f ns median (%.0fx the lookup)\n", d,
            l > 0 ? d / l : 0.0);

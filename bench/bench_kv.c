@@ -27,25 +27,7 @@
 #include <unistd.h>
 
 #include "tensorwire/client.h"
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+#include "bench_util.h"
 
 /* One tensor of the workload: its name and byte range in the shared buffer. */
 struct item {
@@ -235,23 +217,23 @@ int main(int argc, char **argv)
             batch[i].buf = src + items[i].off;
             batch[i].len = items[i].len;
         }
-        double t0 = now_s();
+        double t0 = tw_bench_now_s();
         if ((rc = tw_batch_put(c, batch, n)))
             die(c, "batch put (new names)", rc);
-        tp_new[r] = now_s() - t0;
+        tp_new[r] = tw_bench_now_s() - t0;
         snprintf(batch_plane, sizeof(batch_plane), "%s", tw_client_data_plane(c));
-        t0 = now_s();
+        t0 = tw_bench_now_s();
         if ((rc = tw_batch_put(c, batch, n)))
             die(c, "batch put (overwrite)", rc);
-        tp_over[r] = now_s() - t0;
+        tp_over[r] = tw_bench_now_s() - t0;
         for (size_t i = 0; i < n; i++) {
             batch[i].buf = dst + items[i].off;
             batch[i].len = items[i].len;
         }
-        t0 = now_s();
+        t0 = tw_bench_now_s();
         if ((rc = tw_batch_get(c, batch, n)))
             die(c, "batch get", rc);
-        tg[r] = now_s() - t0;
+        tg[r] = tw_bench_now_s() - t0;
         /* A sample of every item: first and last 8 bytes. */
         for (size_t i = 0; i < n; i++) {
             const struct item *it = &items[i];
@@ -273,16 +255,16 @@ int main(int argc, char **argv)
         d.dtype = TW_U8;
         d.ndim = 1;
         d.shape[0] = total;
-        t0 = now_s();
+        t0 = tw_bench_now_s();
         if ((rc = tw_put(c, single, &d, src, total)))
             die(c, "single put", rc);
-        sp[r] = now_s() - t0;
+        sp[r] = tw_bench_now_s() - t0;
         snprintf(single_plane, sizeof(single_plane), "%s", tw_client_data_plane(c));
         memset(dst, 0, 4096);
-        t0 = now_s();
+        t0 = tw_bench_now_s();
         if ((rc = tw_get(c, single, dst, total, NULL)))
             die(c, "single get", rc);
-        sg[r] = now_s() - t0;
+        sg[r] = tw_bench_now_s() - t0;
         if (memcmp(dst, src, 4096)) {
             fprintf(stderr, "bench_kv: single tensor came back different\n");
             return 1;
@@ -290,8 +272,9 @@ int main(int argc, char **argv)
         tw_delete(c, single);
     }
     tw_close(c);
-    double mpn = median(tp_new, rounds), mpo = median(tp_over, rounds), mg = median(tg, rounds);
-    double msp = median(sp, rounds), msg = median(sg, rounds);
+    double mpn = tw_bench_median(tp_new, rounds), mpo = tw_bench_median(tp_over, rounds),
+           mg = tw_bench_median(tg, rounds);
+    double msp = tw_bench_median(sp, rounds), msg = tw_bench_median(sg, rounds);
     double gb = (double)total / 1e9;
     if (json) {
         printf("{\"workload\":\"%s\",\"scale\":%g,\"tensors\":%zu,\"bytes\":%zu,\"rounds\":%d,"

@@ -17,19 +17,7 @@
 #include <time.h>
 
 #include "tensorwire/client.h"
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench_util.h"
 
 int main(int argc, char **argv)
 {
@@ -72,22 +60,22 @@ int main(int argc, char **argv)
         d.shape[0] = n;
         char put_plane[128] = "";
         for (int i = 0; i < reps; i++) {
-            double t0 = now_s();
+            double t0 = tw_bench_now_s();
             if (tw_put(c, "bench/rdma_e2e", &d, buf, n) != 0) {
                 fprintf(stderr, "put: %s\n", tw_client_last_error_message(c));
                 return 1;
             }
-            tp[i] = now_s() - t0;
+            tp[i] = tw_bench_now_s() - t0;
             snprintf(put_plane, sizeof(put_plane), "%s", tw_client_data_plane(c));
-            t0 = now_s();
+            t0 = tw_bench_now_s();
             if (tw_get(c, "bench/rdma_e2e", buf, n, NULL) != 0) {
                 fprintf(stderr, "get: %s\n", tw_client_last_error_message(c));
                 return 1;
             }
-            tg[i] = now_s() - t0;
+            tg[i] = tw_bench_now_s() - t0;
         }
-        qsort(tp, (size_t)reps, sizeof(double), cmp_double);
-        qsort(tg, (size_t)reps, sizeof(double), cmp_double);
+        qsort(tp, (size_t)reps, sizeof(double), tw_bench_cmp_double);
+        qsort(tg, (size_t)reps, sizeof(double), tw_bench_cmp_double);
         double mp = tp[reps / 2], mg = tg[reps / 2];
         if (a == 4) {
             base_put = mp;

@@ -1,6 +1,7 @@
 /*
- * What every benchmark here needs to report medians: a monotonic clock in
- * seconds and the median of a sample (which it sorts in place).
+ * Small helpers shared by the benchmark programs under bench/: a monotonic
+ * clock in seconds and the median of a sample. Header-only: benches that
+ * link only the public library cannot use src/common.
  */
 #ifndef TW_BENCH_UTIL_H
 #define TW_BENCH_UTIL_H
@@ -8,24 +9,24 @@
 #include <stdlib.h>
 #include <time.h>
 
-static inline double bench_now_s(void)
+static inline double tw_bench_now_s(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-static inline int bench_cmp_double(const void *a, const void *b)
+static inline int tw_bench_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
 
-/* The median of v[0..n) (n > 0); v is left sorted. */
-static inline double bench_median(double *v, int n)
+/* Sorts v[0..n) in place and returns its median (n >= 1). */
+static inline double tw_bench_median(double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof(*v), bench_cmp_double);
-    return v[n / 2];
+    qsort(v, (size_t)n, sizeof(double), tw_bench_cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 #endif

@@ -34,12 +34,26 @@ static const uint64_t sweep_sizes[] = {64ull << 10, 256ull << 10, 1ull << 20, 4u
                                        16ull << 20};
 static const uint32_t sweep_windows[] = {1, 4, 16, 64};
 
+/* Fills size bytes of host or device memory at p with byte v. */
+static int fill_buffer(void *p, uint64_t size, int v)
+{
+    uint8_t *tmp;
+    if (!size)
+        return 0;
+    if ((tmp = malloc((size_t)size)) == NULL)
+        return -ENOMEM;
+    memset(tmp, v, (size_t)size);
+    int rc = tw_mem_copy(p, tmp, (size_t)size);
+    free(tmp);
+    return rc;
+}
+
 static const char usage_bench[] =
     "usage: tensorwire bench [--op get|put] [--size SIZE] [--count N] [--inflight N]\n"
     "                        [--warmup N] [--rounds R] [--sockbuf SIZE]\n"
     "                        [--fabric auto|none|PROV] [--push auto|always|never]\n"
     "                        [--rdma-min-bytes SIZE] [--connections N] [--no-sweep]\n"
-    "                        [--json]\n"
+    "                        [--device DEV] [--server-device DEV] [--json]\n"
     "  Moves COUNT tensors of SIZE bytes (default 4Ki; K/M/G = 1000^n, Ki/Mi/Gi =\n"
     "  1024^n) with INFLIGHT requests outstanding on one connection (default 16),\n"
     "  after WARMUP untimed ones, then the same through a raw TCP loopback\n"
@@ -66,6 +80,9 @@ static const char usage_bench[] =
     "  INFLIGHT outstanding at once (like redis-benchmark -c N -P INFLIGHT); the\n"
     "  rate counts all of them, latency is connection 0's, the raw baselines stay\n"
     "  one connection.\n"
+    "  --device cuda:N keeps the client buffers in this machine's GPU N;\n"
+    "  --server-device cuda:N stores the tensors on the server's GPU N (default\n"
+    "  cpu for both).\n"
     "  --json prints one JSON object. The tensors bench/<pid>/* are removed after.\n";
 
 struct result {
@@ -205,7 +222,8 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
 {
     const char *o_op = "get", *o_size = "4Ki", *o_count = NULL, *o_inflight = "16", *o_json = NULL,
                *o_nosweep = NULL, *o_conns = "1", *o_warmup = NULL, *o_sockbuf = NULL,
-               *o_rounds = "3", *o_fabric = NULL, *o_push = NULL, *o_rdma_min = NULL;
+               *o_rounds = "3", *o_fabric = NULL, *o_push = NULL, *o_rdma_min = NULL,
+               *o_device = NULL, *o_srv_device = NULL;
     uint64_t size = 0, count = 0, inflight = 0, warmup = 0, sockbuf = 0, nbuf, elapsed = 0,
              raw_elapsed = 0;
     struct tw_batch_item *items = NULL;
@@ -265,6 +283,10 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
             slot = &o_push;
         else if (strcmp(a, "--rdma-min-bytes") == 0)
             slot = &o_rdma_min;
+        else if (strcmp(a, "--device") == 0)
+            slot = &o_device;
+        else if (strcmp(a, "--server-device") == 0)
+            slot = &o_srv_device;
         if (!slot) {
             fprintf(stderr, "tensorwire bench: %s '%.64s' (see tensorwire bench --help)\n",
                     a[0] == '-' ? "unknown option" : "unexpected argument", a);
@@ -289,6 +311,10 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
         return tw_cli_bad_value("bench", "--rounds", o_rounds, "a count 1..100");
     if (parse_count(o_conns, &nconns, 1024))
         return tw_cli_bad_value("bench", "--connections", o_conns, "a count 1..1024");
+    if (nconns > 1 && (o_device || o_srv_device))
+        return tw_cli_bad_value(
+            "bench", "--connections", o_conns,
+            "1 with --device / --server-device (GPU buffers on one connection)");
     if (o_warmup && tw_parse_size(o_warmup, &warmup))
         return tw_cli_bad_value("bench", "--warmup", o_warmup, "a count");
     if (o_sockbuf && (tw_parse_size(o_sockbuf, &sockbuf) || sockbuf > (1u << 30)))
@@ -352,17 +378,23 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     }
     snprintf(name_prefix, sizeof(name_prefix), "bench/%d", (int)getpid());
     for (uint64_t i = 0; i < nbuf; i++) {
-        if (posix_memalign((void **)&bufs[i], 4096, size ? size : 1) != 0) {
+        rc = tw_device_alloc(o_device ? o_device : "cpu", size ? size : 1, (void **)&bufs[i]);
+        if (rc) {
             bufs[i] = NULL;
-            fprintf(stderr, "tensorwire bench: cannot allocate %llu bytes\n",
-                    (unsigned long long)size);
+            fprintf(stderr, "tensorwire bench: cannot allocate %llu bytes on %s: %s\n",
+                    (unsigned long long)size, o_device ? o_device : "cpu", tw_strerror(rc));
             goto out_free;
         }
-        memset(bufs[i], (int)(i * 37 + 1), size);
+        if (fill_buffer(bufs[i], size, (int)(i * 37 + 1)) != 0) {
+            fprintf(stderr, "tensorwire bench: cannot fill a buffer on %s\n", o_device);
+            goto out_free;
+        }
         snprintf(names[i], sizeof(names[i]), "%s/%llu", name_prefix, (unsigned long long)i);
     }
 
     struct tw_tensor_desc desc = {.dtype = TW_U8, .ndim = 1, .shape = {size}};
+    if (o_srv_device)
+        snprintf(desc.device_tag, sizeof(desc.device_tag), "%s", o_srv_device);
     if (!op_put) {
         /* Gets read tensors that exist: store one per buffer first. */
         for (uint64_t i = 0; i < nbuf; i++) {
@@ -618,7 +650,7 @@ out_cleanup:
             tw_delete(c, names[i]); /* best effort; NOT_FOUND is fine */
 out_free:
     for (uint64_t i = 0; bufs && i < nbuf; i++)
-        free(bufs[i]);
+        tw_device_free(bufs[i]);
     free(bufs);
     free(names);
     free(items);

@@ -85,9 +85,11 @@ static const char usage_put[] =
     "  void elements ('|V2', '|V1', as 'get' writes bf16/f8) need --dtype.\n"
     "  dtypes: f64 f32 f16 bf16 f8e4m3 f8e5m2 i8 i16 i32 i64 u8 u16 u32 u64 bool\n";
 static const char usage_get[] =
-    "usage: tensorwire get NAME FILE [--raw] [-v] [-q]\n"
+    "usage: tensorwire get NAME FILE [--raw] [--via DEVICE] [-v] [-q]\n"
     "  -v prints the data plane that moved the bytes (and why not rdma) and a\n"
     "  summary line (bytes, GB/s, time); -q hides the progress line and notes.\n"
+    "  --via cuda:N receives into this machine's GPU N first, then copies the bytes\n"
+    "  to the file (tests the GPU path; default: straight into the file).\n"
     "  Writes FILE as .npy (v1.0). bf16 and f8 have no NumPy dtype: they are written\n"
     "  as raw void elements ('|V2' / '|V1'; view with ml_dtypes) and a note is\n"
     "  printed. --raw writes the tensor bytes only.\n"
@@ -542,6 +544,24 @@ static int same_desc(const struct tw_tensor_desc *a, const struct tw_tensor_desc
            memcmp(a->shape, b->shape, sizeof(a->shape[0]) * a->ndim) == 0;
 }
 
+/* tw_get into a buffer on `device` (--via cuda:N), then its bytes into
+ * dst: the path a GPU consumer takes, checked end to end. */
+static int get_via(tw_client *c, const char *name, const char *device, uint8_t *dst, size_t len,
+                   struct tw_tensor_desc *got)
+{
+    void *dev = NULL;
+    int rc = tw_device_alloc(device, len, &dev);
+    if (rc == TW_EINVAL)
+        fprintf(stderr, "tensorwire: get: bad --via '%s' (cpu or cuda:N)\n", device);
+    if (rc)
+        return rc;
+    rc = tw_get(c, name, dev, len, got);
+    if (rc == 0)
+        rc = tw_mem_copy(dst, dev, len);
+    tw_device_free(dev);
+    return rc;
+}
+
 /*
  * Why get maps a file instead of buffering: the public API fetches a tensor
  * in one call into one caller buffer (no ranged get), so bounded memory
@@ -558,8 +578,9 @@ static int same_desc(const struct tw_tensor_desc *a, const struct tw_tensor_desc
  */
 static int cmd_get(const struct tw_cli *cli, int argc, char **argv)
 {
-    const char *pos[2], *o_raw = NULL, *o_verbose = NULL, *o_quiet = NULL;
+    const char *pos[2], *o_raw = NULL, *o_verbose = NULL, *o_quiet = NULL, *o_via = NULL;
     const struct opt_spec specs[] = {{"raw", 0, 0, &o_raw},
+                                     {"via", 0, 1, &o_via},
                                      {"verbose", 'v', 0, &o_verbose},
                                      {"quiet", 'q', 0, &o_quiet},
                                      {NULL, 0, 0, NULL}};
@@ -644,8 +665,12 @@ static int cmd_get(const struct tw_cli *cli, int argc, char **argv)
         struct tw_cli_progress prog;
         uint64_t t0 = tw_cli_now_ns();
         tw_cli_progress_start(&prog, cli->progress && !o_quiet, 0, desc.byte_length, "get");
-        rc = tw_get(c, pos[0], desc.byte_length ? map + hlen : &one_byte, (size_t)desc.byte_length,
-                    &got);
+        if (o_via)
+            rc = get_via(c, pos[0], o_via, desc.byte_length ? map + hlen : &one_byte,
+                         (size_t)desc.byte_length, &got);
+        else
+            rc = tw_get(c, pos[0], desc.byte_length ? map + hlen : &one_byte,
+                        (size_t)desc.byte_length, &got);
         tw_cli_progress_stop(&prog);
         elapsed = tw_cli_now_ns() - t0;
         if (rc == 0 && same_desc(&desc, &got))

@@ -32,3 +32,26 @@ endforeach()
 foreach(t test_client_lib test_client_concurrent test_client_cancel)
   add_dependencies(${t} tensorwired)
 endforeach()
+
+# GPU tensors end to end (issue 11): every direction between host and
+# cuda:0 memory, inline and over RDMA tcp / shm. Skips (77) without a CUDA
+# device; TW_TEST_BIG=1 adds 1 GiB, 4 GiB and the 40,960-block batch.
+tw_add_test(test_gpu_staging ${CMAKE_SOURCE_DIR}/tests/integration/test_gpu_staging.c
+            TIMEOUT 600 LABELS "integration;gpu" PUBLIC_API)
+foreach(prov tcp shm)
+  add_test(NAME test_gpu_staging_${prov} COMMAND test_gpu_staging)
+  set_tests_properties(test_gpu_staging_${prov} PROPERTIES TIMEOUT 600
+    LABELS "integration;fabric;gpu" SKIP_RETURN_CODE 77
+    ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=never")
+endforeach()
+
+# The client's staging planes with a fake CUDA memory kind (no GPU needed):
+# inline and over RDMA tcp / shm.
+tw_add_test(test_client_staging ${CMAKE_SOURCE_DIR}/tests/integration/test_client_staging.c
+            TIMEOUT 120 LABELS integration)
+foreach(prov tcp shm)
+  add_test(NAME test_client_staging_${prov} COMMAND test_client_staging)
+  set_tests_properties(test_client_staging_${prov} PROPERTIES TIMEOUT 120
+    LABELS "integration;fabric" SKIP_RETURN_CODE 77
+    ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=never")
+endforeach()

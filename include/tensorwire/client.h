@@ -29,8 +29,31 @@
  * tw_free, tw_list_free, tw_stats_free) are thread-safe.
  *
  * Buffers: the library never keeps a pointer to caller memory after a call
- * returns. Tensor bytes are sent straight from the caller's buffer and
+ * returns. Host tensor bytes are sent straight from the caller's buffer and
  * received straight into it (no intermediate copy for large frames).
+ *
+ * GPU memory (TW_CLIENT_DEVICE_MEMORY): tw_put, tw_get and both batch calls
+ * accept CUDA device pointers exactly like host pointers. The library asks
+ * the CUDA driver what every buffer is (cuPointerGetAttributes, through a
+ * dlopen'ed libcuda: there is no link-time CUDA dependency; without a driver
+ * every buffer is host memory). Device memory moves through a host buffer
+ * of the library's (the path says "+ staging", tw_client_data_plane). What
+ * is guaranteed:
+ *   - before the call, the caller must have finished every write to a
+ *     source buffer (synchronize the stream that produced it): the library
+ *     reads it with a synchronous cuMemcpyDtoH;
+ *   - when tw_get / tw_batch_get returns 0 (for an item: status 0), the
+ *     bytes are in the device buffer and visible to any work submitted
+ *     later on that device, by any stream: they were written with a
+ *     synchronous cuMemcpyHtoD on the legacy default stream of the device's
+ *     primary context, which the library makes current on the calling
+ *     thread (it leaves it current);
+ *   - memory from another context of the same device, and stream-ordered
+ *     memory (cuMemAllocAsync / memory pools), is used through unified
+ *     addressing like any other device allocation, provided the allocation
+ *     is complete and stays allocated for the duration of the call;
+ *   - a range must lie inside one allocation; managed memory and host
+ *     memory registered with CUDA are treated as host memory.
  */
 #ifndef TENSORWIRE_CLIENT_H
 #define TENSORWIRE_CLIENT_H
@@ -271,6 +294,28 @@ TW_EXTERN int tw_get_alloc(tw_client *c, const char *name, void **out_buf, size_
                            struct tw_tensor_desc *out_desc);
 /* Frees a buffer from tw_get_alloc. NULL is accepted. */
 TW_EXTERN void tw_free(void *buf);
+
+/* The device-memory calls below exist (for bindings that test for them). */
+#define TW_CLIENT_DEVICE_MEMORY 1
+
+/*
+ * Device sibling of tw_get_alloc: fetches name into memory the library
+ * allocates on `device` ("cuda:N"; "cpu" behaves as tw_get_alloc), at least
+ * one byte, owned by the caller, freed with tw_device_free(). Sizes the
+ * allocation with a STAT first, so a tensor replaced by a larger one in
+ * between is retried (up to 3 times). On failure *out_buf is NULL.
+ * Errors: those of tw_get, TW_EDEVICE (no such GPU or no driver), -ENOMEM.
+ */
+TW_EXTERN int tw_get_alloc_device(tw_client *c, const char *name, const char *device,
+                                  void **out_buf, size_t *out_len, struct tw_tensor_desc *out_desc);
+/* len bytes (at least 1) of memory on device ("cpu" or "cuda:N"), freed
+ * with tw_device_free(). Returns 0, TW_EINVAL (bad tag), TW_EDEVICE, -ENOMEM. */
+TW_EXTERN int tw_device_alloc(const char *device, size_t len, void **out);
+/* Frees memory from tw_device_alloc / tw_get_alloc_device. NULL is accepted. */
+TW_EXTERN void tw_device_free(void *p);
+/* Copies len bytes between any two of host and device memory (classified
+ * like transfer buffers), synchronously. Device to device is TW_EINVAL. */
+TW_EXTERN int tw_mem_copy(void *dst, const void *src, size_t len);
 
 /* Describes name without fetching it. Errors: TW_ENOTFOUND, TW_EINVAL. */
 TW_EXTERN int tw_stat(tw_client *c, const char *name, struct tw_tensor_desc *out_desc);

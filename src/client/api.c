@@ -78,6 +78,7 @@ static void client_free(struct tw_client *c)
 {
     tw__client_gdr_free(c);
     tw__client_rdma_close(c);
+    tw__client_stage_free(c);
     if (c->fd >= 0)
         close(c->fd);
     tw__sm_destroy(&c->sm);

@@ -19,6 +19,7 @@
 
 #include "common/clock.h"
 #include "fabric/fabric.h"
+#include "mem/memkind.h"
 #include "proto/path.h"
 #include "proto/proto.h"
 #include "proto/sm.h"
@@ -60,6 +61,8 @@ struct tw_client;
  *   get_data    a DATA frame for r: header decoded, 8-byte offset prefix
  *               consumed; receive n bytes at r->buf + offset (the plane reads
  *               them from the connection). NULL: DATA is a protocol error.
+ *   put_prepare optional: called before TENSOR_PUT is built (before the CRC
+ *               of r->buf is computed); may point r->buf at a host copy.
  *   put_start   PUT_ACCEPT arrived: send r->len bytes from r->buf.
  *   on_message  RDMA_REGISTER / RDMA_READY / RDMA_DONE for r (NULL: error).
  *   release     r ended (finished, failed or abandoned): free r->dp_state and
@@ -75,6 +78,7 @@ struct tw__client_dp_ops {
     uint8_t xfer_flags; /* TENSOR_REQUEST/PUT flags to ask for it */
     int (*get_start)(struct tw_client *c, struct tw__creq *r);
     int (*get_data)(struct tw_client *c, struct tw__creq *r, uint64_t offset, uint32_t n, int more);
+    int (*put_prepare)(struct tw_client *c, struct tw__creq *r);
     int (*put_start)(struct tw_client *c, struct tw__creq *r);
     int (*on_message)(struct tw_client *c, struct tw__creq *r, const struct tw_msg *msg);
     void (*release)(struct tw_client *c, struct tw__creq *r);
@@ -82,6 +86,10 @@ struct tw__client_dp_ops {
 
 extern const struct tw__client_dp_ops tw__client_dp_inline;
 extern const struct tw__client_dp_ops tw__client_dp_rdma;
+/* GPU memory through a host buffer, around the inline / RDMA plane
+ * (dp_staging.c). */
+extern const struct tw__client_dp_ops *const tw__client_dp_inline_staged;
+extern const struct tw__client_dp_ops *const tw__client_dp_rdma_staged;
 
 /* Where a listing or stats reply is accumulated (tw_list / tw_stats). */
 struct tw__collect {
@@ -103,8 +111,14 @@ struct tw__creq {
     const struct tw__client_dp_ops *dp;
     struct tw_path path; /* get/put: tw__path_decide's answer, then what happened */
     void *dp_state;      /* owned by dp (see struct tw__client_dp_ops) */
-    uint64_t expect;     /* get: byte_length announced */
-    uint64_t received;   /* get: bytes so far; put: bytes queued */
+    /* What r->buf is (classified when the request starts; host for a get
+     * into a library allocation) and the staging plane's state around the
+     * inner plane (owned by dp_staging.c, freed by its release). */
+    const struct tw_memkind_ops *mem_ops;
+    struct tw_mem_attr mem;
+    void *stage;
+    uint64_t expect;   /* get: byte_length announced */
+    uint64_t received; /* get: bytes so far; put: bytes queued */
     uint32_t crc, crc_expected;
     int check_crc;
     int alloc; /* get: allocate buf (page-aligned) at TENSOR_INFO */
@@ -185,6 +199,13 @@ struct tw_client {
      * made from the codes above when asked. */
     char fabric_text[384];
     char plane_text[128];
+    /* Staging (dp_staging.c): one host buffer kept between requests, so a
+     * repeated large transfer of GPU memory neither faults in nor pins
+     * fresh pages. NULL when none is kept. */
+    struct tw__stage_buf *stage_spare;
+    /* Memory kinds that classify buffers, indexed by enum tw_memkind; NULL
+     * entries are the built-in ones (tests put a fake CUDA kind here). */
+    const struct tw_memkind_ops *memkinds[TW_MEMKIND_MAX];
     /* GPUDirect (gdr_client.c): the options, and the verdict table of this
      * process's GPUs on fpeer's provider, built on first use (NULL before). */
     int gdr_mode;         /* enum tw_gpudirect_mode */
@@ -192,6 +213,11 @@ struct tw_client {
     struct tw_gdr_table *gdr;
     int gdr_row; /* fpeer's provider in gdr, -1 when none */
 };
+
+/* --- dp_staging.c ------------------------------------------------------ */
+
+/* Frees the kept staging buffer (tw_close). */
+void tw__client_stage_free(struct tw_client *c);
 
 /* --- conn.c ------------------------------------------------------------ */
 
@@ -269,9 +295,6 @@ struct tw_gdr_table;
  * fails (TW_EDEVICE, the failing predicate in c->errmsg) unless a GPU of
  * this process is admitted on the accepted endpoint's provider. */
 int tw__client_gdr_setup(struct tw_client *c, const struct tw_client_options *o);
-/* The verdict for memory on CUDA device `ordinal` on this connection
- * (builds the table on first call: gathers facts once per process). */
-enum tw_path_gdr tw__client_gdr_verdict(struct tw_client *c, int ordinal);
 void tw__client_gdr_free(struct tw_client *c);
 /* Closes the plane (tw_close). */
 void tw__client_rdma_close(struct tw_client *c);

@@ -38,10 +38,20 @@ void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int statu
     r->status = status;
     if (r->dp && r->dp->release)
         r->dp->release(c, r);
+    if (r->status != status) {
+        /* The plane's release failed the request (a staged copy to the
+         * GPU): its text is in c->errmsg. */
+        status = r->status;
+        if (r->index < c->err_index)
+            c->err_index = r->index;
+        msg = NULL;
+        goto out_times;
+    }
     if (status == 0 && r->dp && (r->op == TW__OP_GET || r->op == TW__OP_PUT)) {
         c->last_path = r->path;
         c->have_last_path = 1;
     }
+out_times:
     if (r->started) {
         r->t_end = tw__now_ns();
         if (c->run_active > 0)
@@ -67,17 +77,15 @@ static struct tw__creq *lookup(struct tw_client *c, uint64_t id)
     return r->started ? r : NULL;
 }
 
-/* The plane that implements p; NULL when none does (no plane left, or host
- * staging of GPU memory, which is issue 11's plane). */
+/* The plane that implements p; NULL when none does (no plane left). */
 static const struct tw__client_dp_ops *dp_for_path(const struct tw_path *p)
 {
-    if (p->staging != TW_PATH_STAGING_NONE)
-        return NULL;
+    int staged = p->staging == TW_PATH_STAGING_HOST;
     switch (p->plane) {
     case TW_PATH_PLANE_INLINE:
-        return &tw__client_dp_inline;
+        return staged ? tw__client_dp_inline_staged : &tw__client_dp_inline;
     case TW_PATH_PLANE_RDMA:
-        return &tw__client_dp_rdma;
+        return staged ? tw__client_dp_rdma_staged : &tw__client_dp_rdma;
     default:
         return NULL;
     }
@@ -100,7 +108,7 @@ const struct tw__client_dp_ops *tw__client_pick_data_plane(const struct tw_clien
         .size_known = r->op == TW__OP_PUT,
         .size = r->len,
         .rdma_min_bytes = c->rdma_min_bytes,
-        .mem_local = TW_PATH_MEM_HOST, /* the client API takes host memory */
+        .mem_local = r->mem.kind == TW_MEMKIND_CUDA ? TW_PATH_MEM_CUDA : TW_PATH_MEM_HOST,
         .mem_peer = TW_PATH_MEM_HOST,
         .push = (enum tw_path_push)c->push_policy,
         .gdr = TW_PATH_GDR_NOT_EVALUATED, /* issue 12 */
@@ -404,6 +412,36 @@ static int name_msg(struct tw__creq *r, struct tw_bytes *b)
     return tw__name_check(b->ptr, r->name_len);
 }
 
+/* What r's buffer is (host or GPU memory): the path stages GPU memory
+ * through host memory. A get into a library allocation is host memory. A
+ * range that starts in a GPU allocation and leaves it is refused (r is
+ * finished with TW_EINVAL): no CPU may touch it. */
+static int classify_buffer(struct tw_client *c, struct tw__creq *r)
+{
+    struct tw_mem_attr a;
+    char err[200] = "";
+    r->mem_ops = &tw__memkind_host;
+    r->mem = (struct tw_mem_attr){.kind = TW_MEMKIND_HOST, .device = -1};
+    if ((r->op != TW__OP_GET && r->op != TW__OP_PUT) || !r->buf || !r->len)
+        return 0;
+    const struct tw_memkind_ops *cuda =
+        c->memkinds[TW_MEMKIND_CUDA] ? c->memkinds[TW_MEMKIND_CUDA] : &tw__memkind_cuda;
+    if (tw__memkind_classify(c->memkinds, (uintptr_t)r->buf, r->len, TW_MEMKIND_AUTO, &r->mem_ops,
+                             &r->mem, NULL, 0) == 0 &&
+        r->mem.kind == TW_MEMKIND_CUDA)
+        return 0;
+    r->mem_ops = &tw__memkind_host;
+    r->mem = (struct tw_mem_attr){.kind = TW_MEMKIND_HOST, .device = -1};
+    if (cuda->query((uintptr_t)r->buf, 1, &a, NULL, 0) != 0)
+        return 0; /* host memory (or no driver) */
+    (void)cuda->query((uintptr_t)r->buf, r->len, &a, err, sizeof(err));
+    char why[300];
+    int n = snprintf(why, sizeof(why), "'%s': %s", r->name, err);
+    tw__client_engine_finish(c, r, TW_EINVAL, why,
+                             (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
+    return TW_EINVAL;
+}
+
 /* Builds and queues the request-opening frame of r. A negative return before
  * anything was queued is a local argument error (r is finished with it). */
 static int start_request(struct tw_client *c, struct tw__creq *r)
@@ -419,6 +457,9 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
         tw__client_engine_finish(c, r, TW_EINVAL, "put without a descriptor", 24);
         return TW_EINVAL;
     }
+    rc = classify_buffer(c, r);
+    if (rc)
+        return rc;
 
     switch (r->op) {
     case TW__OP_GET:
@@ -464,6 +505,17 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
                              r->name, (unsigned long long)w->byte_length, r->len);
             tw__client_engine_finish(c, r, TW_EINVAL, why, (size_t)n);
             return TW_EINVAL;
+        }
+        if (r->dp->put_prepare) {
+            rc = r->dp->put_prepare(c, r);
+            if (rc) {
+                /* Its text is in c->errmsg. */
+                char why[TW__CLIENT_ERRMSG_LEN];
+                int n = snprintf(why, sizeof(why), "%s", c->errmsg);
+                tw__client_engine_finish(c, r, rc, why,
+                                         (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
+                return rc;
+            }
         }
         if (c->checksum) {
             w->flags |= TW_DESC_HAS_CRC32C;
@@ -585,8 +637,8 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
                 continue;
             }
             rc = start_request(c, r);
-            if (rc == TW_EINVAL && r->finished)
-                continue;
+            if (rc && r->finished)
+                continue; /* a local failure of that request only */
             if (rc)
                 goto out_fail;
             c->run_active++;

@@ -2,8 +2,11 @@
  * GPUDirect on the client (issue 12): --gpudirect auto|off|require and the
  * admission verdict of this process's GPUs on the connection's provider.
  * Facts are gathered once per process (gdr/admission.h); the table is built
- * per connection on first use (its configuration is the connection's), so
- * a client that never moves GPU memory never opens a GPU.
+ * per connection when first needed (its configuration is the connection's).
+ * Today only `require` needs it: the client's own GPU memory still moves
+ * through host staging (dp_staging.c); registering it with the plane
+ * (engine.c's path input `gdr`, dp_rdma.c's registrations, the flush after a
+ * pushed get) is the next step.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -59,16 +62,6 @@ int tw__client_gdr_setup(struct tw_client *c, const struct tw_client_options *o)
         return TW_EDEVICE;
     }
     return 0;
-}
-
-enum tw_path_gdr tw__client_gdr_verdict(struct tw_client *c, int ordinal)
-{
-    if (c->gdr_mode == TW_GPUDIRECT_OFF || !c->fpeer)
-        return TW_PATH_GDR_REFUSED;
-    if (build(c) < 0)
-        return TW_PATH_GDR_REFUSED;
-    return tw__gdr_table_admitted(c->gdr, c->gdr_row, ordinal) ? TW_PATH_GDR_ADMITTED
-                                                               : TW_PATH_GDR_REFUSED;
 }
 
 void tw__client_gdr_free(struct tw_client *c)

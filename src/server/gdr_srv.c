@@ -187,27 +187,24 @@ int tw__srv_gdr_flush(const struct tw_srv *srv, const struct tw_tensor *t, char 
 int tw__srv_gdr_crc(const struct tw_srv *srv, const struct tw_tensor *t, uint32_t *crc, char *err,
                     size_t errlen)
 {
-    /* GPU memory is read back in 4 MiB pieces: one extra pass, the cost
-     * the descriptor's CRC flag asks for (docs/protocol.md §5). */
+    /* GPU memory is read back in 4 MiB pieces through the store's device
+     * memory ops: one extra pass, the cost the descriptor's CRC flag asks
+     * for (docs/protocol.md §5). */
     enum { PIECE = 4 << 20 };
-    const struct tw_cuda_api *cu;
-    int rc = tw__cuda_get(&cu, err, errlen);
-    if (rc < 0)
-        return rc;
-    rc = tw__cuda_use_device(srv->store.gpu[t->gpu].ordinal, err, errlen);
-    if (rc < 0)
-        return rc;
+    const struct tw_store_devmem_ops *m = tw__store_devmem(&srv->store);
+    int ord = srv->store.gpu[t->gpu].ordinal;
+    if (!m->to_host)
+        return TW_EDEVICE;
     uint8_t *buf = malloc(PIECE);
     if (!buf)
         return -ENOMEM;
     uint32_t v = 0;
     for (uint64_t off = 0; off < t->byte_length; off += PIECE) {
         size_t n = t->byte_length - off < PIECE ? (size_t)(t->byte_length - off) : PIECE;
-        CUresult r = cu->cuMemcpyDtoH(buf, (CUdeviceptr)(uintptr_t)(t->data + off), n);
-        if (r != CUDA_SUCCESS) {
-            snprintf(err, errlen, "cuMemcpyDtoH: CUDA error %d", (int)r);
+        int rc = m->to_host(ord, buf, t->data + off, n, err, errlen);
+        if (rc < 0) {
             free(buf);
-            return tw__cuda_to_err(r);
+            return rc;
         }
         v = tw__crc32c(v, buf, n);
     }

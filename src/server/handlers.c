@@ -171,41 +171,39 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
 
 /* Debug log of a WANT_RDMA request's path (plain inline requests are the
  * common case and stay quiet). */
-static void log_path(const struct tw_srv_conn *c, uint64_t id, const char *op, uint64_t byte_length,
-                     uint32_t flags, const struct tw_path *p)
+static void log_path(const struct tw_srv_conn *c, uint64_t id, const char *op,
+                     const struct tw_tensor *t, uint32_t flags, const struct tw_path *p)
 {
     if (!(flags & TW_XFER_WANT_RDMA))
         return;
-    TW_LOGD("conn %llu %s: %s request %llu of %llu B: %s data plane%s, %s (--rdma-min-bytes %llu)",
+    /* GPU memory staged for want of GPUDirect: say which predicate failed. */
+    char why[256] = "";
+    if (p->reason == TW_PATH_R_STAGED_NO_GPUDIRECT && t->gpu >= 0) {
+        why[0] = ' ';
+        why[1] = '(';
+        tw__srv_gdr_why_not(c, c->srv->store.gpu[t->gpu].ordinal, why + 2, sizeof(why) - 3);
+        strcat(why, ")");
+    }
+    TW_LOGD("conn %llu %s: %s request %llu of %llu B: %s data plane%s, %s%s (--rdma-min-bytes "
+            "%llu)",
             (unsigned long long)c->id, c->peer, op, (unsigned long long)id,
-            (unsigned long long)byte_length,
+            (unsigned long long)t->byte_length,
             p->plane == TW_PATH_PLANE_RDMA     ? "rdma"
             : p->plane == TW_PATH_PLANE_INLINE ? "inline"
                                                : "no",
             p->mode == TW_PATH_PUSH ? " (push)" : "",
-            tw__path_reason_str((enum tw_path_reason)p->reason),
+            tw__path_reason_str((enum tw_path_reason)p->reason), why,
             (unsigned long long)c->srv->cfg.rdma_min_bytes);
 }
 
 /* No data plane of this server implements the path: none is left (the RDMA
- * rail of an RDMA-only connection was retired, docs/protocol.md §7), or it
- * needs host staging of GPU memory, which no plane does yet (issue 11). The
+ * rail of an RDMA-only connection was retired, docs/protocol.md §7). The
  * request fails, the connection stays. */
 static void refuse_no_plane(struct tw_srv_conn *c, uint64_t id, const char *op,
-                            const struct tw_path *p, const struct tw_tensor *t)
+                            const struct tw_path *p)
 {
-    char why[256] = "";
-    if (p->reason == TW_PATH_R_STAGED_NO_GPUDIRECT && t->gpu >= 0)
-        tw__srv_gdr_why_not(c, c->srv->store.gpu[t->gpu].ordinal, why, sizeof(why));
-    if (p->plane == TW_PATH_PLANE_NONE)
-        tw__conn_send_error(c, id, TW_WIRE_INTERNAL,
-                            "%s: no data plane left on this connection (%s)", op,
-                            tw__path_reason_str((enum tw_path_reason)p->reason));
-    else
-        tw__conn_send_error(c, id, TW_WIRE_DEVICE_UNAVAILABLE,
-                            "%s: this server's data planes cannot move GPU tensors yet (%s%s%s)",
-                            op, tw__path_reason_str((enum tw_path_reason)p->reason),
-                            why[0] ? ": " : "", why);
+    tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "%s: no data plane left on this connection (%s)",
+                        op, tw__path_reason_str((enum tw_path_reason)p->reason));
 }
 
 static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
@@ -221,10 +219,10 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
         return;
     }
     struct tw_path path = choose_path(c, TW_PATH_GET, m->u.tensor_request.flags, t);
-    log_path(c, id, "get", t->byte_length, m->u.tensor_request.flags, &path);
+    log_path(c, id, "get", t, m->u.tensor_request.flags, &path);
     if (!tw__dp_for_path(&path)) {
-        refuse_no_plane(c, id, "get", &path, t);
         tw__tensor_unref(t);
+        refuse_no_plane(c, id, "get", &path);
         return;
     }
     struct tw_xfer *x = tw__xfer_new(c, id, TW_XFER_GET, t, &path);
@@ -258,8 +256,7 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
  * or (a GPU) without room gets DEVICE_UNAVAILABLE naming the reason and the
  * devices served. Returns 1 when the put may go on.
  */
-static int device_ok(struct tw_srv_conn *c, uint64_t id, const struct tw_descriptor *d,
-                     uint32_t flags)
+static int device_ok(struct tw_srv_conn *c, uint64_t id, const struct tw_descriptor *d)
 {
     struct tw_srv *srv = c->srv;
     uint64_t free_bytes[TW_SRV_MAX_DEVICES];
@@ -287,22 +284,6 @@ static int device_ok(struct tw_srv_conn *c, uint64_t id, const struct tw_descrip
                             tw__srv_device_reason_str(v.reason), list);
         return 0;
     }
-    /* The store can hold GPU tensors, but the data planes cannot move bytes
-     * into device memory until staging is wired into them (issue #11):
-     * refuse cleanly rather than let a plane write to a device address.
-     * Only GPUDirect (an RDMA put into a GPU admitted on this connection's
-     * rail, issue #12) moves them already. */
-    if (v.dev.type == TW_DEVICE_CUDA &&
-        !((flags & TW_XFER_WANT_RDMA) && tw__srv_gdr_admits(c, v.dev.ordinal))) {
-        char why[256] = "the put did not ask for RDMA";
-        if (flags & TW_XFER_WANT_RDMA)
-            tw__srv_gdr_why_not(c, v.dev.ordinal, why, sizeof(why));
-        tw__conn_send_error(c, id, TW_WIRE_DEVICE_UNAVAILABLE,
-                            "put of '%s': device %s is served, but this server's data planes "
-                            "cannot move GPU tensors yet (devices: %s; GPUDirect: %s)",
-                            name, tag, list, why);
-        return 0;
-    }
     return 1;
 }
 
@@ -313,7 +294,7 @@ static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
     uint64_t id = m->hdr.request_id;
     struct tw_store *st = &c->srv->store;
     count_request(c);
-    if (!device_ok(c, id, d, m->u.tensor_put.flags))
+    if (!device_ok(c, id, d))
         return;
     struct tw_tensor *t = NULL;
     int rc = tw__store_alloc(st, d, &t);
@@ -334,10 +315,10 @@ static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
         return;
     }
     struct tw_path path = choose_path(c, TW_PATH_PUT, m->u.tensor_put.flags, t);
-    log_path(c, id, "put", d->byte_length, m->u.tensor_put.flags, &path);
+    log_path(c, id, "put", t, m->u.tensor_put.flags, &path);
     if (!tw__dp_for_path(&path)) {
-        refuse_no_plane(c, id, "put", &path, t);
         tw__tensor_unref(t); /* the unpublished version goes */
+        refuse_no_plane(c, id, "put", &path);
         return;
     }
     struct tw_xfer *x = tw__xfer_new(c, id, TW_XFER_PUT, t, &path);
@@ -528,6 +509,9 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"path_gdr_pull", srv->stats.path_gdr_pull},
         {"path_gdr_push", srv->stats.path_gdr_push},
         {"gpudirect_admitted", (uint64_t)srv->gdr_any},
+        {"staged_gets", srv->stats.staged_gets},
+        {"staged_puts", srv->stats.staged_puts},
+        {"staged_bytes", srv->stats.staged_bytes},
         {"tensors", srv->store.count},
         {"stored_bytes", srv->store.stored_bytes},
         {"reserved_bytes", srv->store.reserved},

@@ -152,6 +152,8 @@ struct tw_srv_stats {
     uint64_t bytes_out;
     uint64_t puts, gets;
     uint64_t input_pauses; /* times a connection stopped reading (backpressure) */
+    /* Transfers of GPU versions through host memory (xfer_staged.c). */
+    uint64_t staged_gets, staged_puts, staged_bytes;
     /* Transfers that moved all their bytes, by path (tw__path_format's
      * words): every transfer records its path here and in the log. */
     uint64_t path_inline, path_inline_staged, path_rdma_pull, path_rdma_push, path_rdma_staged,

@@ -115,10 +115,51 @@ static void cuda_devmem_free(int ordinal, void *p)
         cu->cuMemFree((CUdeviceptr)(uintptr_t)p);
 }
 
+static int cuda_devmem_copy(int ordinal, void *dst, const void *src, size_t len, int to_host,
+                            char *err, size_t errlen)
+{
+    const struct tw_cuda_api *cu;
+    int rc = tw__cuda_get(&cu, err, errlen);
+    if (rc == 0)
+        rc = tw__cuda_use_device(ordinal, err, errlen);
+    if (rc)
+        return rc;
+    CUresult r = to_host ? cu->cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, len)
+                         : cu->cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, len);
+    if (r != CUDA_SUCCESS) {
+        char buf[128];
+        if (err && errlen)
+            snprintf(err, errlen, "%s(%zu bytes) on cuda:%d: %s",
+                     to_host ? "cuMemcpyDtoH" : "cuMemcpyHtoD", len, ordinal,
+                     tw__cuda_strerror(r, buf, sizeof(buf)));
+        return tw__cuda_to_err(r);
+    }
+    return 0;
+}
+
+static int cuda_devmem_to_host(int ordinal, void *dst, const void *src, size_t len, char *err,
+                               size_t errlen)
+{
+    return cuda_devmem_copy(ordinal, dst, src, len, 1, err, errlen);
+}
+
+static int cuda_devmem_from_host(int ordinal, void *dst, const void *src, size_t len, char *err,
+                                 size_t errlen)
+{
+    return cuda_devmem_copy(ordinal, dst, src, len, 0, err, errlen);
+}
+
 const struct tw_store_devmem_ops tw__store_devmem_cuda = {
     .alloc = cuda_devmem_alloc,
     .free = cuda_devmem_free,
+    .to_host = cuda_devmem_to_host,
+    .from_host = cuda_devmem_from_host,
 };
+
+const struct tw_store_devmem_ops *tw__store_devmem(const struct tw_store *s)
+{
+    return s->devmem ? s->devmem : &tw__store_devmem_cuda;
+}
 
 static struct tw_store_gpu *find_gpu(const struct tw_store *s, int ordinal, int *index)
 {

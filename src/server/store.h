@@ -71,6 +71,11 @@ struct tw_tensor {
 struct tw_store_devmem_ops {
     int (*alloc)(int ordinal, size_t len, void **p, char *err, size_t errlen);
     void (*free)(int ordinal, void *p);
+    /* Synchronous copies between a version's device memory and host memory
+     * (the staging planes, xfer_staged.c): 0 or a negative code with the
+     * reason in err. NULL: GPU versions cannot be moved (staging refuses). */
+    int (*to_host)(int ordinal, void *dst, const void *src, size_t len, char *err, size_t errlen);
+    int (*from_host)(int ordinal, void *dst, const void *src, size_t len, char *err, size_t errlen);
 };
 extern const struct tw_store_devmem_ops tw__store_devmem_cuda;
 
@@ -156,6 +161,9 @@ int tw__store_delete(struct tw_store *s, const uint8_t *name, size_t len);
 int tw__store_list(struct tw_store *s, const uint8_t *prefix, size_t plen, struct tw_tensor ***out,
                    size_t *n);
 void tw__store_list_free(struct tw_tensor **list, size_t n);
+
+/* The device memory ops of s (its devmem, or CUDA's). */
+const struct tw_store_devmem_ops *tw__store_devmem(const struct tw_store *s);
 
 /* Bytes still available (UINT64_MAX when unlimited). */
 uint64_t tw__store_free_bytes(const struct tw_store *s);

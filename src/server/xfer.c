@@ -52,15 +52,12 @@ struct tw_xfer *tw__xfer_new(struct tw_srv_conn *c, uint64_t id, enum tw_xfer_di
 
 const struct tw_dp_ops *tw__dp_for_path(const struct tw_path *p)
 {
-    /* Host staging of GPU memory is issue 11's plane: its ops table goes
-     * here, and until then such a path has none. */
-    if (p->staging != TW_PATH_STAGING_NONE)
-        return NULL;
+    int staged = p->staging == TW_PATH_STAGING_HOST;
     switch (p->plane) {
     case TW_PATH_PLANE_INLINE:
-        return &tw__dp_inline_ops;
+        return staged ? tw__dp_inline_staged_ops : &tw__dp_inline_ops;
     case TW_PATH_PLANE_RDMA:
-        return &tw__dp_rdma_ops;
+        return staged ? tw__dp_rdma_staged_ops : &tw__dp_rdma_ops;
     default:
         return NULL;
     }
@@ -119,8 +116,21 @@ void tw__xfer_put_complete(struct tw_xfer *x)
     struct tw_tensor *t = x->t;
     uint64_t id = x->id;
     uint64_t ms = tw__loop_now(&c->srv->loop) - x->started_ms;
+    int crc_ok = !t->has_crc || x->crc == t->crc32c;
 
-    if (t->has_crc && x->crc != t->crc32c) {
+    if (crc_ok && x->ops->commit) {
+        char why[256], name[80];
+        int rc = x->ops->commit(x, &t, why, sizeof(why));
+        if (rc < 0) {
+            snprintf(name, sizeof(name), "%.64s", t->name);
+            tw__xfer_destroy(x);
+            tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "put of '%s': %s; nothing was stored",
+                                name, why);
+            tw__conn_maybe_finish(c);
+            return;
+        }
+    }
+    if (!crc_ok) {
         char name[80];
         snprintf(name, sizeof(name), "%.64s", t->name);
         uint32_t got = x->crc, want = t->crc32c;

@@ -20,6 +20,7 @@
 #ifndef TW_SERVER_XFER_H
 #define TW_SERVER_XFER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "net/loop.h"
@@ -57,6 +58,13 @@ struct tw_dp_ops {
     int (*data_end)(struct tw_xfer *x, const struct tw_msg *m);
     /* Any other frame of this request (RDMA_REGISTER, RDMA_READY, RDMA_DONE). */
     int (*on_msg)(struct tw_xfer *x, const struct tw_msg *m);
+    /* Optional: a PUT's bytes all arrived and their CRC matched; called
+     * before a version is published. Sets *publish to the version to
+     * publish instead of x->t (the staging planes copy their host version
+     * into the GPU version here and publish that; x keeps its references,
+     * release drops them). 0, or a negative code with the reason in err:
+     * the put fails with INTERNAL. */
+    int (*commit)(struct tw_xfer *x, struct tw_tensor **publish, char *err, size_t errlen);
     /* Releases data-plane resources (registrations); called by destroy. */
     void (*release)(struct tw_xfer *x);
 };
@@ -65,8 +73,12 @@ extern const struct tw_dp_ops tw__dp_inline_ops;
 /* RDMA_REGISTER / RDMA_READY / RDMA_DONE through src/fabric (xfer_rdma.c). */
 extern const struct tw_dp_ops tw__dp_rdma_ops;
 
-/* The ops table that implements p; NULL for TW_PATH_PLANE_NONE and for a
- * path that needs host staging (no plane does it yet). */
+/* A GPU version through host memory around the inline / RDMA plane
+ * (xfer_staged.c). */
+extern const struct tw_dp_ops *const tw__dp_inline_staged_ops;
+extern const struct tw_dp_ops *const tw__dp_rdma_staged_ops;
+
+/* The ops table that implements p; NULL for TW_PATH_PLANE_NONE. */
 const struct tw_dp_ops *tw__dp_for_path(const struct tw_path *p);
 
 struct tw_xfer {
@@ -74,6 +86,9 @@ struct tw_xfer {
     uint64_t id;
     enum tw_xfer_dir dir;
     struct tw_tensor *t;
+    /* Staging planes: the GPU version (the reference x->t would hold)
+     * while x->t is its host copy; NULL otherwise. */
+    struct tw_tensor *dev_t;
     const struct tw_dp_ops *ops;
     /* The path tw__path_decide chose (the handler sets it before start);
      * the plane records what the peer decided (a client's push get). */

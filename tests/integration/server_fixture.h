@@ -183,4 +183,30 @@ __attribute__((unused)) static void tw_test_write_file(char *path, size_t cap, c
     close(fd);
 }
 
+/* A connection to s with tw_test_client_options(); fails the test when it
+ * cannot connect. */
+static inline tw_client *tw_test_connect(const struct tw_test_server *s)
+{
+    tw_client *c = NULL;
+    char err[256];
+    struct tw_client_options o;
+    tw_test_client_options(&o);
+    int rc = tw_client_connect_error(s->addr, &o, &c, err, sizeof(err));
+    if (rc)
+        TW_FAIL("connect %s: %s: %s", s->addr, tw_strerror_name(rc), err);
+    return c;
+}
+
+/* Deterministic bytes (xorshift32) that differ with seed and position. */
+static inline void tw_test_fill(uint8_t *p, size_t n, uint32_t seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        p[i] = (uint8_t)x;
+    }
+}
+
 #endif

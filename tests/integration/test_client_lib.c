@@ -18,26 +18,10 @@ static struct tw_test_server srv;
 
 static tw_client *connect_default(void)
 {
-    tw_client *c = NULL;
-    char err[256];
-    struct tw_client_options o;
-    tw_test_client_options(&o);
-    int rc = tw_client_connect_error(srv.addr, &o, &c, err, sizeof(err));
-    if (rc)
-        TW_FAIL("connect %s: %s: %s", srv.addr, tw_strerror_name(rc), err);
-    return c;
+    return tw_test_connect(&srv);
 }
 
-static void fill(uint8_t *p, size_t n, uint32_t seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        p[i] = (uint8_t)x;
-    }
-}
+#define fill tw_test_fill
 
 static void test_every_dtype_round_trip(void)
 {

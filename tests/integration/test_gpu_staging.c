@@ -1,0 +1,250 @@
+/*
+ * GPU tensors end to end (issue 11) against a real tensorwired serving
+ * cpu and cuda:0: put and get between host and device memory in all four
+ * directions (client host/GPU x server cpu/cuda:0), byte-exact, at sizes
+ * 1 B, 4 KiB, 4 MiB +-1, odd sizes and 256 MiB (1 GiB and 4 GiB with
+ * TW_TEST_BIG=1); a batch of device blocks (40,960 x 32 KiB with
+ * TW_TEST_BIG=1, 4,096 otherwise); a device buffer freed and allocated
+ * again (same address when the driver gives it) between two gets; a range
+ * that leaves its GPU allocation (refused, the connection stays usable).
+ * Runs over inline and, through TW_TEST_FABRIC, RDMA tcp / shm. Public API
+ * only. Exits 77 (SKIPPED) without a CUDA driver or device.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "tensorwire/tensorwire.h"
+#include "integration/server_fixture.h"
+#include "tw_test.h"
+
+static struct tw_test_server srv;
+static int big;
+
+static tw_client *connect_default(void)
+{
+    return tw_test_connect(&srv);
+}
+
+/* Like tw_test_fill, a word at a time (GiB-sized buffers). */
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        memcpy(p + i, &x, 4);
+    }
+    for (; i < n; i++)
+        p[i] = (uint8_t)(x >> (8 * (i & 3)));
+}
+
+/* A device buffer holding n bytes of src (n >= 1). */
+static void *dev_from(const uint8_t *src, size_t n)
+{
+    void *d = NULL;
+    TW_ASSERT_OK(tw_device_alloc("cuda:0", n, &d));
+    TW_ASSERT_OK(tw_mem_copy(d, src, n));
+    return d;
+}
+
+/* The plane text must say staging exactly when GPU memory is on this side. */
+static void check_plane(tw_client *c, int client_gpu)
+{
+    const char *p = tw_client_data_plane(c);
+    const char *fabric = getenv("TW_TEST_FABRIC");
+    /* --rdma-min-bytes 0 on both sides: RDMA at every size when asked. */
+    const char *want = fabric && *fabric ? "rdma" : "inline";
+    if (strncmp(p, want, strlen(want)) != 0)
+        TW_FAIL("data plane '%s', expected %s (fabric: %s)", p, want, tw_client_fabric_status(c));
+    TW_ASSERT((strstr(p, "+ staging") != NULL) == client_gpu);
+}
+
+/* Put from {host, GPU} to server device tag, get back into {host, GPU}. */
+static void round_trip(tw_client *c, size_t n, const char *srv_dev, int put_gpu, int get_gpu)
+{
+    char name[96];
+    uint8_t *src = malloc(n), *back = malloc(n + 1);
+    TW_ASSERT(src && back);
+    fill(src, n, (uint32_t)(n * 7 + put_gpu * 3 + get_gpu));
+    snprintf(name, sizeof(name), "gpu/%zu/%s/%d%d", n, srv_dev, put_gpu, get_gpu);
+    struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {n}}, got;
+    snprintf(d.device_tag, sizeof(d.device_tag), "%s", srv_dev);
+    void *dsrc = put_gpu ? dev_from(src, n) : NULL;
+    int rc = tw_put(c, name, &d, put_gpu ? dsrc : src, n);
+    if (rc)
+        TW_FAIL("put %s: %s: %s", name, tw_strerror_name(rc), tw_client_last_error_message(c));
+    check_plane(c, put_gpu);
+    tw_device_free(dsrc);
+    memset(back, 0, n + 1);
+    if (get_gpu) {
+        void *ddst = NULL;
+        TW_ASSERT_OK(tw_device_alloc("cuda:0", n, &ddst));
+        TW_ASSERT_OK(tw_mem_copy(ddst, back, n)); /* zeros */
+        rc = tw_get(c, name, ddst, n, &got);
+        if (rc)
+            TW_FAIL("get %s: %s: %s", name, tw_strerror_name(rc), tw_client_last_error_message(c));
+        check_plane(c, 1);
+        TW_ASSERT_OK(tw_mem_copy(back, ddst, n));
+        tw_device_free(ddst);
+    } else {
+        rc = tw_get(c, name, back, n + 1, &got);
+        if (rc)
+            TW_FAIL("get %s: %s: %s", name, tw_strerror_name(rc), tw_client_last_error_message(c));
+        check_plane(c, 0);
+    }
+    TW_ASSERT_EQ_U64(got.byte_length, n);
+    TW_ASSERT_STR_EQ(got.device_tag, srv_dev);
+    TW_ASSERT_MEM_EQ(back, src, n);
+    TW_ASSERT_OK(tw_delete(c, name));
+    free(src);
+    free(back);
+}
+
+static void test_four_directions(void)
+{
+    tw_client *c = connect_default();
+    const size_t chunk = (size_t)4 << 20;
+    size_t sizes[] = {1, 4096, 12345, chunk - 1, chunk, chunk + 1, 3 * chunk + 777, 256u << 20};
+    const char *devs[] = {"cpu", "cuda:0"};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        for (int s = 0; s < 2; s++)
+            for (int pg = 0; pg < 2; pg++)
+                for (int gg = 0; gg < 2; gg++)
+                    round_trip(c, sizes[i], devs[s], pg, gg);
+    if (big) {
+        round_trip(c, (size_t)1 << 30, "cuda:0", 1, 1);
+        round_trip(c, (size_t)1 << 30, "cpu", 1, 0);
+        round_trip(c, (size_t)1 << 30, "cuda:0", 0, 1);
+        round_trip(c, ((size_t)4 << 30) + 5, "cuda:0", 1, 1);
+    }
+    tw_close(c);
+}
+
+/* Many small device blocks in one batch, as a KV cache moves them: every
+ * item is a slice of one device allocation. */
+static void test_device_batch(void)
+{
+    tw_client *c = connect_default();
+    const size_t blk = 32u << 10, n = big ? 40960 : 4096;
+    uint8_t *host = malloc(blk * n), *back = malloc(blk * n);
+    struct tw_batch_item *items = calloc(n, sizeof(*items));
+    char(*names)[48] = calloc(n, sizeof(*names));
+    TW_ASSERT(host && back && items && names);
+    fill(host, blk * n, 99);
+    uint8_t *dsrc = dev_from(host, blk * n), *ddst = NULL;
+    for (size_t i = 0; i < n; i++) {
+        snprintf(names[i], sizeof(names[i]), "kv/%zu", i);
+        items[i].name = names[i];
+        items[i].desc = (struct tw_tensor_desc){.dtype = TW_U8, .ndim = 1, .shape = {blk}};
+        snprintf(items[i].desc.device_tag, sizeof(items[i].desc.device_tag), "cuda:0");
+        items[i].buf = dsrc + i * blk;
+        items[i].len = blk;
+    }
+    uint64_t t0 = tw_test_now_ns();
+    int rc = tw_batch_put(c, items, n);
+    if (rc)
+        TW_FAIL("batch put: %s: %s", tw_strerror_name(rc), tw_client_last_error_message(c));
+    uint64_t t1 = tw_test_now_ns();
+    TW_ASSERT_OK(tw_device_alloc("cuda:0", blk * n, (void **)&ddst));
+    for (size_t i = 0; i < n; i++) {
+        items[i].buf = ddst + i * blk;
+        items[i].status = 1;
+    }
+    rc = tw_batch_get(c, items, n);
+    if (rc)
+        TW_FAIL("batch get: %s: %s", tw_strerror_name(rc), tw_client_last_error_message(c));
+    uint64_t t2 = tw_test_now_ns();
+    for (size_t i = 0; i < n; i++)
+        TW_ASSERT_EQ(items[i].status, 0);
+    TW_ASSERT_OK(tw_mem_copy(back, ddst, blk * n));
+    TW_ASSERT_MEM_EQ(back, host, blk * n);
+    fprintf(stderr, "  batch of %zu x %zu B device blocks (%s): put %.3f s, get %.3f s\n", n, blk,
+            tw_client_data_plane(c), (double)(t1 - t0) / 1e9, (double)(t2 - t1) / 1e9);
+    for (size_t i = 0; i < n; i++)
+        TW_ASSERT_OK(tw_delete(c, names[i]));
+    tw_device_free(dsrc);
+    tw_device_free(ddst);
+    free(host);
+    free(back);
+    free(items);
+    free(names);
+    tw_close(c);
+}
+
+/* A device buffer freed and allocated again between two gets: the second
+ * get must land in the new allocation (no stale registration or mapping). */
+static void test_realloc_same_address(void)
+{
+    tw_client *c = connect_default();
+    const size_t n = 8u << 20;
+    uint8_t *a = malloc(n), *b = malloc(n), *back = malloc(n);
+    struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {n}};
+    fill(a, n, 1);
+    fill(b, n, 2);
+    TW_ASSERT_OK(tw_put(c, "re/a", &d, a, n));
+    TW_ASSERT_OK(tw_put(c, "re/b", &d, b, n));
+    void *d1 = NULL, *d2 = NULL;
+    TW_ASSERT_OK(tw_device_alloc("cuda:0", n, &d1));
+    TW_ASSERT_OK(tw_get(c, "re/a", d1, n, NULL));
+    TW_ASSERT_OK(tw_mem_copy(back, d1, n));
+    TW_ASSERT_MEM_EQ(back, a, n);
+    tw_device_free(d1);
+    TW_ASSERT_OK(tw_device_alloc("cuda:0", n, &d2));
+    fprintf(stderr, "  reallocation %s the address\n", d1 == d2 ? "reused" : "did not reuse");
+    TW_ASSERT_OK(tw_get(c, "re/b", d2, n, NULL));
+    TW_ASSERT_OK(tw_mem_copy(back, d2, n));
+    TW_ASSERT_MEM_EQ(back, b, n);
+    tw_device_free(d2);
+    TW_ASSERT_OK(tw_delete(c, "re/a"));
+    TW_ASSERT_OK(tw_delete(c, "re/b"));
+    free(a);
+    free(b);
+    free(back);
+    tw_close(c);
+}
+
+/* A range that leaves its GPU allocation is refused before anything is
+ * sent; the connection stays usable. */
+static void test_range_leaves_allocation(void)
+{
+    tw_client *c = connect_default();
+    const size_t n = 1u << 20;
+    uint8_t *h = malloc(2 * n);
+    fill(h, 2 * n, 5);
+    void *dv = dev_from(h, n);
+    struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {2 * n}};
+    TW_ASSERT_ERR(tw_put(c, "bad/span", &d, dv, 2 * n), TW_EINVAL);
+    fprintf(stderr, "  span: %s\n", tw_client_last_error_message(c));
+    TW_ASSERT(tw_client_is_connected(c));
+    TW_ASSERT_ERR(tw_stat(c, "bad/span", NULL), TW_ENOTFOUND);
+    d.shape[0] = n;
+    TW_ASSERT_OK(tw_put(c, "ok/after", &d, dv, n));
+    TW_ASSERT_OK(tw_delete(c, "ok/after"));
+    tw_device_free(dv);
+    free(h);
+    tw_close(c);
+}
+
+int main(void)
+{
+    void *probe = NULL;
+    int rc = tw_device_alloc("cuda:0", 1, &probe);
+    if (rc)
+        TW_SKIP("no CUDA device here: %s", tw_strerror_name(rc));
+    tw_device_free(probe);
+    const char *b = getenv("TW_TEST_BIG");
+    big = b && *b == '1';
+    const char *args[] = {"--devices", "cpu,cuda:0", NULL};
+    tw_test_server_start(&srv, args);
+    fprintf(stderr, "server at %s (%s)\n", srv.addr,
+            getenv("TW_TEST_FABRIC") ? getenv("TW_TEST_FABRIC") : "inline");
+    TW_RUN(test_four_directions);
+    TW_RUN(test_device_batch);
+    TW_RUN(test_realloc_same_address);
+    TW_RUN(test_range_leaves_allocation);
+    tw_test_server_stop(&srv);
+    TW_DONE();
+}
