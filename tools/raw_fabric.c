@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -78,7 +79,7 @@ static void ep_close(struct raw_ep *e)
 
 /* shm_name: NULL for network providers, else a name unique in the host. */
 static int ep_open(struct raw_ep *e, const char *prov, const char *shm_name, void *buf, size_t len,
-                   uint64_t access, char *err, size_t cap)
+                   uint64_t access, int cuda_device, int hmem, char *err, size_t cap)
 {
     struct fi_info *hints = fi_allocinfo();
     int rc;
@@ -90,6 +91,10 @@ static int ep_open(struct raw_ep *e, const char *prov, const char *shm_name, voi
     hints->domain_attr->mr_mode =
         FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
     hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE; /* same semantics as the plane */
+    if (cuda_device >= 0 || hmem) {
+        hints->caps |= FI_HMEM;
+        hints->domain_attr->mr_mode |= FI_MR_HMEM;
+    }
     hints->fabric_attr->prov_name = strdup(prov);
     rc = fi_getinfo(FI_VERSION(1, 17), shm_name ? NULL : "127.0.0.1", NULL,
                     shm_name ? 0 : FI_SOURCE, hints, &e->info);
@@ -113,8 +118,16 @@ static int ep_open(struct raw_ep *e, const char *prov, const char *shm_name, voi
         (step = "fi_endpoint", rc = fi_endpoint(e->domain, e->info, &e->ep, NULL)) ||
         (step = "fi_ep_bind", rc = fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV)) ||
         (step = "fi_ep_bind", rc = fi_ep_bind(e->ep, &e->av->fid, 0)) ||
-        (step = "fi_enable", rc = fi_enable(e->ep)) ||
-        (step = "fi_mr_reg", rc = fi_mr_reg(e->domain, buf, len, access, 0, 0, 0, &e->mr, NULL)))
+        (step = "fi_enable", rc = fi_enable(e->ep)))
+        goto out_close;
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct fi_mr_attr ma = {.mr_iov = &iov,
+                            .iov_count = 1,
+                            .access = access,
+                            .iface = cuda_device >= 0 ? FI_HMEM_CUDA : FI_HMEM_SYSTEM};
+    if (cuda_device >= 0)
+        ma.device.cuda = cuda_device;
+    if ((step = "fi_mr_regattr", rc = fi_mr_regattr(e->domain, &ma, 0, &e->mr)))
         goto out_close;
     if (e->info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
         if ((step = "fi_mr_bind", rc = fi_mr_bind(e->mr, &e->ep->fid, 0)) ||
@@ -146,6 +159,12 @@ int tw_raw_fabric_set_target(struct tw_raw_fabric *r, const struct tw_raw_fabric
 int tw_raw_fabric_open(const char *prov, void *buf, size_t len, void *target_buf,
                        struct tw_raw_fabric **out, char *err, size_t cap)
 {
+    return tw_raw_fabric_open_cuda(prov, buf, -1, len, target_buf, -1, out, err, cap);
+}
+
+int tw_raw_fabric_open_cuda(const char *prov, void *buf, int buf_cuda, size_t len, void *target_buf,
+                            int target_cuda, struct tw_raw_fabric **out, char *err, size_t cap)
+{
     struct tw_raw_fabric *r = calloc(1, sizeof(*r));
     char name[2][64];
     int is_shm = strncmp(prov, "shm", 3) == 0, rc;
@@ -157,7 +176,8 @@ int tw_raw_fabric_open(const char *prov, void *buf, size_t len, void *target_buf
     /* shm endpoints of one host need distinct names. */
     snprintf(name[0], sizeof(name[0]), "fi_shm://twraw_%d_%p_i", (int)getpid(), (void *)r);
     snprintf(name[1], sizeof(name[1]), "fi_shm://twraw_%d_%p_t", (int)getpid(), (void *)r);
-    rc = ep_open(&r->init, prov, is_shm ? name[0] : NULL, buf, len, FI_READ | FI_WRITE, err, cap);
+    rc = ep_open(&r->init, prov, is_shm ? name[0] : NULL, buf, len, FI_READ | FI_WRITE, buf_cuda,
+                 target_cuda >= 0, err, cap);
     if (rc)
         goto out_free;
     snprintf(r->prov, sizeof(r->prov), "%s", r->init.info->fabric_attr->prov_name);
@@ -165,7 +185,7 @@ int tw_raw_fabric_open(const char *prov, void *buf, size_t len, void *target_buf
         uint8_t addr[256];
         size_t alen = sizeof(addr);
         rc = ep_open(&r->tgt, prov, is_shm ? name[1] : NULL, target_buf, len,
-                     FI_REMOTE_READ | FI_REMOTE_WRITE, err, cap);
+                     FI_REMOTE_READ | FI_REMOTE_WRITE, target_cuda, target_cuda >= 0, err, cap);
         if (rc)
             goto out_close_init;
         if ((rc = fi_getname(&r->tgt.ep->fid, addr, &alen)) != 0) {

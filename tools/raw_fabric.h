@@ -37,6 +37,11 @@ struct tw_raw_fabric_target {
  */
 int tw_raw_fabric_open(const char *prov, void *buf, size_t len, void *target_buf,
                        struct tw_raw_fabric **out, char *err, size_t cap);
+/* The same where buf and/or target_buf are CUDA device memory of the
+ * ordinals buf_cuda / target_cuda (-1: host memory): FI_HMEM endpoints,
+ * fi_mr_regattr with FI_HMEM_CUDA. */
+int tw_raw_fabric_open_cuda(const char *prov, void *buf, int buf_cuda, size_t len, void *target_buf,
+                            int target_cuda, struct tw_raw_fabric **out, char *err, size_t cap);
 /* Points the loop at an external target instead. 0 or negative. */
 int tw_raw_fabric_set_target(struct tw_raw_fabric *r, const struct tw_raw_fabric_target *t);
 /* The provider libfabric actually opened ("tcp;ofi_rxm"). Valid as long as r. */

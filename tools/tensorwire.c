@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -28,7 +29,9 @@
 static const char usage_main[] =
     "usage: tensorwire [-s HOST:PORT] [--token-file PATH] [--timeout MS] [--checksum]\n"
     "                  [--fabric auto|none|PROV] [--push auto|always|never]\n"
-    "                  [--rdma-min-bytes SIZE] [--connect-timeout MS] [-q] COMMAND [ARGS]\n"
+    "                  [--rdma-min-bytes SIZE] [--connect-timeout MS] [-q]\n"
+    "                  [--gpudirect auto|off|require]\n"
+    "                  [--gpudirect-max-distance PIX|PXB|PHB|NODE|SYS] COMMAND [ARGS]\n"
     "\n"
     "Commands:\n"
     "  put NAME FILE     store a .npy file (dtype and C-order shape from its header),\n"
@@ -61,6 +64,10 @@ static const char usage_main[] =
     "  --rdma-min-bytes SIZE   with RDMA, puts smaller than SIZE go inline (default\n"
     "                          1Mi, 0 = rdma at every size); the server applies its\n"
     "                          own --rdma-min-bytes to gets and puts\n"
+    "  --gpudirect auto|off|require  GPUDirect RDMA for GPU memory here: where\n"
+    "                          admitted (auto), never, or refuse to connect unless\n"
+    "                          a GPU is admitted on the provider (tensorwire doctor)\n"
+    "  --gpudirect-max-distance D  farthest GPU-NIC PCIe path admitted (default PXB)\n"
     "  -q, --quiet             no progress line and no notes on stderr\n"
     "  --version               version and protocol version\n"
     "  -h, --help              this text; COMMAND --help for each command\n"
@@ -982,7 +989,8 @@ int main(int argc, char **argv)
     const char *env = getenv("TENSORWIRE_SERVER");
     const char *o_server = NULL, *o_token = NULL, *o_timeout = NULL, *o_connect = NULL,
                *o_checksum = NULL, *o_fabric = NULL, *o_push = NULL, *o_rdma_min = NULL,
-               *o_quiet = NULL, *o_insecure = NULL, *o_version = NULL, *o_help = NULL;
+               *o_quiet = NULL, *o_insecure = NULL, *o_version = NULL, *o_help = NULL,
+               *o_gdr = NULL, *o_gdr_dist = NULL;
     const struct opt_spec specs[] = {{"server", 's', 1, &o_server},
                                      {"token-file", 0, 1, &o_token},
                                      {"timeout", 0, 1, &o_timeout},
@@ -991,6 +999,8 @@ int main(int argc, char **argv)
                                      {"fabric", 0, 1, &o_fabric},
                                      {"push", 0, 1, &o_push},
                                      {"rdma-min-bytes", 0, 1, &o_rdma_min},
+                                     {"gpudirect", 0, 1, &o_gdr},
+                                     {"gpudirect-max-distance", 0, 1, &o_gdr_dist},
                                      {"quiet", 'q', 0, &o_quiet},
                                      {"allow-insecure-token-file", 0, 0, &o_insecure},
                                      {"version", 0, 0, &o_version},
@@ -1048,6 +1058,27 @@ int main(int argc, char **argv)
     if (o_rdma_min && tw_parse_size(o_rdma_min, &cli.opts.rdma_min_bytes))
         return tw_cli_bad_value(NULL, "--rdma-min-bytes", o_rdma_min,
                                 "a size (e.g. 0, 65536, 256Ki, 1Mi)");
+    if (o_gdr) {
+        static const char *const modes[] = {"auto", "off", "require"};
+        int m = -1;
+        for (int k = 0; k < 3; k++)
+            if (strcmp(o_gdr, modes[k]) == 0)
+                m = k; /* enum tw_gpudirect_mode's values */
+        if (m < 0)
+            return tw_cli_bad_value(NULL, "--gpudirect", o_gdr, "auto, off or require");
+        cli.opts.gpudirect = m;
+    }
+    if (o_gdr_dist) {
+        static const char *const dists[] = {"PIX", "PXB", "PHB", "NODE", "SYS"};
+        int d = 0;
+        for (int k = 0; k < 5; k++)
+            if (strcasecmp(o_gdr_dist, dists[k]) == 0)
+                d = k + 1; /* tw_client_options.gpudirect_max_distance */
+        if (!d)
+            return tw_cli_bad_value(NULL, "--gpudirect-max-distance", o_gdr_dist,
+                                    "PIX, PXB, PHB, NODE or SYS");
+        cli.opts.gpudirect_max_distance = d;
+    }
     cli.quiet = o_quiet != NULL;
     cli.progress = !cli.quiet && isatty(STDERR_FILENO);
     if (i >= argc) {

@@ -46,3 +46,13 @@ target_link_libraries(bench_kv PRIVATE tensorwire)
 # against a running tensorwired (bench/soak.sh starts one).
 tw_add_bench(bench_soak ${CMAKE_SOURCE_DIR}/bench/bench_soak.c)
 target_link_libraries(bench_soak PRIVATE tw_core)
+
+# GPUDirect admission: a cached verdict lookup vs deciding from facts.
+tw_add_bench(bench_gdr_lookup ${CMAKE_SOURCE_DIR}/bench/bench_gdr_lookup.c)
+target_link_libraries(bench_gdr_lookup PRIVATE tw_core)
+
+# GPUDirect put/get of a server tensor on a GPU vs a raw libfabric RMA loop
+# on CUDA memory (same provider and size).
+tw_add_bench(bench_gdr ${CMAKE_SOURCE_DIR}/bench/bench_gdr.c ${CMAKE_SOURCE_DIR}/tools/raw_fabric.c)
+target_include_directories(bench_gdr PRIVATE ${CMAKE_SOURCE_DIR})
+target_link_libraries(bench_gdr PRIVATE tw_core)

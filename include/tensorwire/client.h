@@ -177,7 +177,19 @@ struct tw_client_options {
      * write. Default 0: such a file fails the connect with -EACCES and a
      * message giving the 'chmod 600' fix. */
     int allow_insecure_token_file;
+    /* enum tw_gpudirect_mode: GPUDirect RDMA into and out of this process's
+     * GPU memory (docs/gpudirect.md). Default TW_GPUDIRECT_AUTO: used where
+     * admitted (`tensorwire doctor` says why not). TW_GPUDIRECT_REQUIRE:
+     * tw_client_connect fails with TW_EDEVICE, naming the failing
+     * predicate, unless a GPU here is admitted on the connection's
+     * provider (this gathers the GPU facts at connect time). */
+    int gpudirect;
+    /* The farthest GPU-NIC PCIe path admitted for NIC-backed providers:
+     * 1 PIX, 2 PXB, 3 PHB, 4 NODE, 5 SYS; 0 (default) is PXB. */
+    int gpudirect_max_distance;
 };
+
+enum tw_gpudirect_mode { TW_GPUDIRECT_AUTO = 0, TW_GPUDIRECT_OFF = 1, TW_GPUDIRECT_REQUIRE = 2 };
 
 /* TW_PUSH_AUTO: push only into GPU destinations admitted for GPUDirect
  * (none yet: host buffers are pulled); TW_PUSH_ALWAYS: let the server write

@@ -76,6 +76,7 @@ int tw_tensor_desc_bytes(const struct tw_tensor_desc *desc, uint64_t *out)
 
 static void client_free(struct tw_client *c)
 {
+    tw__client_gdr_free(c);
     tw__client_rdma_close(c);
     tw__client_stage_free(c);
     if (c->fd >= 0)
@@ -265,6 +266,7 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
     tw__token_clear(&token);
     c->push_policy = o.push;
     c->rdma_min_bytes = o.rdma_min_bytes;
+    c->gdr_mode = o.gpudirect; /* the plane asks for FI_HMEM unless off */
     if (!c->want_rdma) {
         c->fabric = TW__FABRIC_NOT_REQUESTED;
     } else if (!(c->sm.caps & TW_CAP_RDMA_DATA_PLANE)) {
@@ -274,6 +276,9 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
         if (rc)
             goto out_free_client;
     }
+    rc = tw__client_gdr_setup(c, &o);
+    if (rc)
+        goto out_free_client;
     c->errmsg[0] = '\0';
     *out = c;
     return 0;

@@ -206,6 +206,12 @@ struct tw_client {
     /* Memory kinds that classify buffers, indexed by enum tw_memkind; NULL
      * entries are the built-in ones (tests put a fake CUDA kind here). */
     const struct tw_memkind_ops *memkinds[TW_MEMKIND_MAX];
+    /* GPUDirect (gdr_client.c): the options, and the verdict table of this
+     * process's GPUs on fpeer's provider, built on first use (NULL before). */
+    int gdr_mode;         /* enum tw_gpudirect_mode */
+    int gdr_max_distance; /* enum tw_pcie_dist */
+    struct tw_gdr_table *gdr;
+    int gdr_row; /* fpeer's provider in gdr, -1 when none */
 };
 
 /* --- dp_staging.c ------------------------------------------------------ */
@@ -280,6 +286,16 @@ void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int statu
  * c->fabric and c->fabric_detail; only a connection failure is returned
  * (negative). */
 int tw__client_rdma_setup(struct tw_client *c, const char *provider, int timeout_ms);
+
+struct tw_gdr_table;
+
+/* --- gdr_client.c --------------------------------------------------------- */
+
+/* After tw__client_rdma_setup: takes the gpudirect options; with require,
+ * fails (TW_EDEVICE, the failing predicate in c->errmsg) unless a GPU of
+ * this process is admitted on the accepted endpoint's provider. */
+int tw__client_gdr_setup(struct tw_client *c, const struct tw_client_options *o);
+void tw__client_gdr_free(struct tw_client *c);
 /* Closes the plane (tw_close). */
 void tw__client_rdma_close(struct tw_client *c);
 

@@ -26,7 +26,10 @@
     X(socket_buffer_bytes)                                                                         \
     X(fabric)                                                                                      \
     X(push)                                                                                        \
-    X(rdma_min_bytes)
+    X(rdma_min_bytes)                                                                              \
+    X(allow_insecure_token_file)                                                                   \
+    X(gpudirect)                                                                                   \
+    X(gpudirect_max_distance)
 
 static void set_defaults(struct tw_client_options *o)
 {

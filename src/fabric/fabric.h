@@ -328,6 +328,27 @@ int tw__fabric_mr_register_rail(struct tw_fabric *fab, unsigned rail, void *addr
                                 unsigned access, enum tw_fabric_iface iface, int device,
                                 struct tw_fabric_mr **mr);
 
+/* A CUDA range named by a dma-buf (cuMemGetHandleForAddressRange): the fd
+ * (borrowed: the caller closes it after the registration) and the offset of
+ * the registered address inside it. */
+struct tw_fabric_dmabuf {
+    int fd;
+    uint64_t offset;
+};
+
+/* 1 when this build's libfabric headers have FI_MR_DMABUF (1.20 or newer);
+ * Debian 12's 1.17 has not, and then the call below fails with -ENOTSUP. */
+int tw__fabric_dmabuf_built(void);
+
+/* Like tw__fabric_mr_register_rail() for len bytes of CUDA device `device`
+ * memory at addr, named by the dma-buf db (fi_mr_regattr with FI_MR_DMABUF:
+ * the provider imports the buffer instead of resolving a pointer). The
+ * plane must be opened with hmem. Returns 0 or a negative code (-ENOTSUP
+ * without FI_MR_DMABUF at build time; the provider's code when it refuses). */
+int tw__fabric_mr_register_dmabuf_rail(struct tw_fabric *fab, unsigned rail, void *addr, size_t len,
+                                       unsigned access, int device,
+                                       const struct tw_fabric_dmabuf *db, struct tw_fabric_mr **mr);
+
 /* Rail slots in use (usable and retired rails): valid rail indexes are
  * 0 .. this - 1. */
 unsigned tw__fabric_rail_slots(struct tw_fabric *fab);

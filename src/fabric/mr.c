@@ -60,12 +60,50 @@ int tw__fabric_mr_register_rail(struct tw_fabric *fab, unsigned rail, void *addr
     return tw__fabric_mr_register_on(&fab->rails[rail], addr, len, access, iface, device, out);
 }
 
+int tw__fabric_dmabuf_built(void)
+{
+#ifdef FI_MR_DMABUF
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+static int register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigned access,
+                       enum tw_fabric_iface iface, int device, const struct tw_fabric_dmabuf *db,
+                       struct tw_fabric_mr **out);
+
 int tw__fabric_mr_register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigned access,
                               enum tw_fabric_iface iface, int device, struct tw_fabric_mr **out)
+{
+    return register_on(r, addr, len, access, iface, device, NULL, out);
+}
+
+int tw__fabric_mr_register_dmabuf_rail(struct tw_fabric *fab, unsigned rail, void *addr, size_t len,
+                                       unsigned access, int device,
+                                       const struct tw_fabric_dmabuf *db, struct tw_fabric_mr **out)
+{
+    unsigned slots = tw__fabric_rail_slots(fab);
+    if (rail >= slots)
+        return tw__fabric_fail(fab, TW_EINVAL, "rail %u out of range (%u rails)", rail, slots);
+    if (!db || db->fd < 0 || len == 0)
+        return tw__fabric_fail(fab, TW_EINVAL, "dma-buf registration needs an fd and a length");
+    return register_on(&fab->rails[rail], addr, len, access, TW_FABRIC_CUDA, device, db, out);
+}
+
+static int register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigned access,
+                       enum tw_fabric_iface iface, int device, const struct tw_fabric_dmabuf *db,
+                       struct tw_fabric_mr **out)
 {
     struct tw_fabric *fab = r->fab;
     int ret;
 
+#ifndef FI_MR_DMABUF
+    if (db)
+        return tw__fabric_fail(fab, -ENOTSUP,
+                               "dma-buf registration: this build's libfabric headers have no "
+                               "FI_MR_DMABUF (1.20 or newer needed)");
+#endif
     if (access == 0 || (access & ~ACCESS_KNOWN))
         return tw__fabric_fail(fab, TW_EINVAL, "registration access 0x%x invalid", access);
     if (iface != TW_FABRIC_HOST && iface != TW_FABRIC_CUDA)
@@ -113,16 +151,30 @@ int tw__fabric_mr_register_on(struct tw_fabric_rail *r, void *addr, size_t len, 
         };
         if (iface == TW_FABRIC_CUDA)
             attr.device.cuda = device;
+        uint64_t flags = 0;
+        /* The dma-buf branch (libfabric 1.20+ headers): the memory is named
+         * by a dma-buf fd and an offset in it instead of a pointer; the
+         * provider imports it (FI_MR_DMABUF). */
+#ifdef FI_MR_DMABUF
+        struct fi_mr_dmabuf dmb;
+        if (db) {
+            dmb = (struct fi_mr_dmabuf){
+                .fd = db->fd, .offset = db->offset, .len = len, .base_addr = addr};
+            attr.dmabuf = &dmb;
+            flags = FI_MR_DMABUF;
+        }
+#endif
         ret = tw__fabric_io_lock(r);
         if (ret) {
             tw__fabric_fail(fab, ret, "%s rail wedged: %s", r->addr.provider, r->retire_why);
             goto out_free_mr;
         }
-        ret = fi_mr_regattr(r->domain, &attr, 0, &m->mr);
+        ret = fi_mr_regattr(r->domain, &attr, flags, &m->mr);
         if (ret) {
             tw__fabric_io_unlock(r);
-            tw__fabric_fail(fab, ret, "%s: fi_mr_regattr(%zu bytes, access 0x%x): %s",
-                            r->addr.provider, len, access, fi_strerror(-ret));
+            tw__fabric_fail(fab, ret, "%s: fi_mr_regattr(%zu bytes, access 0x%x%s): %s",
+                            r->addr.provider, len, access, flags ? ", FI_MR_DMABUF" : "",
+                            fi_strerror(-ret));
             goto out_free_mr;
         }
         if (r->mr_mode & FI_MR_ENDPOINT) {

@@ -112,3 +112,35 @@ int tw__fabric_probe_cuda_mr(const char *provider, int device, uintptr_t dev_ptr
     snprintf(detail, detail_len, "registered %zu bytes of cuda:%d", len, device);
     return 1;
 }
+
+int tw__fabric_probe_dmabuf_mr(const char *provider, int device, uintptr_t dev_ptr, size_t len,
+                               int fd, uint64_t offset, char *detail, size_t detail_len)
+{
+    struct tw_fabric_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.provider = provider;
+    cfg.hmem = 1;
+    struct tw_fabric *fab = NULL;
+    char why[TW_FABRIC_ERRMSG_LEN];
+    int rc = tw__fabric_open(&cfg, &fab, why, sizeof(why));
+    if (rc < 0) {
+        snprintf(detail, detail_len, "%s", why);
+        return rc;
+    }
+    struct tw_fabric_dmabuf db = {.fd = fd, .offset = offset};
+    struct tw_fabric_mr *mr = NULL;
+    rc = tw__fabric_mr_register_dmabuf_rail(fab, 0, (void *)dev_ptr, len,
+                                            TW_FABRIC_REMOTE_READ | TW_FABRIC_REMOTE_WRITE |
+                                                TW_FABRIC_LOCAL_READ | TW_FABRIC_LOCAL_WRITE,
+                                            device, &db, &mr);
+    if (rc < 0) {
+        snprintf(detail, detail_len, "dma-buf registration refused: %s", tw__fabric_errmsg(fab));
+        tw__fabric_close(fab);
+        return 0;
+    }
+    tw__fabric_mr_deregister(mr);
+    tw__fabric_close(fab);
+    snprintf(detail, detail_len, "registered %zu bytes of cuda:%d through a dma-buf fd", len,
+             device);
+    return 1;
+}

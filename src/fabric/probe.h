@@ -45,4 +45,15 @@ int tw__fabric_list_providers(struct tw_fabric_prov_desc *out, size_t cap, char 
 int tw__fabric_probe_cuda_mr(const char *provider, int device, uintptr_t dev_ptr, size_t len,
                              char *detail, size_t detail_len);
 
+/*
+ * Opens `provider` with FI_HMEM and registers the CUDA range [dev_ptr,
+ * dev_ptr+len) of `device` through the dma-buf fd (offset inside it) with
+ * FI_MR_DMABUF. Returns 1 when the provider accepted it, 0 when it opened
+ * but refused (why in detail, e.g. "this build's libfabric headers have no
+ * FI_MR_DMABUF" or the provider's error), negative when it cannot open.
+ * The fd stays the caller's.
+ */
+int tw__fabric_probe_dmabuf_mr(const char *provider, int device, uintptr_t dev_ptr, size_t len,
+                               int fd, uint64_t offset, char *detail, size_t detail_len);
+
 #endif

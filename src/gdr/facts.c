@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fabric/fabric.h"
 #include "fabric/fi_api.h"
 #include "gdr/nics.h"
 #include "gdr/sysfs.h"
@@ -89,6 +90,36 @@ static CUdeviceptr probe_buffer(const struct tw_cuda_api *cu, struct tw_gdr_gpu_
     return p;
 }
 
+/* The dma-buf registration path of a provider that registers CUDA memory
+ * by pointer: export the probe buffer and register the fd (FI_MR_DMABUF,
+ * compiled only against libfabric 1.20+ headers). */
+static void probe_dmabuf(const struct tw_cuda_api *cu, const struct tw_gdr_gpu_facts *g,
+                         CUdeviceptr buf, struct tw_gdr_provider_facts *f)
+{
+    if (!tw__fabric_dmabuf_built()) {
+        snprintf(f->dmabuf_detail, sizeof(f->dmabuf_detail),
+                 "not built: this build's libfabric headers have no FI_MR_DMABUF (1.20+)");
+        return;
+    }
+    if (g->dmabuf_export != 1) {
+        snprintf(f->dmabuf_detail, sizeof(f->dmabuf_detail), "the GPU exported no dma-buf");
+        return;
+    }
+    int fd = -1;
+    if (tw__cuda_use_device(g->ordinal, NULL, 0) < 0 ||
+        cu->cuMemGetHandleForAddressRange(&fd, buf, PROBE_BYTES,
+                                          CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0) != CUDA_SUCCESS ||
+        fd < 0) {
+        snprintf(f->dmabuf_detail, sizeof(f->dmabuf_detail), "dma-buf export failed");
+        f->dmabuf_mr = 0;
+        return;
+    }
+    int rc = tw__fabric_probe_dmabuf_mr(f->name, g->ordinal, (uintptr_t)buf, PROBE_BYTES, fd, 0,
+                                        f->dmabuf_detail, sizeof(f->dmabuf_detail));
+    close(fd);
+    f->dmabuf_mr = rc > 0 ? 1 : 0;
+}
+
 static void gather_fabric(struct tw_gdr_machine *m, const char *providers,
                           const struct tw_cuda_api *cu)
 {
@@ -148,6 +179,8 @@ static void gather_fabric(struct tw_gdr_machine *m, const char *providers,
                                           pi->facts.detail, sizeof(pi->facts.detail));
         pi->available = rc >= 0;
         pi->facts.hmem_cuda = rc > 0 ? 1 : 0;
+        if (rc > 0)
+            probe_dmabuf(cu, &m->gpus[0], buf, &pi->facts);
     }
     if (buf) {
         tw__cuda_use_device(m->gpus[0].ordinal, NULL, 0);

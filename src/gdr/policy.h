@@ -59,11 +59,12 @@ enum tw_gdr_prov_kind {
 struct tw_gdr_provider_facts {
     char name[32]; /* libfabric provider: "shm", "tcp", "verbs", "efa" */
     enum tw_gdr_prov_kind kind;
-    int hmem_cuda;    /* a real registration of a small CUDA buffer with
-                         FI_HMEM_CUDA succeeded: 1/0/-1 */
-    int dmabuf_mr;    /* FI_MR_DMABUF registration of a CUDA dma-buf
-                         succeeded: 1/0/-1 (-1 also when not built in) */
-    char detail[160]; /* why hmem_cuda is 0 (libfabric's words), or "" */
+    int hmem_cuda;           /* a real registration of a small CUDA buffer with
+                                FI_HMEM_CUDA succeeded: 1/0/-1 */
+    int dmabuf_mr;           /* FI_MR_DMABUF registration of a CUDA dma-buf
+                                succeeded: 1/0/-1 (-1 also when not built in) */
+    char detail[160];        /* why hmem_cuda is 0 (libfabric's words), or "" */
+    char dmabuf_detail[160]; /* what the FI_MR_DMABUF probe said, or "" */
 };
 
 struct tw_gdr_nic_facts {

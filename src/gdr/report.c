@@ -193,6 +193,8 @@ static void text_report(struct sbuf *b, const struct tw_gdr_machine *m,
             : pi->facts.hmem_cuda == 0 ? "refuses CUDA memory"
                                        : "not probed",
             pi->facts.detail);
+        if (pi->facts.dmabuf_detail[0])
+            put(b, "  %-8s %-10s FI_MR_DMABUF: %s\n", "", "", pi->facts.dmabuf_detail);
     }
 
     for (int g = 0; g < m->ngpus; g++) {
@@ -296,6 +298,8 @@ static void json_report(struct sbuf *b, const struct tw_gdr_machine *m,
             tw__gdr_prov_kind_name(pi->facts.kind), pi->available ? "true" : "false",
             tri_json(pi->facts.hmem_cuda), tri_json(pi->facts.dmabuf_mr));
         jstr(b, pi->facts.detail);
+        put(b, ",\"dmabuf_detail\":");
+        jstr(b, pi->facts.dmabuf_detail);
         put(b, "}");
     }
     put(b, "],\"config\":{\"gpudirect\":\"%s\",\"max_pcie_distance\":\"%s\"},\"admission\":[",

@@ -133,6 +133,10 @@ struct tw_regcache {
      * the fast path (a copy, so the hit reads no ops table). */
     unsigned char fast_hint[TW_MEMKIND_MAX];
     pthread_cond_t cond; /* broadcast when a PENDING region settles */
+    /* GPU registrations and deregistrations of one device run one at a
+     * time (regcache.h, "GPU ranges"); recursive, because a registrar may
+     * call tw__regcache_invalidate, which may deregister. */
+    pthread_mutex_t gpu_serial[TW_REGCACHE_MAX_GPUS];
     const struct tw_registrar_ops *reg;
     void *reg_ctx;
     const struct tw_memkind_ops *kinds[TW_MEMKIND_MAX];
@@ -486,11 +490,24 @@ static void unlink_region(struct tw_regcache *c, struct tw_regcache_region *r,
         schedule_dereg(c, r, dead);
 }
 
+/* The serialization lock of a GPU region's device, or NULL (host). */
+static pthread_mutex_t *gpu_serial_of(struct tw_regcache *c, const struct tw_mem_attr *a)
+{
+    if (a->kind == TW_MEMKIND_CUDA && a->device >= 0 && a->device < TW_REGCACHE_MAX_GPUS)
+        return &c->gpu_serial[a->device];
+    return NULL;
+}
+
 static void run_deregs(struct tw_regcache *c, struct tw_regcache_region *dead)
 {
     while (dead) {
         struct tw_regcache_region *next = dead->dead_next;
+        pthread_mutex_t *serial = gpu_serial_of(c, &dead->attr);
+        if (serial)
+            pthread_mutex_lock(serial);
         c->reg->dereg(c->reg_ctx, dead->handle);
+        if (serial)
+            pthread_mutex_unlock(serial);
         free(dead);
         dead = next;
     }
@@ -582,9 +599,14 @@ static int do_register(struct tw_regcache *c, struct tw_regcache_region *r, char
         .attr = r->attr,
     };
     for (int round = 0;; round++) {
+        pthread_mutex_t *serial = gpu_serial_of(c, &r->attr);
+        if (serial)
+            pthread_mutex_lock(serial);
         uint64_t t0 = tw__now_ns();
         int rc = c->reg->reg(c->reg_ctx, &req, &r->handle, err, errlen);
         uint64_t dt = tw__now_ns() - t0;
+        if (serial)
+            pthread_mutex_unlock(serial);
 
         struct tw_regcache_region *dead = NULL;
         unsigned evicted = 0;
@@ -660,6 +682,20 @@ int tw__regcache_create(const struct tw_regcache_config *cfg, const struct tw_re
         goto out_free;
     if (pthread_cond_init(&c->cond, NULL) != 0)
         goto out_destroy_lock;
+    pthread_mutexattr_t ma;
+    if (pthread_mutexattr_init(&ma) != 0)
+        goto out_destroy_cond;
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    int g = 0;
+    for (; g < TW_REGCACHE_MAX_GPUS; g++)
+        if (pthread_mutex_init(&c->gpu_serial[g], &ma) != 0)
+            break;
+    pthread_mutexattr_destroy(&ma);
+    if (g < TW_REGCACHE_MAX_GPUS) {
+        while (g-- > 0)
+            pthread_mutex_destroy(&c->gpu_serial[g]);
+        goto out_destroy_cond;
+    }
 
     struct tw_regcache_config d = cfg ? *cfg : (struct tw_regcache_config){0};
     c->reg = reg;
@@ -680,10 +716,13 @@ int tw__regcache_create(const struct tw_regcache_config *cfg, const struct tw_re
 
     rc = tw__hostmem_subscribe(hostmem_hook, c);
     if (rc)
-        goto out_destroy_cond;
+        goto out_destroy_serial;
     *out = c;
     return 0;
 
+out_destroy_serial:
+    for (g = 0; g < TW_REGCACHE_MAX_GPUS; g++)
+        pthread_mutex_destroy(&c->gpu_serial[g]);
 out_destroy_cond:
     pthread_cond_destroy(&c->cond);
 out_destroy_lock:
@@ -723,6 +762,8 @@ int tw__regcache_destroy(struct tw_regcache *c)
     free(c->seen);
     free(c->quarantined);
     free(c->log);
+    for (int g = 0; g < TW_REGCACHE_MAX_GPUS; g++)
+        pthread_mutex_destroy(&c->gpu_serial[g]);
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->lock);
     free(c);

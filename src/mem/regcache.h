@@ -33,12 +33,26 @@
  *    inserts an in-progress region, the others wait for it on a condition
  *    variable and then hit.
  *
+ * GPU ranges. Registration and deregistration calls for GPU memory of one
+ * device run one at a time, whichever threads look up, release or
+ * invalidate (seed 003: mapping and unmapping a range of the GPU's BAR
+ * must not race, nor two mappings of one range): a per-device serial lock
+ * is held around each such reg and dereg call. Registrations are cached,
+ * so serializing them costs nothing per transfer.
+ * tests/regcache/test_regcache_gpu_serial.c checks it under load.
+ *
  * Locking. One mutex per cache protects the index, the LRU order, the
  * reference counts and the counters. The registrar is NEVER called with it
  * held (reg and dereg may block, take the registrar's own locks, or call
  * tw__regcache_invalidate). Lock order, outermost first:
  *
  *   hostmem subscriber lock -> cache lock -> hostmem table lock
+ *   GPU serial lock (one device; recursive) -> registrar's locks
+ *   GPU serial lock -> cache lock (a registrar calling invalidate)
+ *
+ * The GPU serial lock is never taken with the cache lock held. A registrar
+ * must not invalidate another GPU's memory from inside reg or dereg (two
+ * serial locks are never held at once).
  *
  * (the hostmem table lock is a leaf; the registrar's own locks are only
  * ever taken with no cache lock held, so they are unordered with it.)

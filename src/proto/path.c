@@ -99,6 +99,8 @@ struct tw_path tw__path_decide(const struct tw_path_in *in)
         } else if (in->gdr != TW_PATH_GDR_ADMITTED) {
             p.staging = TW_PATH_STAGING_HOST;
             p.reason = TW_PATH_R_STAGED_NO_GPUDIRECT;
+        } else {
+            p.gdr = 1; /* the gdr push / gdr pull row */
         }
     }
     return p;
@@ -108,6 +110,7 @@ struct tw_path tw__path_follow_inline(struct tw_path p)
 {
     p.plane = TW_PATH_PLANE_INLINE;
     p.mode = TW_PATH_PULL;
+    p.gdr = 0;
     p.reason = p.staging ? TW_PATH_R_STAGED_INLINE : TW_PATH_R_PEER_CHOSE_INLINE;
     return p;
 }
@@ -154,8 +157,9 @@ char *tw__path_format(const struct tw_path *p, const char *provider, char *buf, 
         return buf;
     switch (p->plane) {
     case TW_PATH_PLANE_RDMA:
-        snprintf(buf, len, "rdma %s (%s)%s", p->mode == TW_PATH_PUSH ? "push" : "pull",
-                 provider && *provider ? provider : "?", staged);
+        snprintf(buf, len, "%s %s (%s)%s", p->gdr ? "gdr" : "rdma",
+                 p->mode == TW_PATH_PUSH ? "push" : "pull", provider && *provider ? provider : "?",
+                 staged);
         break;
     case TW_PATH_PLANE_INLINE:
         /* Why a transfer is inline matters only where RDMA was possible:

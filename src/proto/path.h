@@ -61,8 +61,8 @@ enum tw_path_provider {
 /* Same values as the public enum tw_push_policy (tensorwire/client.h). */
 enum tw_path_push { TW_PATH_PUSH_AUTO = 0, TW_PATH_PUSH_ALWAYS = 1, TW_PATH_PUSH_NEVER = 2 };
 
-/* GPUDirect admission of this side's memory for this NIC (issue #12 fills
- * it; until then every caller passes NOT_EVALUATED). */
+/* GPUDirect admission of this side's memory on the connection's provider
+ * (src/gdr/admission.h: one table cell; NOT_EVALUATED for host memory). */
 enum tw_path_gdr { TW_PATH_GDR_NOT_EVALUATED = 0, TW_PATH_GDR_REFUSED, TW_PATH_GDR_ADMITTED };
 
 /* Why the path is what it is: the most specific decision wins (staging
@@ -107,6 +107,8 @@ struct tw_path {
     uint8_t mode;    /* enum tw_path_mode; meaningful on RDMA only */
     uint8_t staging; /* enum tw_path_staging */
     uint8_t reason;  /* enum tw_path_reason */
+    uint8_t gdr;     /* 1: this side's GPU memory is registered with the
+                        plane directly (GPUDirect: "gdr push", "gdr pull") */
 };
 
 /* The path for in. Pure: same inputs, same answer. */
@@ -125,8 +127,9 @@ const char *tw__path_reason_str(enum tw_path_reason r);
 
 /*
  * For people only (get -v, logs, tw_client_data_plane): "rdma pull
- * (tcp;ofi_rxm)", "rdma push (shm) + staging", "inline tcp", "inline tcp
- * (below the rdma threshold)". provider: the endpoint's provider name or
+ * (tcp;ofi_rxm)", "rdma push (shm) + staging", "gdr push (shm)" (GPU
+ * memory moved by the plane itself), "inline tcp", "inline tcp (below the
+ * rdma threshold)". provider: the endpoint's provider name or
  * NULL. Writes a NUL-terminated string into buf (truncated to len) and
  * returns buf.
  */

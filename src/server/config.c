@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gdr/policy.h"
 #include "fabric/provider_names.h"
 #include "proto/proto.h"
 #include "server/log.h"
@@ -32,6 +33,8 @@ void tw__srv_config_defaults(struct tw_srv_config *c)
     snprintf(c->fabric, sizeof(c->fabric), "auto");
     c->push = TW_SRV_PUSH_AUTO;
     c->rdma_min_bytes = TW_DEFAULT_RDMA_MIN_BYTES;
+    c->gpudirect = TW_GDR_MODE_AUTO;
+    c->gpudirect_max_distance = TW_PCIE_PXB;
 }
 
 uint64_t tw__srv_default_capacity(void)
@@ -97,6 +100,13 @@ void tw__srv_config_usage(const char *argv0)
            "  --rdma-min-bytes SIZE    gets and puts smaller than this move inline even\n"
            "                           when the client asks for RDMA (default %lluKi,\n"
            "                           0 = RDMA at every size)\n"
+           "  --gpudirect auto|off|require\n"
+           "                           GPUDirect RDMA into served GPUs: auto uses it where\n"
+           "                           admitted (tensorwire doctor says why not), off\n"
+           "                           never, require refuses to start unless a served\n"
+           "                           GPU is admitted on the plane's provider\n"
+           "  --gpudirect-max-distance PIX|PXB|PHB|NODE|SYS\n"
+           "                           farthest GPU-NIC PCIe path admitted (default PXB)\n"
            "  --allow-insecure-token-file  accept a token file that its group or others\n"
            "                           can read (refused by default)\n"
            "  --version                version, protocol version, libfabric and CUDA found\n"
@@ -347,6 +357,16 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
     } else if (strcmp(k, "rdma-min-bytes") == 0) {
         if (tw_parse_size(value, &c->rdma_min_bytes) != 0)
             FAIL("rdma-min-bytes: '%s' is not a size (examples: 0, 65536, 256Ki, 1Mi)", value);
+    } else if (strcmp(k, "gpudirect") == 0) {
+        enum tw_gdr_mode m;
+        if (tw__gdr_mode_parse(value, &m) != 0)
+            FAIL("gpudirect: '%s' is not one of auto, off, require", value);
+        c->gpudirect = m;
+    } else if (strcmp(k, "gpudirect-max-distance") == 0) {
+        enum tw_pcie_dist d;
+        if (tw__pcie_dist_parse(value, &d) != 0)
+            FAIL("gpudirect-max-distance: '%s' is not one of PIX, PXB, PHB, NODE, SYS", value);
+        c->gpudirect_max_distance = d;
     } else {
         FAIL("unknown option '%s'", key);
     }

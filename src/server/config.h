@@ -67,13 +67,20 @@ struct tw_srv_config {
     uint64_t rdma_min_bytes;
     /* --metrics HOST:PORT: serve Prometheus text on /metrics ("" = off). */
     char metrics[256];
+    /* --gpudirect auto|off|require (enum tw_gdr_mode, gdr/policy.h) and
+     * --gpudirect-max-distance (enum tw_pcie_dist, default PXB): GPUDirect
+     * admission of the served GPUs on the plane's provider
+     * (docs/gpudirect.md). require refuses to start unless some served GPU
+     * is admitted. */
+    int gpudirect;
+    int gpudirect_max_distance;
 };
 
 /* --push: destination policy (applied by tw__path_decide, proto/path.c).
- * AUTO pushes into GPU destinations admitted for GPUDirect (none today:
- * this server stores host memory) and lets the client write a put over shm;
- * ALWAYS pushes whenever bit 3 was negotiated; NEVER does not announce bit 3
- * at all. */
+ * AUTO pushes into GPU destinations admitted for GPUDirect (served GPUs
+ * whose verdict is admitted on the plane's provider, src/gdr/admission.h) and lets the client write
+ * a put over shm; ALWAYS pushes whenever bit 3 was negotiated; NEVER does not announce bit 3 at
+ * all. */
 enum tw_srv_push { TW_SRV_PUSH_AUTO = 0, TW_SRV_PUSH_ALWAYS = 1, TW_SRV_PUSH_NEVER = 2 };
 
 void tw__srv_config_defaults(struct tw_srv_config *c);

@@ -14,6 +14,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "gdr/policy.h"
 #include "server/log.h"
 #include "server/server.h"
 
@@ -104,8 +105,19 @@ int tw__srv_fabric_init(struct tw_srv *srv)
     fc.provider = srv->cfg.fabric;
     fc.node = listen_node(srv->cfg.listen, node, sizeof(node));
     fc.threaded = 1;
+    /* Served GPUs: ask for FI_HMEM so their memory can be registered
+     * (GPUDirect, gdr_srv.c); a provider without it still serves host
+     * memory, so retry without. */
+    fc.hmem = srv->store.ngpus > 0 && srv->cfg.gpudirect != TW_GDR_MODE_OFF;
     char err[1024];
     rc = tw__fabric_open(&fc, &srv->fab, err, sizeof(err));
+    if (rc < 0 && fc.hmem) {
+        TW_LOGI("rdma data plane: no provider of '%s' opens with FI_HMEM (%s); GPU tensors "
+                "will not use GPUDirect",
+                srv->cfg.fabric, err);
+        fc.hmem = 0;
+        rc = tw__fabric_open(&fc, &srv->fab, err, sizeof(err));
+    }
     if (rc < 0) {
         srv->fab = NULL;
         snprintf(srv->fab_why, sizeof(srv->fab_why), "%.500s", err);
@@ -210,6 +222,10 @@ uint64_t tw__srv_fabric_caps(const struct tw_srv *srv)
     if (!srv->fab)
         return 0;
     uint64_t caps = TW_CAP_RDMA_DATA_PLANE;
+    /* Bit 3 (docs/protocol.md §5): as a source this server writes into
+     * any destination that asks (the destination owner decides, §9.5); as
+     * a destination it asks for a push only into host memory by --push's
+     * rules and into GPU memory admitted for GPUDirect (gdr_srv.c). */
     if (srv->cfg.push != TW_SRV_PUSH_NEVER)
         caps |= TW_CAP_RDMA_GPUDIRECT;
     return caps;

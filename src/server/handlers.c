@@ -153,7 +153,7 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
         .mem_local = t->gpu >= 0 ? TW_PATH_MEM_CUDA : TW_PATH_MEM_HOST,
         .mem_peer = TW_PATH_MEM_HOST, /* not on the wire; does not change ours */
         .push = path_push(srv->cfg.push),
-        .gdr = TW_PATH_GDR_NOT_EVALUATED, /* issue 12 */
+        .gdr = tw__srv_gdr_verdict(c, t), /* one table cell (gdr_srv.c) */
     };
     char detail[320];
     if (in.want_rdma && in.endpoint_accepted &&
@@ -171,19 +171,28 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
 
 /* Debug log of a WANT_RDMA request's path (plain inline requests are the
  * common case and stay quiet). */
-static void log_path(const struct tw_srv_conn *c, uint64_t id, const char *op, uint64_t byte_length,
-                     uint32_t flags, const struct tw_path *p)
+static void log_path(const struct tw_srv_conn *c, uint64_t id, const char *op,
+                     const struct tw_tensor *t, uint32_t flags, const struct tw_path *p)
 {
     if (!(flags & TW_XFER_WANT_RDMA))
         return;
-    TW_LOGD("conn %llu %s: %s request %llu of %llu B: %s data plane%s, %s (--rdma-min-bytes %llu)",
+    /* GPU memory staged for want of GPUDirect: say which predicate failed. */
+    char why[256] = "";
+    if (p->reason == TW_PATH_R_STAGED_NO_GPUDIRECT && t->gpu >= 0) {
+        why[0] = ' ';
+        why[1] = '(';
+        tw__srv_gdr_why_not(c, c->srv->store.gpu[t->gpu].ordinal, why + 2, sizeof(why) - 3);
+        strcat(why, ")");
+    }
+    TW_LOGD("conn %llu %s: %s request %llu of %llu B: %s data plane%s, %s%s (--rdma-min-bytes "
+            "%llu)",
             (unsigned long long)c->id, c->peer, op, (unsigned long long)id,
-            (unsigned long long)byte_length,
+            (unsigned long long)t->byte_length,
             p->plane == TW_PATH_PLANE_RDMA     ? "rdma"
             : p->plane == TW_PATH_PLANE_INLINE ? "inline"
                                                : "no",
             p->mode == TW_PATH_PUSH ? " (push)" : "",
-            tw__path_reason_str((enum tw_path_reason)p->reason),
+            tw__path_reason_str((enum tw_path_reason)p->reason), why,
             (unsigned long long)c->srv->cfg.rdma_min_bytes);
 }
 
@@ -210,7 +219,7 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
         return;
     }
     struct tw_path path = choose_path(c, TW_PATH_GET, m->u.tensor_request.flags, t);
-    log_path(c, id, "get", t->byte_length, m->u.tensor_request.flags, &path);
+    log_path(c, id, "get", t, m->u.tensor_request.flags, &path);
     if (!tw__dp_for_path(&path)) {
         tw__tensor_unref(t);
         refuse_no_plane(c, id, "get", &path);
@@ -306,7 +315,7 @@ static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
         return;
     }
     struct tw_path path = choose_path(c, TW_PATH_PUT, m->u.tensor_put.flags, t);
-    log_path(c, id, "put", d->byte_length, m->u.tensor_put.flags, &path);
+    log_path(c, id, "put", t, m->u.tensor_put.flags, &path);
     if (!tw__dp_for_path(&path)) {
         tw__tensor_unref(t); /* the unpublished version goes */
         refuse_no_plane(c, id, "put", &path);
@@ -492,6 +501,14 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"puts", srv->stats.puts},
         {"gets", srv->stats.gets},
         {"input_pauses", srv->stats.input_pauses},
+        {"path_inline", srv->stats.path_inline},
+        {"path_inline_staged", srv->stats.path_inline_staged},
+        {"path_rdma_pull", srv->stats.path_rdma_pull},
+        {"path_rdma_push", srv->stats.path_rdma_push},
+        {"path_rdma_staged", srv->stats.path_rdma_staged},
+        {"path_gdr_pull", srv->stats.path_gdr_pull},
+        {"path_gdr_push", srv->stats.path_gdr_push},
+        {"gpudirect_admitted", (uint64_t)srv->gdr_any},
         {"staged_gets", srv->stats.staged_gets},
         {"staged_puts", srv->stats.staged_puts},
         {"staged_bytes", srv->stats.staged_bytes},

@@ -291,8 +291,14 @@ int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errb
         snprintf(errbuf, errlen, "rdma data plane: %s", tw_strerror(rc));
         goto out_close_listener;
     }
+    rc = tw__srv_gdr_init(srv, errbuf, errlen);
+    if (rc < 0)
+        goto out_destroy_fabric;
     return 0;
 
+out_destroy_fabric:
+    tw__srv_gdr_destroy(srv);
+    tw__srv_fabric_destroy(srv);
 out_close_listener:
     close(srv->lfd);
     srv->lfd = -1;
@@ -382,6 +388,7 @@ void tw__srv_destroy(struct tw_srv *srv)
     /* After the connections (their peers are removed), before the store
      * (deferred registrations still hold tensor versions). */
     tw__srv_fabric_destroy(srv);
+    tw__srv_gdr_destroy(srv);
     tw__store_destroy(&srv->store);
     free(srv->scratch);
     srv->scratch = NULL;

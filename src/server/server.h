@@ -154,6 +154,10 @@ struct tw_srv_stats {
     uint64_t input_pauses; /* times a connection stopped reading (backpressure) */
     /* Transfers of GPU versions through host memory (xfer_staged.c). */
     uint64_t staged_gets, staged_puts, staged_bytes;
+    /* Transfers that moved all their bytes, by path (tw__path_format's
+     * words): every transfer records its path here and in the log. */
+    uint64_t path_inline, path_inline_staged, path_rdma_pull, path_rdma_push, path_rdma_staged,
+        path_gdr_pull, path_gdr_push;
 };
 
 struct tw_srv {
@@ -204,6 +208,13 @@ struct tw_srv {
     pthread_mutex_t idle_lock;
     struct tw_rdma_st *idle_list;
     struct tw_rdma_st *rdma_live; /* every transfer state not yet freed */
+    /* GPUDirect (gdr_srv.c): verdicts of the served GPUs on the plane's
+     * providers, built once at startup; NULL when no GPU is served, the
+     * plane is closed or --gpudirect off. gdr_rail_row: the table row of
+     * each rail slot's provider (-1: none). */
+    struct tw_gdr_table *gdr;
+    int gdr_any; /* some served GPU is admitted on some rail */
+    int gdr_rail_row[TW_FABRIC_MAX_SLOTS];
 };
 
 /* Loads the token, binds the listener, installs signal handling. errbuf says
@@ -302,6 +313,31 @@ void tw__srv_fabric_endpoint(struct tw_srv_conn *c, const struct tw_msg *m);
 /* The connection is going away: its peer is removed (transfers in flight
  * fail and drain in the plane). */
 void tw__srv_fabric_conn_gone(struct tw_srv_conn *c);
+
+/* ---- GPUDirect (gdr_srv.c) ---- */
+
+struct tw_gdr_table;
+/* After the plane opened: admission of every served GPU on its providers,
+ * logged. With --gpudirect require, fails (reason in err, naming the
+ * failing predicate) unless some served GPU is admitted. */
+int tw__srv_gdr_init(struct tw_srv *srv, char *err, size_t errlen);
+void tw__srv_gdr_destroy(struct tw_srv *srv);
+/* 1 when GPU `ordinal` is admitted for GPUDirect on c's rail. */
+int tw__srv_gdr_admits(const struct tw_srv_conn *c, int ordinal);
+/* Why GPU `ordinal` is not admitted on c's rail, for an error message:
+ * "cuda:0 on tcp;ofi_rxm: provider_rdma: the provider moves data through
+ * kernel sockets: ...". Writes into buf and returns it. */
+char *tw__srv_gdr_why_not(const struct tw_srv_conn *c, int ordinal, char *buf, size_t len);
+/* The verdict for tensor t's memory on c's rail: one table cell. */
+enum tw_path_gdr tw__srv_gdr_verdict(const struct tw_srv_conn *c, const struct tw_tensor *t);
+/* Makes NIC writes into GPU tensor t visible to later GPU work
+ * (cuFlushGPUDirectRDMAWrites) where the GPU says they need it; 0 for host
+ * tensors. */
+int tw__srv_gdr_flush(const struct tw_srv *srv, const struct tw_tensor *t, char *err,
+                      size_t errlen);
+/* CRC32C of GPU tensor t's bytes, read back to the host in pieces. */
+int tw__srv_gdr_crc(const struct tw_srv *srv, const struct tw_tensor *t, uint32_t *crc, char *err,
+                    size_t errlen);
 
 /* ---- per-transfer RDMA plane (xfer_rdma.c), for fabric_srv.c ---- */
 

@@ -63,9 +63,26 @@ const struct tw_dp_ops *tw__dp_for_path(const struct tw_path *p)
     }
 }
 
+/* STATS: one counter per path of a transfer that moved all its bytes. */
+static void count_path(struct tw_srv_stats *st, const struct tw_xfer *x)
+{
+    const struct tw_path *p = &x->path;
+    if (x->done != x->t->byte_length)
+        return;
+    if (p->plane == TW_PATH_PLANE_INLINE)
+        (*(p->staging ? &st->path_inline_staged : &st->path_inline))++;
+    else if (p->staging)
+        st->path_rdma_staged++;
+    else if (p->gdr)
+        (*(p->mode == TW_PATH_PUSH ? &st->path_gdr_push : &st->path_gdr_pull))++;
+    else
+        (*(p->mode == TW_PATH_PUSH ? &st->path_rdma_push : &st->path_rdma_pull))++;
+}
+
 void tw__xfer_destroy(struct tw_xfer *x)
 {
     struct tw_srv_conn *c = x->conn;
+    count_path(&c->srv->stats, x);
     tw__metrics_xfer_end(&c->srv->metrics, x, tw__metrics_now_ns());
     tw__loop_timer_stop(&c->srv->loop, &x->deadline);
     tw__conn_remove_xfer(c, x);

@@ -119,6 +119,35 @@ static void st_finish(struct tw_rdma_st *st)
 
 /* ---- helpers ---- */
 
+static void fail_xfer(struct tw_xfer *x, uint32_t code, const char *what, const char *detail);
+
+/* A GPU tensor reaches this plane only when admitted for GPUDirect
+ * (tw__path_decide: otherwise it stages): its registration is CUDA memory
+ * (FI_HMEM_CUDA, 64 KiB-rounded by the cache). */
+static enum tw_memkind mem_kind(const struct tw_xfer *x)
+{
+    return x->t->gpu >= 0 ? TW_MEMKIND_CUDA : TW_MEMKIND_HOST;
+}
+
+/* The bytes of a completed put are in place: make NIC writes into GPU
+ * memory visible to later GPU work (docs/protocol.md §10), then compute the
+ * CRC the descriptor asked for. Returns 0, or fails the request. */
+static int put_bytes_settled(struct tw_xfer *x)
+{
+    struct tw_srv *srv = x->conn->srv;
+    char err[160];
+    int rc = tw__srv_gdr_flush(srv, x->t, err, sizeof(err));
+    if (rc == 0 && x->t->has_crc) {
+        if (x->t->gpu >= 0)
+            rc = tw__srv_gdr_crc(srv, x->t, &x->crc, err, sizeof(err));
+        else
+            x->crc = tw__crc32c(0, x->t->data, (size_t)x->t->byte_length);
+    }
+    if (rc < 0)
+        fail_xfer(x, TW_WIRE_INTERNAL, "GPU memory after the transfer", err);
+    return rc;
+}
+
 static int send_register(struct tw_xfer *x, const struct tw_fabric_mrc *mr)
 {
     struct tw_fabric_rkey k = tw__fabric_mrc_rkey(mr);
@@ -251,8 +280,8 @@ void tw__srv_rdma_on_completion(struct tw_srv *srv, const struct tw_fabric_compl
     x->done = fc->bytes;
     if (send_done(x, 0, fc->bytes) < 0)
         return;
-    if (x->t->has_crc)
-        x->crc = tw__crc32c(0, x->t->data, (size_t)x->t->byte_length);
+    if (put_bytes_settled(x) < 0)
+        return;
     log_xfer(x);
     tw__xfer_put_complete(x);
 }
@@ -279,7 +308,7 @@ static int rdma_start(struct tw_xfer *x)
         access |= TW_FABRIC_LOCAL_WRITE; /* the client may ask us to push */
     char err[TW_FABRIC_ERRMSG_LEN];
     int rc = tw__fabric_mrcache_acquire_peer(c->srv->mrc, c->fpeer, x->t->data,
-                                             (size_t)x->t->byte_length, access, TW_MEMKIND_HOST,
+                                             (size_t)x->t->byte_length, access, mem_kind(x),
                                              &st->mr, err, sizeof(err));
     if (rc < 0) {
         st->mr = NULL;
@@ -350,7 +379,7 @@ static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
             char err[TW_FABRIC_ERRMSG_LEN];
             rc = tw__fabric_mrcache_acquire_peer(
                 srv->mrc, c->fpeer, x->t->data, (size_t)x->t->byte_length,
-                push ? TW_FABRIC_REMOTE_WRITE : TW_FABRIC_LOCAL_READ, TW_MEMKIND_HOST, &st->mr, err,
+                push ? TW_FABRIC_REMOTE_WRITE : TW_FABRIC_LOCAL_READ, mem_kind(x), &st->mr, err,
                 sizeof(err));
             if (rc < 0) {
                 st->mr = NULL;
@@ -391,8 +420,8 @@ static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
             return 0;
         }
         x->done = m->u.rdma_done.bytes;
-        if (x->t->has_crc)
-            x->crc = tw__crc32c(0, x->t->data, (size_t)x->t->byte_length);
+        if (put_bytes_settled(x) < 0)
+            return 0;
         log_xfer(x);
         tw__xfer_put_complete(x);
         return 0;

@@ -339,6 +339,21 @@ mknpy "$W/big.npy" '|u1' "(100000,)" 100000
 expect 1 "$TW" $A put cli/big "$W/big.npy" && grep_err "CAPACITY_EXCEEDED"
 tw_server_stop
 
+echo "case --gpudirect (issue 12)"
+expect 2 "$B/tensorwired" --gpudirect sometimes
+expect 2 "$B/tensorwired" --gpudirect-max-distance FAR
+expect 1 "$B/tensorwired" --listen 127.0.0.1:0 --devices cpu --gpudirect require &&
+    grep_err "gpudirect require: no GPU is served"
+tw_server_start "$B" "$W" || exit 1
+A="-s $TW_SERVER_ADDR"
+expect 2 "$TW" $A --gpudirect sometimes ls
+expect 2 "$TW" $A --gpudirect-max-distance FAR ls
+expect 0 "$TW" $A --fabric tcp --gpudirect off --gpudirect-max-distance sys ls
+# No GPU here, or none admitted on tcp (a socket provider): refused at
+# connect, naming why.
+expect 1 "$TW" $A --fabric tcp --gpudirect require ls && grep_err "gpudirect require: "
+tw_server_stop
+
 if [ "$FAILS" -ne 0 ]; then
     echo "$FAILS failure(s)" >&2
     exit 1

@@ -620,9 +620,9 @@ static void raw_peer_close(struct itc *rc, struct tw_fabric *fab, struct tw_fabr
     itc_close(rc);
 }
 
-/* A raw peer's get with WANT_RDMA up to the pull: TENSOR_INFO(rdma),
- * RDMA_REGISTER (its key in *key), RDMA_READY sent. Returns the id. */
-static uint64_t raw_get_ready(struct itc *rc, const char *name, struct tw_fabric_rkey *key)
+/* A raw peer's get with WANT_RDMA up to the source's registration:
+ * TENSOR_INFO(rdma) and RDMA_REGISTER (its key in *key). Returns the id. */
+static uint64_t raw_get_registered(struct itc *rc, const char *name, struct tw_fabric_rkey *key)
 {
     struct tw_msg m;
     uint64_t id = itc_id(rc);
@@ -641,6 +641,14 @@ static uint64_t raw_get_ready(struct itc *rc, const char *name, struct tw_fabric
     key->key = m.u.rdma_register.rkey;
     key->remote_addr = m.u.rdma_register.remote_addr;
     key->length = m.u.rdma_register.length;
+    return id;
+}
+
+/* The same, then RDMA_READY sent: the peer pulls. */
+static uint64_t raw_get_ready(struct itc *rc, const char *name, struct tw_fabric_rkey *key)
+{
+    struct tw_msg m;
+    uint64_t id = raw_get_registered(rc, name, key);
     memset(&m, 0, sizeof(m));
     m.hdr.tag = TW_TAG_RDMA_READY;
     m.hdr.request_id = id;
@@ -776,6 +784,156 @@ static void test_old_key_rejected(void)
     free(v2);
     free(got);
     tw_close(c);
+    TW_ASSERT(itest_server_alive(&s));
+    TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
+}
+
+static void send_register(struct itc *rc, uint64_t id, const struct tw_fabric_mr *mr)
+{
+    struct tw_msg m;
+    struct tw_fabric_rkey k = tw__fabric_mr_rkey(mr);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_RDMA_REGISTER;
+    m.hdr.request_id = id;
+    m.u.rdma_register.rkey = k.key;
+    m.u.rdma_register.remote_addr = k.remote_addr;
+    m.u.rdma_register.length = k.length;
+    itc_send(rc, &m);
+}
+
+static void send_tag(struct itc *rc, uint32_t tag, uint64_t id)
+{
+    struct tw_msg m;
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = tag;
+    m.hdr.request_id = id;
+    itc_send(rc, &m);
+}
+
+static uint64_t send_rdma_put(struct itc *rc, const char *name, uint64_t len)
+{
+    struct tw_msg m;
+    struct tw_descriptor d;
+    uint64_t shape[1] = {len};
+    itest_desc(&d, name, TW_DTYPE_U8, 1, shape);
+    uint64_t id = itc_id(rc);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_TENSOR_PUT;
+    m.hdr.request_id = id;
+    m.u.tensor_put.flags = TW_XFER_WANT_RDMA;
+    m.u.tensor_put.desc = d;
+    itc_send(rc, &m);
+    TW_ASSERT_EQ(itc_recv(rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_PUT_ACCEPT);
+    TW_ASSERT_EQ(m.u.put_accept.data_plane, TW_DP_RDMA);
+    return id;
+}
+
+/*
+ * The push sequence on the wire (docs/protocol.md §9.5-9.7, ADR-012) with
+ * host memory and --push always, seen by a raw peer: a put is source
+ * RDMA_REGISTER (ours), destination RDMA_REGISTER (the server's, remote
+ * write), RDMA_READY, our fi_write, RDMA_DONE, OK; a get is the server's
+ * RDMA_REGISTER, ours (destination), RDMA_READY, the server's write,
+ * RDMA_DONE. Bytes are compared exactly. Then the out-of-order peers: a
+ * destination registration after RDMA_READY, and RDMA_READY from the
+ * source owner, each end the connection with PROTOCOL_ERROR.
+ */
+static void test_push_sequence_on_wire(void)
+{
+    struct itest_server s;
+    enum { LEN = 3 << 20 };
+    start_server(&s, TW_TEST_PROVIDER, "always");
+    uint8_t *src = malloc(LEN), *dst = calloc(1, LEN);
+    itest_fill(src, LEN, 12);
+
+    struct itc rc;
+    struct tw_msg m;
+    struct tw_fabric_peer *peer;
+    struct tw_fabric *fab = raw_peer_connect(
+        &rc, &s, TW_CAP_INLINE_DATA | TW_CAP_RDMA_DATA_PLANE | TW_CAP_RDMA_GPUDIRECT, &peer);
+    TW_ASSERT(rc.caps & TW_CAP_RDMA_GPUDIRECT);
+    struct tw_fabric_mr *smr, *dmr;
+    TW_ASSERT_EQ(
+        tw__fabric_mr_register(peer, src, LEN, TW_FABRIC_LOCAL_WRITE, TW_FABRIC_HOST, 0, &smr), 0);
+    TW_ASSERT_EQ(
+        tw__fabric_mr_register(peer, dst, LEN, TW_FABRIC_REMOTE_WRITE, TW_FABRIC_HOST, 0, &dmr), 0);
+
+    /* PUT: 1st RDMA_REGISTER ours (source), 2nd the server's, RDMA_READY. */
+    uint64_t id = send_rdma_put(&rc, "pushed", LEN);
+    send_register(&rc, id, smr);
+    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_RDMA_REGISTER);
+    TW_ASSERT_EQ(m.hdr.request_id, id);
+    TW_ASSERT_EQ(m.u.rdma_register.length, LEN);
+    struct tw_fabric_rkey dkey = {.key = m.u.rdma_register.rkey,
+                                  .remote_addr = m.u.rdma_register.remote_addr,
+                                  .length = m.u.rdma_register.length};
+    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_RDMA_READY);
+    struct tw_fabric_xfer_desc d;
+    struct tw_fabric_completion fc;
+    memset(&d, 0, sizeof(d));
+    d.op = TW_FABRIC_PUSH;
+    d.peer = peer;
+    d.local = smr;
+    d.remote = dkey;
+    d.length = LEN;
+    d.deadline_ns = tw__now_ns() + 20000ull * 1000000ull;
+    TW_ASSERT_EQ(tw__fabric_xfer_run(fab, &d, &fc), 0);
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_RDMA_DONE;
+    m.hdr.request_id = id;
+    m.u.rdma_done.bytes = LEN;
+    itc_send(&rc, &m);
+    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_OK);
+    TW_ASSERT_EQ(m.hdr.request_id, id);
+
+    /* GET back with push: the server's RDMA_REGISTER, ours, RDMA_READY; the
+     * server writes and says RDMA_DONE. */
+    struct tw_fabric_rkey skey;
+    id = raw_get_registered(&rc, "pushed", &skey);
+    TW_ASSERT_EQ(skey.length, LEN);
+    send_register(&rc, id, dmr);
+    send_tag(&rc, TW_TAG_RDMA_READY, id);
+    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_RDMA_DONE);
+    TW_ASSERT_EQ(m.u.rdma_done.status, 0);
+    TW_ASSERT_EQ(m.u.rdma_done.bytes, LEN);
+    TW_ASSERT(memcmp(dst, src, LEN) == 0);
+    TW_ASSERT_EQ(itc_stat_value(&rc, "path_rdma_push"), 2);
+
+    /* Out of order: a destination registration after RDMA_READY (a pull
+     * get) is fatal, EOUT_OF_ORDER. */
+    id = raw_get_ready(&rc, "pushed", &skey);
+    send_register(&rc, id, dmr);
+    itc_expect_error(&rc, 0, TW_WIRE_PROTOCOL_ERROR);
+    TW_ASSERT_EQ(itc_expect_eof(&rc), 0);
+    tw__fabric_mr_deregister(smr);
+    raw_peer_close(&rc, fab, peer, dmr);
+
+    /* Out of order: RDMA_READY from the source owner of a put. */
+    fab = raw_peer_connect(
+        &rc, &s, TW_CAP_INLINE_DATA | TW_CAP_RDMA_DATA_PLANE | TW_CAP_RDMA_GPUDIRECT, &peer);
+    TW_ASSERT_EQ(
+        tw__fabric_mr_register(peer, src, LEN, TW_FABRIC_LOCAL_WRITE, TW_FABRIC_HOST, 0, &smr), 0);
+    id = send_rdma_put(&rc, "pushed2", LEN);
+    send_register(&rc, id, smr);
+    send_tag(&rc, TW_TAG_RDMA_READY, id);
+    /* The server's registration and READY may come first: skip them. */
+    for (;;) {
+        TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
+        if (m.hdr.tag != TW_TAG_RDMA_REGISTER && m.hdr.tag != TW_TAG_RDMA_READY)
+            break;
+    }
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_ERROR);
+    TW_ASSERT_EQ(m.hdr.request_id, 0);
+    TW_ASSERT_EQ(m.u.error.code, TW_WIRE_PROTOCOL_ERROR);
+    raw_peer_close(&rc, fab, peer, smr);
+
+    free(src);
+    free(dst);
     TW_ASSERT(itest_server_alive(&s));
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
 }
@@ -957,6 +1115,7 @@ int main(void)
     TW_RUN(test_fallback_and_mixed);
     TW_RUN(test_threshold);
     TW_RUN(test_old_key_rejected);
+    TW_RUN(test_push_sequence_on_wire);
     TW_RUN(test_rdma_only_below_threshold);
     TW_RUN(test_client_killed);
     TW_RUN(test_stalled_peer);

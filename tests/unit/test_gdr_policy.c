@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gdr/admission.h"
 #include "gdr/nics.h"
 #include "gdr/pci.h"
 #include "gdr/policy.h"
@@ -478,6 +479,83 @@ static void test_nics_and_names(void)
         TW_ASSERT(tw__gdr_pred_name((enum tw_gdr_pred)p)[0] != '?');
 }
 
+/* The verdict table (gdr/admission.h): every (provider, GPU) cell equals
+ * the pure decision over the same facts; rows resolve by core provider
+ * name; off, require's sentence, out-of-range cells. */
+static void test_table(void)
+{
+    struct tw_gdr_machine *m = calloc(1, sizeof(*m));
+    TW_ASSERT(m != NULL);
+    m->ngpus = 3;
+    for (int i = 0; i < 3; i++) {
+        m->gpus[i] = good_gpu(NULL);
+        m->gpus[i].ordinal = i;
+        m->gpus[i].flush_needed = i == 0;
+    }
+    m->gpus[1].mig_enabled = 1; /* cuda:1 fails alone on MIG */
+    m->gpus[2].bar1_known = 0;  /* cuda:2 fails alone on BAR1 */
+    m->gpus[2].bar1_total = 0;
+    m->nprov = 3;
+    m->provs[0].facts = provider("shm", 1);
+    m->provs[1].facts = provider("tcp", 1);
+    m->provs[2].facts = provider("verbs", 0);
+    struct tw_gdr_config cfg = cfg_limit(TW_GDR_MODE_AUTO, TW_PCIE_PXB);
+    struct tw_gdr_table *t = malloc(sizeof(*t));
+    TW_ASSERT(t != NULL);
+    tw__gdr_table_build(t, m, &cfg);
+    TW_ASSERT_EQ(t->ngpus, 3);
+    TW_ASSERT_EQ(t->nprov, 3);
+    for (int p = 0; p < 3; p++) {
+        for (int g = 0; g < 3; g++) {
+            struct tw_gdr_verdict v;
+            int adm = tw__gdr_machine_decide(m, &cfg, g, p, &v, NULL);
+            TW_ASSERT_EQ(tw__gdr_table_admitted(t, p, g), adm);
+            TW_ASSERT_EQ(tw__gdr_table_get(t, p, g)->reason, v.reason);
+        }
+    }
+    TW_ASSERT_EQ(tw__gdr_table_admitted(t, 0, 0), 1);
+    expect_only(tw__gdr_table_get(t, 0, 1), TW_GDR_P_MIG, TW_GDR_R_MIG_ON);
+    expect_only(tw__gdr_table_get(t, 0, 2), TW_GDR_P_BAR1, TW_GDR_R_NO_BAR1);
+    TW_ASSERT_EQ(tw__gdr_table_get(t, 1, 0)->reason, TW_GDR_R_PROVIDER_SOCKET);
+    TW_ASSERT_EQ(tw__gdr_table_get(t, 2, 0)->reason, TW_GDR_R_PROVIDER_NO_HMEM);
+    TW_ASSERT_EQ(t->admitted_any[0], 1);
+    TW_ASSERT_EQ(t->admitted_any[1], 0);
+    TW_ASSERT_EQ(t->admitted_any[2], 0);
+    TW_ASSERT_EQ(t->flush_needed[0], 1);
+    TW_ASSERT_EQ(t->flush_needed[1], 0);
+    /* Rows by name: the core provider matches, a longer name does not. */
+    TW_ASSERT_EQ(tw__gdr_table_provider(t, "shm"), 0);
+    TW_ASSERT_EQ(tw__gdr_table_provider(t, "tcp;ofi_rxm"), 1);
+    TW_ASSERT_EQ(tw__gdr_table_provider(t, "verbs;ofi_rxm"), 2);
+    TW_ASSERT_EQ(tw__gdr_table_provider(t, "shmx"), -1);
+    TW_ASSERT_EQ(tw__gdr_table_provider(t, "efa"), -1);
+    TW_ASSERT_EQ(tw__gdr_table_provider(t, NULL), -1);
+    /* Out of range: no facts, not admitted. */
+    TW_ASSERT(tw__gdr_table_get(t, 0, 3) == NULL);
+    TW_ASSERT(tw__gdr_table_get(t, -1, 0) == NULL);
+    TW_ASSERT(tw__gdr_table_get(t, 3, 0) == NULL);
+    TW_ASSERT(tw__gdr_table_get(NULL, 0, 0) == NULL);
+    TW_ASSERT_EQ(tw__gdr_table_admitted(t, 0, -1), 0);
+    /* require's sentence names the GPU, provider, predicate and reason. */
+    char why[320];
+    tw__gdr_table_why_not(t, 2, why, sizeof(why));
+    TW_ASSERT(strstr(why, "cuda:") && strstr(why, "on verbs: provider_hmem: ") != NULL);
+    tw__gdr_table_why_not(t, 0, why, sizeof(why));
+    TW_ASSERT_STR_EQ(why, "cuda:0 on shm: admitted");
+    /* --gpudirect off: nothing admitted anywhere, for that reason. */
+    struct tw_gdr_config off = cfg_limit(TW_GDR_MODE_OFF, TW_PCIE_PXB);
+    tw__gdr_table_build(t, m, &off);
+    TW_ASSERT_EQ(t->admitted_any[0], 0);
+    TW_ASSERT_EQ(tw__gdr_table_get(t, 0, 0)->reason, TW_GDR_R_DISABLED);
+    /* No GPU. */
+    m->ngpus = 0;
+    tw__gdr_table_build(t, m, &cfg);
+    TW_ASSERT_STR_EQ(tw__gdr_table_why_not(t, 0, why, sizeof(why)), "no GPU here");
+    TW_ASSERT_EQ(tw__gdr_table_admitted(t, 0, 0), 0);
+    free(t);
+    free(m);
+}
+
 int main(void)
 {
     TW_RUN(test_normalize);
@@ -493,5 +571,6 @@ int main(void)
     TW_RUN(test_dmabuf_choice);
     TW_RUN(test_bar1_ranges);
     TW_RUN(test_nics_and_names);
+    TW_RUN(test_table);
     TW_DONE();
 }

@@ -118,6 +118,21 @@ static const struct row rows[] = {
     {"server get from GPU memory, not admitted: staging", S, GET, INL | RDMA | GDR, 1, P_NIC, 1, 1,
      1, 8 * MIB, MIB, CUDA, HOST, AUTO, UNEVAL, RDMA_P, PULL, ST_HOST,
      TW_PATH_R_STAGED_NO_GPUDIRECT},
+    /* --- issue 12: the gdr rows (GPU memory registered by the plane) --- */
+    {"server get from GPU memory, admitted: gdr pull", S, GET, INL | RDMA | GDR, 1, P_SHM, 1, 1, 1,
+     8 * MIB, MIB, CUDA, HOST, AUTO, ADMITTED, RDMA_P, PULL, ST_NONE, TW_PATH_R_AT_THRESHOLD},
+    {"server put into GPU memory over shm, admitted: gdr push", S, PUT, INL | RDMA | GDR, 1, P_SHM,
+     1, 1, 1, 8 * MIB, MIB, CUDA, HOST, AUTO, ADMITTED, RDMA_P, PUSH, ST_NONE,
+     TW_PATH_R_PUSH_GPUDIRECT},
+    {"server put into GPU memory, admitted, bit 3 not negotiated: gdr pull", S, PUT, INL | RDMA, 1,
+     P_SHM, 1, 1, 1, 8 * MIB, MIB, CUDA, HOST, AUTO, ADMITTED, RDMA_P, PULL, ST_NONE,
+     TW_PATH_R_AT_THRESHOLD},
+    {"server put into GPU memory, refused (e.g. tcp): staging", S, PUT, INL | RDMA | GDR, 1, P_TCP,
+     1, 1, 1, 8 * MIB, MIB, CUDA, HOST, AUTO, REFUSED, RDMA_P, PULL, ST_HOST,
+     TW_PATH_R_STAGED_NO_GPUDIRECT},
+    {"server put into GPU memory, admitted, --push never: gdr pull", S, PUT, INL | RDMA | GDR, 1,
+     P_SHM, 1, 1, 1, 8 * MIB, MIB, CUDA, HOST, NEVER, ADMITTED, RDMA_P, PULL, ST_NONE,
+     TW_PATH_R_AT_THRESHOLD},
     {"the peer's GPU memory does not change this side's path", S, GET, INL | RDMA, 1, P_TCP, 1, 1,
      1, 8 * MIB, MIB, HOST, CUDA, AUTO, UNEVAL, RDMA_P, PULL, ST_NONE, TW_PATH_R_AT_THRESHOLD},
 };
@@ -149,6 +164,8 @@ static void table(void)
         TW_ASSERT_EQ(p.mode, r->mode);
         TW_ASSERT_EQ(p.staging, r->staging);
         TW_ASSERT_EQ(p.reason, r->reason);
+        /* GPUDirect: this side's GPU memory on RDMA without staging. */
+        TW_ASSERT_EQ(p.gdr, r->mem == CUDA && r->plane == RDMA_P && r->staging == ST_NONE);
     }
 }
 
@@ -160,6 +177,9 @@ static void follow_inline(void)
     TW_ASSERT_EQ(f.plane, TW_PATH_PLANE_INLINE);
     TW_ASSERT_EQ(f.mode, TW_PATH_PULL);
     TW_ASSERT_EQ(f.reason, TW_PATH_R_PEER_CHOSE_INLINE);
+    p.gdr = 1;
+    TW_ASSERT_EQ(tw__path_follow_inline(p).gdr, 0); /* inline stages GPU memory */
+    p.gdr = 0;
     p.staging = TW_PATH_STAGING_HOST;
     f = tw__path_follow_inline(p);
     TW_ASSERT_EQ(f.staging, TW_PATH_STAGING_HOST);
@@ -188,7 +208,12 @@ static void format_for_people(void)
     TW_ASSERT_STR_EQ(tw__path_format(&p, "tcp;ofi_rxm", b, sizeof(b)), "rdma pull (tcp;ofi_rxm)");
     p.mode = TW_PATH_PUSH;
     TW_ASSERT_STR_EQ(tw__path_format(&p, "shm", b, sizeof(b)), "rdma push (shm)");
+    p.gdr = 1;
+    TW_ASSERT_STR_EQ(tw__path_format(&p, "shm", b, sizeof(b)), "gdr push (shm)");
     p.mode = TW_PATH_PULL;
+    TW_ASSERT_STR_EQ(tw__path_format(&p, "verbs;ofi_rxm", b, sizeof(b)),
+                     "gdr pull (verbs;ofi_rxm)");
+    p.gdr = 0;
     p.staging = TW_PATH_STAGING_HOST;
     TW_ASSERT_STR_EQ(tw__path_format(&p, "tcp", b, sizeof(b)), "rdma pull (tcp) + staging");
     TW_ASSERT_STR_EQ(tw__path_format(&p, NULL, b, sizeof(b)), "rdma pull (?) + staging");
