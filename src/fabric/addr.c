@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "fabric/fabric_int.h"
 
 static int hexval(char c)
@@ -227,6 +228,33 @@ void tw__fabric_plane_host_id(const struct tw_fabric *fab, uint8_t out[TW_HOST_I
     memcpy(out, fab->host_id, TW_HOST_ID_LEN);
 }
 
+/* How long an offer waits for the replacement of a rail that the watchdog
+ * is declaring wedged. The watchdog opens the replacement right after it
+ * retires the rail (wedge.c), so this is normally a few milliseconds; the
+ * bound keeps a failed reopen from stalling the caller. */
+#define REPLACEMENT_WAIT_NS (250ull * 1000 * 1000)
+
+/* Rail r refused a control call because it is being declared wedged (its
+ * io mutex gives up with -ECONNABORTED before the watchdog retires it).
+ * Waits, without fab->lock, for a usable rail of the same provider to
+ * take its place and returns it (lock held again), or NULL. */
+static struct tw_fabric_rail *replacement_locked(struct tw_fabric *fab, struct tw_fabric_rail *r,
+                                                 const struct tw_fabric_entry *e)
+{
+    if (!tw__fabric_rail_wedged(r) || !fab->threaded)
+        return NULL;
+    uint64_t start = tw__now_ns();
+    while (tw__now_ns() - start < REPLACEMENT_WAIT_NS) {
+        pthread_mutex_unlock(&fab->lock);
+        usleep(2000);
+        pthread_mutex_lock(&fab->lock);
+        struct tw_fabric_rail *n = tw__fabric_rail_by_name(fab, e->provider.ptr, e->provider.len);
+        if (n && n != r && !tw__fabric_rail_wedged(n))
+            return n;
+    }
+    return NULL;
+}
+
 int tw__fabric_accept_offer(struct tw_fabric *fab, const uint8_t peer_host_id[TW_HOST_ID_LEN],
                             const struct tw_fabric_entry *entries, unsigned count,
                             struct tw_fabric_peer **peer, const struct tw_fabric_addr **ours,
@@ -246,9 +274,16 @@ int tw__fabric_accept_offer(struct tw_fabric *fab, const uint8_t peer_host_id[TW
             skip = "other host";
         else if (e->addr_format != r->addr.addr_format)
             skip = "address format";
-        else if ((ret = insert_locked(r, e->addr_format, e->addr.ptr, e->addr.len, peer)) != 0)
-            skip = fab->errmsg; /* "PROV: fi_av_insert: <libfabric's reason>" */
         else {
+            ret = insert_locked(r, e->addr_format, e->addr.ptr, e->addr.len, peer);
+            /* A rail being declared wedged refuses; its replacement may
+             * take the peer a moment later. */
+            if (ret == -ECONNABORTED && (r = replacement_locked(fab, r, e)) != NULL)
+                ret = insert_locked(r, e->addr_format, e->addr.ptr, e->addr.len, peer);
+            if (ret)
+                skip = fab->errmsg; /* "PROV: fi_av_insert: <libfabric's reason>" */
+        }
+        if (!skip) {
             *ours = &r->addr;
             pthread_mutex_unlock(&fab->lock);
             if (reason && reasonlen)
