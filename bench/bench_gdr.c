@@ -76,17 +76,9 @@ int main(int argc, char **argv)
     tw_client_options_init(&o);
     o.fabric = prov;
     o.rdma_min_bytes = 0;
-    tw_client *c;
-    char err[512];
-    if (tw_client_connect_error(addr, &o, &c, err, sizeof(err)) != 0) {
-        fprintf(stderr, "connect %s: %s\n", addr, err);
-        return 1;
-    }
+    tw_client *c = tw_bench_connect(addr, &o);
     struct tw_tensor_desc d;
-    memset(&d, 0, sizeof(d));
-    d.dtype = TW_U8;
-    d.ndim = 1;
-    d.shape[0] = n;
+    tw_bench_u8_desc(&d, n);
     snprintf(d.device_tag, sizeof(d.device_tag), "%s", dev);
     uint64_t before[NKEYS], after[NKEYS];
     path_stats(c, before);
@@ -136,6 +128,7 @@ int main(int argc, char **argv)
     int ord = strncmp(dev, "cuda:", 5) == 0 ? atoi(dev + 5) : -1;
     const struct tw_cuda_api *cu = NULL;
     CUdeviceptr dbuf = 0;
+    char err[512] = "";
     if (ord < 0 || tw__cuda_get(&cu, err, sizeof(err)) < 0 ||
         tw__cuda_use_device(ord, err, sizeof(err)) < 0 || cu->cuMemAlloc(&dbuf, n) != 0) {
         printf("raw loop: no CUDA buffer (%s)\n", ord < 0 ? "not a cuda device" : err);

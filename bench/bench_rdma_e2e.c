@@ -47,17 +47,9 @@ int main(int argc, char **argv)
         tw_client_options_init(&o);
         o.fabric = prov;
         o.push = push ? TW_PUSH_ALWAYS : TW_PUSH_AUTO;
-        tw_client *c;
-        char err[512];
-        if (tw_client_connect_error(addr, &o, &c, err, sizeof(err)) != 0) {
-            fprintf(stderr, "connect %s: %s\n", addr, err);
-            return 1;
-        }
+        tw_client *c = tw_bench_connect(addr, &o);
         struct tw_tensor_desc d;
-        memset(&d, 0, sizeof(d));
-        d.dtype = TW_U8;
-        d.ndim = 1;
-        d.shape[0] = n;
+        tw_bench_u8_desc(&d, n);
         char put_plane[128] = "";
         for (int i = 0; i < reps; i++) {
             double t0 = tw_bench_now_s();
