@@ -1,32 +1,41 @@
 /*
  * Staging planes (client side): the caller's buffer is GPU memory that the
  * inline plane cannot read() into and the RDMA plane may not register
- * (tw__path_decide said TW_PATH_STAGING_HOST), so the transfer runs on the
- * inner plane (inline or RDMA, unchanged) over a host buffer the library
- * owns, and the bytes cross between that buffer and the device with the
- * memory kind's copies:
+ * (tw__path_decide said TW_PATH_STAGING_HOST), so the bytes cross between
+ * the device and host memory the library owns, with the memory kind's
+ * copies, while the inner plane (inline or RDMA) moves them on the wire:
  *
+ *   RDMA pull get (the pipeline, mem/staging.h): the client reads the
+ *        server's region chunk by chunk into slots of a pinned pool kept on
+ *        the handle (registered once on the plane); each chunk read is
+ *        queued host->device on a CUDA stream and the next chunk's read
+ *        starts at once, so the copy of chunk k overlaps the read of chunk
+ *        k+1. The CRC32C is computed on each chunk as it passes. The inner
+ *        RDMA plane keeps its per-request state but this plane answers the
+ *        server's RDMA_REGISTER itself (RDMA_READY, reads, RDMA_DONE);
+ *   inline get: get_start points the inner plane at a host buffer of
+ *        byte_length bytes; each DATA frame's bytes are copied on to the
+ *        device as soon as they are in (the next frames wait in the socket
+ *        meanwhile), the rest in release;
+ *   other RDMA gets (push, a kind without asynchronous copies, no pool):
+ *        the whole host buffer is copied in release, after the transfer;
  *   put: put_prepare copies device -> host before TENSOR_PUT is built (the
- *        descriptor's CRC is computed on the host copy), the inner plane
- *        sends from the host copy;
- *   get: get_start points the inner plane at a host buffer of byte_length
- *        bytes; on the inline plane each DATA frame's bytes are copied on
- *        to the device as soon as they are in (the next frames wait in the
- *        socket meanwhile); what is left (all of it on RDMA) is copied in
- *        release, before the request is reported done.
+ *        descriptor's CRC is computed on the host copy, so every byte must
+ *        be on the host before the first goes out), the inner plane sends
+ *        from the host copy.
  *
- * r->buf is the host buffer while the inner plane runs and the caller's
- * device pointer again after release. The copies are synchronous on the
- * device's primary context (cuMemcpyDtoH / cuMemcpyHtoD on the legacy
- * default stream), so when a call returns the bytes are in place and
- * visible to any work later submitted on that device.
+ * r->buf is the host buffer while the inner plane runs (the device pointer
+ * throughout a pipelined pull) and the caller's device pointer again after
+ * release. Whole-buffer copies are synchronous on the device's primary
+ * context (cuMemcpyDtoH / cuMemcpyHtoD on the legacy default stream); the
+ * pipeline waits for its stream before the request is reported done. Either
+ * way, when a call returns the bytes are in place and visible to any work
+ * later submitted on that device.
  *
  * The host buffer is kept on the handle between requests (the largest one
  * used so far) and page-locked from 1 MiB up, so repeated transfers do not
- * fault in or pin fresh pages. Not a full pipeline yet: a put copies the
- * whole tensor before sending, and the RDMA plane copies after the read
- * (the chunked pipeline of mem/staging.h is the next step;
- * docs/performance.md has what this costs).
+ * fault in or pin fresh pages; the pool likewise (made on the first
+ * pipelined get, freed with the handle).
  *
  * State: struct stage in r->stage (the inner plane keeps r->dp_state).
  */
@@ -37,6 +46,7 @@
 
 #include "client/client_internal.h"
 #include "mem/hostmem.h"
+#include "mem/staging.h"
 
 struct staged_plane {
     struct tw__client_dp_ops ops; /* first: r->dp points here */
@@ -51,12 +61,23 @@ struct tw__stage_buf {
 };
 
 struct stage {
-    uint8_t *dev; /* the caller's device buffer */
-    struct tw__stage_buf *buf;
+    uint8_t *dev;              /* the caller's device buffer */
+    struct tw__stage_buf *buf; /* NULL for a pipelined pull */
     size_t len;
     size_t copied; /* get: bytes already copied to the device */
     int failed;    /* get: a copy to the device failed (text in c->errmsg) */
+    int piped;     /* RDMA pull get through the pool (no host buffer) */
 };
+
+/* The pool of pipelined pulls: chunk size and slots. An RDMA read of a
+ * chunk is one blocking transfer, so the chunk is larger than the
+ * pipeline's 4 MiB default (which is tuned for copies alone) to keep the
+ * turnaround between reads small against the read itself; a pull holds at
+ * most STAGE_PIPE_DEPTH slots. TW_STAGING_CHUNK (bytes, a multiple of
+ * 4 KiB) overrides the chunk for measurements (docs/performance.md). */
+#define STAGE_POOL_CHUNK ((size_t)8 << 20)
+#define STAGE_POOL_SLOTS 8u
+#define STAGE_PIPE_DEPTH 4u
 
 /* Buffers at least this large are page-locked (copies at full speed; the
  * pinning is paid once while the buffer is kept between requests). */
@@ -76,6 +97,52 @@ void tw__client_stage_free(struct tw_client *c)
 {
     buf_free(c->stage_spare);
     c->stage_spare = NULL;
+    /* The plane (and the pool's registration with it) is closed first
+     * (tw_close). */
+    if (c->stage_pool_mr)
+        tw__fabric_mr_deregister(c->stage_pool_mr);
+    c->stage_pool_mr = NULL;
+    tw__staging_pool_destroy(c->stage_pool);
+    c->stage_pool = NULL;
+}
+
+static size_t pool_chunk(void)
+{
+    const char *v = getenv("TW_STAGING_CHUNK");
+    if (v && *v) {
+        char *end = NULL;
+        unsigned long long n = strtoull(v, &end, 10);
+        if (end && *end == '\0' && n >= 4096 && n % 4096 == 0 && n <= ((size_t)1 << 30))
+            return (size_t)n;
+    }
+    return STAGE_POOL_CHUNK;
+}
+
+/* The pool and its registration on the accepted endpoint, made on first
+ * use. 1 when both exist, 0 when not (the caller stages the old way). */
+static int pool_ready(struct tw_client *c, const struct tw__creq *r)
+{
+    if (!c->fpeer)
+        return 0;
+    if (!c->stage_pool) {
+        char err[200];
+        if (tw__staging_pool_create(r->mem_ops->async, r->mem.device, pool_chunk(),
+                                    STAGE_POOL_SLOTS, &c->stage_pool, err, sizeof(err)) != 0) {
+            c->stage_pool = NULL;
+            return 0;
+        }
+    }
+    if (!c->stage_pool_mr) {
+        void *base;
+        size_t len;
+        tw__staging_pool_memory(c->stage_pool, &base, &len);
+        if (tw__fabric_mr_register(c->fpeer, base, len, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0,
+                                   &c->stage_pool_mr) != 0) {
+            c->stage_pool_mr = NULL;
+            return 0;
+        }
+    }
+    return 1;
 }
 
 /* A host buffer of at least len bytes: the kept one when it is large
@@ -118,12 +185,20 @@ static const struct tw__client_dp_ops *inner_of(const struct tw__creq *r)
     return ((const struct staged_plane *)r->dp)->inner;
 }
 
-/* Swaps r->buf for a host buffer of len bytes. */
-static int stage_begin(struct tw_client *c, struct tw__creq *r, size_t len)
+/* Swaps r->buf for a host buffer of len bytes (piped: keeps the device
+ * pointer, the pool stands in for the buffer). */
+static int stage_begin(struct tw_client *c, struct tw__creq *r, size_t len, int piped)
 {
     struct stage *st = calloc(1, sizeof(*st));
     if (!st)
         return -ENOMEM;
+    st->dev = r->buf;
+    st->len = len;
+    if (piped) {
+        st->piped = 1;
+        r->stage = st;
+        return 0;
+    }
     st->buf = buf_get(c, r, len);
     if (!st->buf) {
         free(st);
@@ -131,8 +206,6 @@ static int stage_begin(struct tw_client *c, struct tw__creq *r, size_t len)
                           r->name, len);
         return -ENOMEM;
     }
-    st->dev = r->buf;
-    st->len = len;
     r->stage = st;
     r->buf = st->buf->p;
     return 0;
@@ -158,7 +231,11 @@ static int stage_to_device(struct tw_client *c, struct tw__creq *r, struct stage
 
 static int staged_get_start(struct tw_client *c, struct tw__creq *r)
 {
-    int rc = stage_begin(c, r, (size_t)r->expect);
+    /* The pipeline needs a pull (we read, so we know when a chunk is in),
+     * asynchronous copies and the pool. */
+    int piped = inner_of(r) == &tw__client_dp_rdma && r->path.mode == TW_PATH_PULL &&
+                r->mem_ops->async && r->expect && pool_ready(c, r);
+    int rc = stage_begin(c, r, (size_t)r->expect, piped);
     if (rc)
         return rc;
     return inner_of(r)->get_start(c, r);
@@ -185,7 +262,7 @@ static int staged_get_data(struct tw_client *c, struct tw__creq *r, uint64_t off
 static int staged_put_prepare(struct tw_client *c, struct tw__creq *r)
 {
     char err[200];
-    int rc = stage_begin(c, r, r->len);
+    int rc = stage_begin(c, r, r->len, 0);
     if (rc || !r->len)
         return rc;
     struct stage *st = r->stage;
@@ -202,8 +279,157 @@ static int staged_put_start(struct tw_client *c, struct tw__creq *r)
     return inner_of(r)->put_start(c, r);
 }
 
+static int queue_tag(struct tw_client *c, struct tw__creq *r, uint32_t tag, uint32_t status,
+                     uint64_t bytes)
+{
+    struct tw_msg m = {.hdr = {.version = TW_PROTO_VERSION, .tag = tag, .request_id = r->id}};
+    if (tag == TW_TAG_RDMA_DONE) {
+        m.u.rdma_done.status = status;
+        m.u.rdma_done.bytes = bytes;
+    }
+    return tw__client_conn_queue(c, &m);
+}
+
+static uint64_t pipe_stall_ns(const struct tw_client *c)
+{
+    return c->request_timeout_ms > 0 ? (uint64_t)c->request_timeout_ms * 1000000ull : 0;
+}
+
+/*
+ * The pipelined pull of a get into GPU memory, on the server's
+ * RDMA_REGISTER: RDMA_READY, then per chunk: a pool slot (acquire), the
+ * read of the chunk into it, its host->device copy queued (release, which
+ * also folds the chunk into the CRC); RDMA_DONE once the reads are over
+ * (the server may drop its region while the last copies finish); then the
+ * copies are waited for and the CRC checked. A failed read or copy stops
+ * the reads: RDMA_DONE carries the failure and the bytes read, the request
+ * fails with the first error, the pipe gives its slots back (it waits for
+ * its queued copies first) and the connection stays in step.
+ */
+static int piped_pull(struct tw_client *c, struct tw__creq *r, const struct tw_msg *m)
+{
+    struct stage *st = r->stage;
+    char why[TW_FABRIC_ERRMSG_LEN + 64] = "";
+    int status = 0, net_failed = 0;
+    uint64_t moved = 0;
+    struct tw_fabric_completion fc;
+    memset(&fc, 0, sizeof(fc));
+    if (m->u.rdma_register.length != r->expect) {
+        tw__client_seterr(c, "RDMA_REGISTER for '%s' has %llu bytes, TENSOR_INFO said %llu",
+                          r->name, (unsigned long long)m->u.rdma_register.length,
+                          (unsigned long long)r->expect);
+        return TW_EBAD_LENGTH;
+    }
+    int rc = queue_tag(c, r, TW_TAG_RDMA_READY, 0, 0);
+    if (rc)
+        return rc;
+    struct tw_staging_pipe *p = NULL;
+    rc = tw__staging_begin(c->stage_pool, TW_STAGING_TO_DEVICE, r->mem_ops, &r->mem,
+                           (uintptr_t)st->dev, r->expect, STAGE_PIPE_DEPTH,
+                           r->check_crc ? TW_STAGING_CRC : 0, &p, why, sizeof(why));
+    if (rc) {
+        status = rc;
+        goto out_done;
+    }
+    while (moved < r->expect) {
+        struct tw_staging_chunk ch;
+        int got = tw__staging_acquire(p, &ch);
+        if (got == 0) /* the slot's previous copy still runs */
+            got = tw__staging_wait(p, 1000);
+        if (got < 0) {
+            status = got;
+            snprintf(why, sizeof(why), "%s", tw__staging_error(p));
+            break;
+        }
+        if (got == 0)
+            continue;
+        struct tw_fabric_xfer_desc d;
+        memset(&d, 0, sizeof(d));
+        d.op = TW_FABRIC_PULL;
+        d.peer = c->fpeer;
+        d.local = c->stage_pool_mr;
+        d.local_offset = ch.pool_offset;
+        d.remote.key = m->u.rdma_register.rkey;
+        d.remote.remote_addr = m->u.rdma_register.remote_addr + ch.offset;
+        d.remote.length = r->expect - ch.offset;
+        d.length = ch.len;
+        d.stall_ns = pipe_stall_ns(c);
+        rc = tw__fabric_xfer_run(c->fab, &d, &fc);
+        if (rc < 0 || fc.status) {
+            status = fc.status ? fc.status : rc;
+            net_failed = 1;
+            snprintf(why, sizeof(why), "rdma read from the server failed: %s",
+                     fc.msg[0] ? fc.msg : tw_strerror(status));
+            break;
+        }
+        moved += ch.len;
+        rc = tw__staging_release(p, &ch);
+        if (rc < 0) {
+            status = rc;
+            snprintf(why, sizeof(why), "%s", tw__staging_error(p));
+            break;
+        }
+    }
+out_done:
+    if (fc.buffer_busy) {
+        /* Reads the provider could not take back may still land in the
+         * pool: its registration goes (a new one is made for the next
+         * pull); if they do not drain the plane closes with the
+         * connection. */
+        struct tw_fabric_mr *mr = c->stage_pool_mr;
+        c->stage_pool_mr = NULL;
+        fc.status = status;
+        rc = tw__client_rdma_release_busy(c, r, mr, &fc);
+        if (rc) {
+            tw__staging_end(p);
+            return rc;
+        }
+    }
+    rc = queue_tag(c, r, TW_TAG_RDMA_DONE,
+                   status == 0  ? 0
+                   : net_failed ? tw__fabric_status_to_wire(status)
+                                : TW_WIRE_INTERNAL,
+                   moved);
+    if (rc) { /* the connection is gone */
+        tw__staging_end(p);
+        return rc;
+    }
+    while (status == 0 && (rc = tw__staging_complete(p)) == 0)
+        rc = tw__staging_wait(p, 1000);
+    if (status == 0 && rc < 0) {
+        status = rc;
+        snprintf(why, sizeof(why), "%s", tw__staging_error(p));
+    }
+    if (status == 0)
+        r->crc = tw__staging_crc(p);
+    tw__staging_end(p);
+    st->copied = status == 0 ? (size_t)r->expect : 0;
+    if (status) {
+        char msg[sizeof(why) + 300];
+        int n = snprintf(msg, sizeof(msg), "'%s': %s", r->name, why);
+        tw__client_engine_finish(c, r, status, msg,
+                                 (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+        return 0;
+    }
+    r->received = r->expect;
+    if (r->check_crc && r->crc != r->crc_expected) {
+        char msg[400];
+        int n = snprintf(msg, sizeof(msg),
+                         "'%s': CRC32C of the received bytes is %08x, the server announced %08x",
+                         r->name, r->crc, r->crc_expected);
+        tw__client_engine_finish(c, r, TW_ECHECKSUM, msg,
+                                 (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+        return 0;
+    }
+    tw__client_engine_finish(c, r, 0, NULL, 0);
+    return 0;
+}
+
 static int staged_on_message(struct tw_client *c, struct tw__creq *r, const struct tw_msg *msg)
 {
+    struct stage *st = r->stage;
+    if (st && st->piped && r->op == TW__OP_GET && msg->hdr.tag == TW_TAG_RDMA_REGISTER)
+        return piped_pull(c, r, msg);
     const struct tw__client_dp_ops *in = inner_of(r);
     if (!in->on_message)
         return TW_EBAD_FIELD;
@@ -222,13 +448,14 @@ static void staged_release(struct tw_client *c, struct tw__creq *r)
     if (!st)
         return;
     r->stage = NULL;
-    if (r->op == TW__OP_GET && r->finished && r->status == 0) {
+    if (r->op == TW__OP_GET && r->finished && r->status == 0 && !st->piped) {
         int rc = st->failed ? st->failed : stage_to_device(c, r, st, (size_t)r->expect);
         if (rc)
             r->status = rc;
     }
     r->buf = st->dev;
-    buf_put(c, st->buf);
+    if (st->buf)
+        buf_put(c, st->buf);
     free(st);
 }
 

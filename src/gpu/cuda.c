@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpu/cuda.h"
@@ -180,4 +181,36 @@ int tw__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, 
     *free_bytes = f;
     *total_bytes = t;
     return 0;
+}
+
+/* ---- test-only fault injection (cuda.h) ---- */
+
+static long inject_at = -1; /* copy index to refuse; -1: none */
+static long inject_count;
+static pthread_once_t inject_once = PTHREAD_ONCE_INIT;
+
+static void inject_read_env(void)
+{
+    const char *v = getenv("TW_TEST_CUDA_FAIL_AT_CHUNK");
+    if (v && *v) {
+        char *end = NULL;
+        long k = strtol(v, &end, 10);
+        if (end && *end == '\0' && k >= 0)
+            inject_at = k;
+    }
+}
+
+int tw__cuda_test_copy_hook(const char *what, char *err, size_t errlen)
+{
+    pthread_once(&inject_once, inject_read_env);
+    if (inject_at < 0)
+        return 0;
+    long k = __atomic_fetch_add(&inject_count, 1, __ATOMIC_RELAXED);
+    if (k != inject_at)
+        return 0;
+    if (err && errlen)
+        snprintf(err, errlen,
+                 "%s: injected failure of CUDA copy %ld (TW_TEST_CUDA_FAIL_AT_CHUNK, test only)",
+                 what, k);
+    return TW_EINTERNAL;
 }

@@ -185,4 +185,20 @@ int tw__cuda_device_count(void);
 int tw__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, char *err,
                       size_t errlen);
 
+/*
+ * TEST ONLY: fault injection for the copies of CUDA memory. Every copy
+ * between host and device memory that tensorwire submits (the memory
+ * kind's synchronous and asynchronous copies, the server store's copies)
+ * calls this first with what it is about to do. With the environment
+ * variable TW_TEST_CUDA_FAIL_AT_CHUNK=k (read once, on the first copy of
+ * the process) copy number k of the process (0-based, counted over all
+ * threads) is refused: this returns TW_EINTERNAL with "injected failure of
+ * CUDA copy k (TW_TEST_CUDA_FAIL_AT_CHUNK, test only)" in err, as a real
+ * driver error would. Every other copy, and every copy without the
+ * variable, returns 0 (one relaxed atomic increment). Meant for tests on a
+ * real GPU (tests/integration/test_gpu_inject.c); never set it in
+ * production.
+ */
+int tw__cuda_test_copy_hook(const char *what, char *err, size_t errlen);
+
 #endif

@@ -106,6 +106,8 @@ static int cuda_copy_to_host(void *dst, uintptr_t src, size_t len, const struct 
     int rc = tw__cuda_get(&cu, err, errlen);
     if (rc == 0)
         rc = tw__cuda_use_device(attr->device, err, errlen);
+    if (rc == 0)
+        rc = tw__cuda_test_copy_hook("cuMemcpyDtoH", err, errlen);
     if (rc)
         return rc;
     CUresult r = cu->cuMemcpyDtoH(dst, (CUdeviceptr)src, len);
@@ -125,6 +127,8 @@ static int cuda_copy_from_host(uintptr_t dst, const void *src, size_t len,
     int rc = tw__cuda_get(&cu, err, errlen);
     if (rc == 0)
         rc = tw__cuda_use_device(attr->device, err, errlen);
+    if (rc == 0)
+        rc = tw__cuda_test_copy_hook("cuMemcpyHtoD", err, errlen);
     if (rc)
         return rc;
     CUresult r = cu->cuMemcpyHtoD((CUdeviceptr)dst, src, len);

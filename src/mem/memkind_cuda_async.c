@@ -108,6 +108,8 @@ static int cuda_copy_to_host_async(void *stream, void *dst, uintptr_t src, size_
 {
     const struct tw_cuda_api *cu;
     int rc = enter(attr->device, &cu, err, errlen);
+    if (rc == 0)
+        rc = tw__cuda_test_copy_hook("cuMemcpyDtoHAsync", err, errlen);
     if (rc)
         return rc;
     CUresult r = cu->cuMemcpyDtoHAsync(dst, (CUdeviceptr)src, len, (CUstream)stream);
@@ -119,6 +121,8 @@ static int cuda_copy_from_host_async(void *stream, uintptr_t dst, const void *sr
 {
     const struct tw_cuda_api *cu;
     int rc = enter(attr->device, &cu, err, errlen);
+    if (rc == 0)
+        rc = tw__cuda_test_copy_hook("cuMemcpyHtoDAsync", err, errlen);
     if (rc)
         return rc;
     CUresult r = cu->cuMemcpyHtoDAsync((CUdeviceptr)dst, src, len, (CUstream)stream);

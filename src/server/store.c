@@ -122,6 +122,8 @@ static int cuda_devmem_copy(int ordinal, void *dst, const void *src, size_t len,
     int rc = tw__cuda_get(&cu, err, errlen);
     if (rc == 0)
         rc = tw__cuda_use_device(ordinal, err, errlen);
+    if (rc == 0)
+        rc = tw__cuda_test_copy_hook(to_host ? "cuMemcpyDtoH" : "cuMemcpyHtoD", err, errlen);
     if (rc)
         return rc;
     CUresult r = to_host ? cu->cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, len)

@@ -3,20 +3,30 @@
  * fake CUDA memory kind claims one host arena as "device memory" and is
  * installed in the handle's memory-kind table. The arena is PROT_NONE
  * except inside the fake kind's copies, so a plane that touched device
- * memory directly (recv into it, a CRC over it) would crash the test.
+ * memory directly (recv into it, a CRC over it) would crash the test. Its
+ * asynchronous copies are the stream double of tests/mem/fake_memkind.h
+ * (queued, run only when an event after them is found complete; injected
+ * failures at submission or completion of copy k), so RDMA pull gets go
+ * through the chunked pipeline with the pool's chunk set to 64 KiB
+ * (TW_STAGING_CHUNK).
  * Against a real tensorwired, inline and over RDMA (cmake/parts/client.cmake):
- * round trips byte-exact with "+ staging" in the plane, a batch of device
- * slices, a copy failing at chunk k of a get and at the put's copy (the
- * request fails with the copy's code, the connection stays usable, nothing
- * is stored), and a range that leaves its allocation. Links the internal
- * library (it sets c->memkinds).
+ * round trips byte-exact with "+ staging" in the plane, one copy per chunk
+ * at chunk size -1, +0, +1 and odd sizes, a batch of device slices, a copy
+ * failing at chunk k of a get (inline: the k-th frame's copy; RDMA: chunk
+ * k's copy refused, or failing when it completes) and at the put's copy
+ * (the request fails with the copy's code, the connection stays usable,
+ * nothing is stored, no pool slot, stream or event is left behind), and a
+ * range that leaves its allocation. Links the internal library (it sets
+ * c->memkinds and reads the pool's counters).
  */
 #include <errno.h>
 #include <stdint.h>
 #include <sys/mman.h>
 
+#include "../mem/fake_memkind.h"
 #include "client/client_internal.h"
 #include "integration/server_fixture.h"
+#include "mem/staging.h"
 #include "tensorwire/tensorwire.h"
 #include "tw_test.h"
 
@@ -32,8 +42,8 @@ static void arena_open(int open)
     TW_ASSERT_EQ(mprotect(arena, ARENA_LEN, open ? PROT_READ | PROT_WRITE : PROT_NONE), 0);
 }
 
-static int fake_query(uintptr_t addr, size_t len, struct tw_mem_attr *attr, char *err,
-                      size_t errlen)
+static int arena_query(uintptr_t addr, size_t len, struct tw_mem_attr *attr, char *err,
+                       size_t errlen)
 {
     uintptr_t base = (uintptr_t)arena;
     if (addr < base || addr >= base + ARENA_LEN)
@@ -78,15 +88,74 @@ static int fake_from_host(uintptr_t dst, const void *src, size_t len,
     return 0;
 }
 
+/* The stream double runs queued copies inside event queries and waits:
+ * the arena is open only then. */
+static int arena_event_query(int device, void *event, char *err, size_t errlen)
+{
+    arena_open(1);
+    int rc = fake_event_query(device, event, err, errlen);
+    arena_open(0);
+    return rc;
+}
+
+static int arena_event_wait(int device, void *event, char *err, size_t errlen)
+{
+    arena_open(1);
+    int rc = fake_event_wait(device, event, err, errlen);
+    arena_open(0);
+    return rc;
+}
+
+static int arena_stream_wait(int device, void *stream, char *err, size_t errlen)
+{
+    arena_open(1);
+    int rc = fake_stream_wait(device, stream, err, errlen);
+    arena_open(0);
+    return rc;
+}
+
+static const struct tw_memkind_async_ops arena_async = {
+    .pin = fake_pin,
+    .unpin = fake_unpin,
+    .stream_create = fake_stream_create,
+    .stream_destroy = fake_stream_destroy,
+    .stream_wait = arena_stream_wait,
+    .event_create = fake_event_create,
+    .event_destroy = fake_event_destroy,
+    .copy_to_host_async = fake_copy_to_host_async,
+    .copy_from_host_async = fake_copy_from_host_async,
+    .event_record = fake_event_record,
+    .event_query = arena_event_query,
+    .event_wait = arena_event_wait,
+};
+
 static const struct tw_memkind_ops fake_cuda = {
     .kind = TW_MEMKIND_CUDA,
     .name = "fake-cuda",
     .check_on_hit = 1,
-    .query = fake_query,
+    .query = arena_query,
     .copy_to_host = fake_to_host,
     .copy_from_host = fake_from_host,
-    .async = NULL, /* nothing to pin */
+    .async = &arena_async,
 };
+
+#define PIPE_CHUNK ((size_t)64 * 1024)
+
+static int on_rdma(tw_client *c)
+{
+    return strncmp(tw_client_data_plane(c), "rdma", 4) == 0;
+}
+
+/* Nothing of a finished pipeline is left: every pool slot free, every
+ * stream and event of the double destroyed. */
+static void check_pool_idle(tw_client *c)
+{
+    if (c->stage_pool)
+        TW_ASSERT_EQ(tw__staging_pool_free_slots(c->stage_pool),
+                     tw__staging_pool_slots(c->stage_pool));
+    TW_ASSERT_EQ(fake.streams, fake.stream_frees);
+    TW_ASSERT_EQ(fake.events, fake.event_frees);
+}
 
 #define fill tw_test_fill
 
@@ -120,7 +189,14 @@ static void dev_read(uint8_t *dst, const uint8_t *dev, size_t n)
 static void test_round_trips(void)
 {
     tw_client *c = connect_fake(0);
-    size_t sizes[] = {1, 4096, (1u << 20) + 3, 9u << 20};
+    size_t sizes[] = {1,
+                      4096,
+                      PIPE_CHUNK - 1,
+                      PIPE_CHUNK,
+                      PIPE_CHUNK + 1,
+                      3 * PIPE_CHUNK + 7,
+                      (1u << 20) + 3,
+                      9u << 20};
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         size_t n = sizes[i];
         uint8_t *src = malloc(n), *back = malloc(n);
@@ -135,9 +211,17 @@ static void test_round_trips(void)
         uint8_t *dst = arena + (ARENA_LEN / 2);
         memset(back, 0, n);
         dev_write(dst, back, n);
+        long async_before = fake.copies;
         TW_ASSERT_OK(tw_get(c, "st/t", dst, n, &got));
         TW_ASSERT(strstr(tw_client_data_plane(c), "+ staging") != NULL);
-        TW_ASSERT(copies_to_dev > td);
+        if (on_rdma(c)) {
+            /* The pipelined pull: one asynchronous copy per chunk. */
+            TW_ASSERT_EQ(fake.copies - async_before, (long)tw__staging_nchunks(n, PIPE_CHUNK));
+            TW_ASSERT_EQ(copies_to_dev, td);
+        } else {
+            TW_ASSERT(copies_to_dev > td);
+        }
+        check_pool_idle(c);
         TW_ASSERT_EQ_U64(got.byte_length, n);
         dev_read(back, dst, n);
         TW_ASSERT_MEM_EQ(back, src, n);
@@ -182,9 +266,12 @@ static void test_batch_of_slices(void)
     tw_close(c);
 }
 
-/* A copy to the device failing at chunk k of an inline get (64 KiB frames:
- * 16 chunks of 1 MiB; on RDMA the one copy after the read): the get fails
- * with the copy's code, the connection stays usable, the next get works. */
+/* A copy to the device failing at chunk k of a get: inline, the 6th
+ * frame's copy (64 KiB frames); RDMA, the pipeline's copy of chunk k (16
+ * chunks of 64 KiB), refused when queued or failing when it runs, for k at
+ * the first, a middle and the last chunk. The get fails with the copy's
+ * code, the connection stays usable, no pool slot, stream or event is left,
+ * the next get is byte-exact. Repeated failures must not starve the pool. */
 static void test_copy_failures(void)
 {
     tw_client *c = connect_fake(64 * 1024);
@@ -194,15 +281,40 @@ static void test_copy_failures(void)
     struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {n}};
     TW_ASSERT_OK(tw_put(c, "st/f", &d, src, n)); /* from host memory */
     uint8_t *dst = arena + 4096;
-    fail_to_dev_at = (int)copies_to_dev + (strncmp(tw_client_data_plane(c), "inline", 6) ? 0 : 5);
-    TW_ASSERT_ERR(tw_get(c, "st/f", dst, n, NULL), TW_EINTERNAL);
-    fprintf(stderr, "  get: %s\n", tw_client_last_error_message(c));
-    TW_ASSERT(strstr(tw_client_last_error_message(c), "injected failure") != NULL);
-    fail_to_dev_at = -1;
+    if (!on_rdma(c)) {
+        fail_to_dev_at = (int)copies_to_dev + 5;
+        TW_ASSERT_ERR(tw_get(c, "st/f", dst, n, NULL), TW_EINTERNAL);
+        fprintf(stderr, "  get: %s\n", tw_client_last_error_message(c));
+        TW_ASSERT(strstr(tw_client_last_error_message(c), "injected failure") != NULL);
+        fail_to_dev_at = -1;
+    } else {
+        const long ks[] = {0, 5, 15};
+        for (int round = 0; round < 3; round++) {
+            for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
+                for (int at_completion = 0; at_completion < 2; at_completion++) {
+                    if (at_completion)
+                        fake.fail_complete_at = fake.copies + ks[i];
+                    else
+                        fake.fail_submit_at = fake.copies + ks[i];
+                    TW_ASSERT_ERR(tw_get(c, "st/f", dst, n, NULL), TW_EINTERNAL);
+                    if (round == 0)
+                        fprintf(stderr, "  rdma get, chunk %ld, %s: %s\n", ks[i],
+                                at_completion ? "completion" : "submission",
+                                tw_client_last_error_message(c));
+                    TW_ASSERT(strstr(tw_client_last_error_message(c), "injected") != NULL);
+                    TW_ASSERT(strstr(tw_client_last_error_message(c), "staging chunk") != NULL);
+                    fake.fail_submit_at = fake.fail_complete_at = -1;
+                    TW_ASSERT(tw_client_is_connected(c));
+                    check_pool_idle(c);
+                }
+            }
+        }
+    }
     TW_ASSERT(tw_client_is_connected(c));
     TW_ASSERT_OK(tw_get(c, "st/f", dst, n, NULL));
     dev_read(back, dst, n);
     TW_ASSERT_MEM_EQ(back, src, n);
+    check_pool_idle(c);
 
     /* The put's copy from the device fails: nothing is sent or stored. */
     dev_write(arena, src, n);
@@ -228,6 +340,8 @@ static void test_copy_failures(void)
 
 int main(void)
 {
+    fake_reset();
+    setenv("TW_STAGING_CHUNK", "65536", 1); /* read when a handle makes its pool */
     arena = mmap(NULL, ARENA_LEN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     TW_ASSERT(arena != MAP_FAILED);
     tw_test_server_start(&srv, NULL);
