@@ -45,6 +45,17 @@ foreach(prov tcp shm)
     ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=never")
 endforeach()
 
+# A CUDA copy failing mid-transfer on a real GPU (issue 11), client and
+# server side, inline and over RDMA tcp / shm. Skips (77) without a device.
+tw_add_test(test_gpu_inject ${CMAKE_SOURCE_DIR}/tests/integration/test_gpu_inject.c
+            TIMEOUT 300 LABELS "integration;gpu")
+foreach(prov tcp shm)
+  add_test(NAME test_gpu_inject_${prov} COMMAND test_gpu_inject)
+  set_tests_properties(test_gpu_inject_${prov} PROPERTIES TIMEOUT 300
+    LABELS "integration;fabric;gpu" SKIP_RETURN_CODE 77
+    ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=never")
+endforeach()
+
 # The client's staging planes with a fake CUDA memory kind (no GPU needed):
 # inline and over RDMA tcp / shm.
 tw_add_test(test_client_staging ${CMAKE_SOURCE_DIR}/tests/integration/test_client_staging.c

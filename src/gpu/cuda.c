@@ -203,14 +203,21 @@ static void inject_read_env(void)
 int tw__cuda_test_copy_hook(const char *what, char *err, size_t errlen)
 {
     pthread_once(&inject_once, inject_read_env);
-    if (inject_at < 0)
+    if (__atomic_load_n(&inject_at, __ATOMIC_RELAXED) < 0)
         return 0;
     long k = __atomic_fetch_add(&inject_count, 1, __ATOMIC_RELAXED);
-    if (k != inject_at)
+    if (k != __atomic_load_n(&inject_at, __ATOMIC_RELAXED))
         return 0;
     if (err && errlen)
         snprintf(err, errlen,
                  "%s: injected failure of CUDA copy %ld (TW_TEST_CUDA_FAIL_AT_CHUNK, test only)",
                  what, k);
     return TW_EINTERNAL;
+}
+
+void tw__cuda_test_fail_at(long k)
+{
+    pthread_once(&inject_once, inject_read_env);
+    __atomic_store_n(&inject_count, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&inject_at, k, __ATOMIC_RELAXED);
 }

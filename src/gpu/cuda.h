@@ -200,5 +200,9 @@ int tw__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, 
  * production.
  */
 int tw__cuda_test_copy_hook(const char *what, char *err, size_t errlen);
+/* TEST ONLY, for tests that link the library's internals: from now on,
+ * refuse the k-th copy counted from this call (0: the next one; -1:
+ * none), overriding the environment variable (which is read first). */
+void tw__cuda_test_fail_at(long k);
 
 #endif

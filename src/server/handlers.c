@@ -484,6 +484,8 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
     struct tw_fabric_stats fst;
     struct tw_fabric_mrcache_stats mst;
     tw__srv_plane_stats(srv, &fst, &mst);
+    uint64_t pinned_bytes = 0, pins_in_use = 0;
+    tw__srv_stage_stats(srv, &pinned_bytes, &pins_in_use);
     count_request(c);
     const struct {
         const char *key;
@@ -512,6 +514,9 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"staged_gets", srv->stats.staged_gets},
         {"staged_puts", srv->stats.staged_puts},
         {"staged_bytes", srv->stats.staged_bytes},
+        {"staged_failed", srv->stats.staged_failed},
+        {"staged_pinned_bytes", pinned_bytes},
+        {"staged_pins_in_use", pins_in_use},
         {"tensors", srv->store.count},
         {"stored_bytes", srv->store.stored_bytes},
         {"reserved_bytes", srv->store.reserved},

@@ -389,6 +389,7 @@ void tw__srv_destroy(struct tw_srv *srv)
      * (deferred registrations still hold tensor versions). */
     tw__srv_fabric_destroy(srv);
     tw__srv_gdr_destroy(srv);
+    tw__srv_stage_destroy(srv);
     tw__store_destroy(&srv->store);
     free(srv->scratch);
     srv->scratch = NULL;

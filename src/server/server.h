@@ -154,6 +154,7 @@ struct tw_srv_stats {
     uint64_t input_pauses; /* times a connection stopped reading (backpressure) */
     /* Transfers of GPU versions through host memory (xfer_staged.c). */
     uint64_t staged_gets, staged_puts, staged_bytes;
+    uint64_t staged_failed; /* staged transfers whose GPU copy failed */
     /* Transfers that moved all their bytes, by path (tw__path_format's
      * words): every transfer records its path here and in the log. */
     uint64_t path_inline, path_inline_staged, path_rdma_pull, path_rdma_push, path_rdma_staged,
@@ -197,6 +198,9 @@ struct tw_srv {
      * through it); NULL with fab. Store storage going back to the spare pool
      * is invalidated in it (store.on_recycle). */
     struct tw_fabric_mrcache *mrc;
+    /* Page-locked host copies of staged transfers (xfer_staged.c): a
+     * registration cache whose registrar pins; NULL until the first one. */
+    struct tw_regcache *stage_pins;
     uint32_t rails_dropped; /* retired rails whose cached registrations went */
     struct tw_io fab_io;
     char fab_why[512]; /* why there is no plane, or what it opened */
@@ -338,6 +342,15 @@ int tw__srv_gdr_flush(const struct tw_srv *srv, const struct tw_tensor *t, char 
 /* CRC32C of GPU tensor t's bytes, read back to the host in pieces. */
 int tw__srv_gdr_crc(const struct tw_srv *srv, const struct tw_tensor *t, uint32_t *crc, char *err,
                     size_t errlen);
+
+/* ---- staging planes (xfer_staged.c) ---- */
+
+struct tw_regcache;
+/* Shutdown, before the store frees its memory: unpins the host copies kept
+ * pinned (srv->stage_pins) and frees the cache. */
+void tw__srv_stage_destroy(struct tw_srv *srv);
+/* Pinned host bytes kept now and pins held by transfers (STATS). */
+void tw__srv_stage_stats(struct tw_srv *srv, uint64_t *pinned_bytes, uint64_t *pins_in_use);
 
 /* ---- per-transfer RDMA plane (xfer_rdma.c), for fabric_srv.c ---- */
 

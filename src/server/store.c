@@ -9,6 +9,7 @@
 
 #include "gpu/cuda.h"
 #include "mem/hostmem.h"
+#include "mem/memkind.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -151,11 +152,23 @@ static int cuda_devmem_from_host(int ordinal, void *dst, const void *src, size_t
     return cuda_devmem_copy(ordinal, dst, src, len, 0, err, errlen);
 }
 
+static int cuda_devmem_pin(int ordinal, void *p, size_t len, char *err, size_t errlen)
+{
+    return tw__memkind_cuda_async.pin(ordinal, p, len, err, errlen);
+}
+
+static void cuda_devmem_unpin(int ordinal, void *p)
+{
+    tw__memkind_cuda_async.unpin(ordinal, p);
+}
+
 const struct tw_store_devmem_ops tw__store_devmem_cuda = {
     .alloc = cuda_devmem_alloc,
     .free = cuda_devmem_free,
     .to_host = cuda_devmem_to_host,
     .from_host = cuda_devmem_from_host,
+    .pin = cuda_devmem_pin,
+    .unpin = cuda_devmem_unpin,
 };
 
 const struct tw_store_devmem_ops *tw__store_devmem(const struct tw_store *s)

@@ -76,6 +76,11 @@ struct tw_store_devmem_ops {
      * reason in err. NULL: GPU versions cannot be moved (staging refuses). */
     int (*to_host)(int ordinal, void *dst, const void *src, size_t len, char *err, size_t errlen);
     int (*from_host)(int ordinal, void *dst, const void *src, size_t len, char *err, size_t errlen);
+    /* Optional (NULL: copies use pageable memory): page-lock host memory
+     * for fast copies with any GPU (xfer_staged.c keeps the host copies of
+     * staged transfers pinned through a registration cache). */
+    int (*pin)(int ordinal, void *p, size_t len, char *err, size_t errlen);
+    void (*unpin)(int ordinal, void *p);
 };
 extern const struct tw_store_devmem_ops tw__store_devmem_cuda;
 

@@ -12,19 +12,105 @@
  *        what gets published.
  *
  * An inline get copies frame by frame, just before each frame is queued
- * (the frames queued before it drain to the socket meanwhile).
+ * (the frames queued before it drain to the socket meanwhile). An RDMA get
+ * copies the whole version before RDMA_REGISTER: in a pull the client reads
+ * whenever it likes, and the protocol has no message that would tell it a
+ * chunk is ready, so the server's copy cannot overlap the client's reads
+ * (the client overlaps its own copies to the GPU with them: dp_staging.c).
+ * What this side does instead is make every copy run at the pinned rate:
+ * the host copies of 1 MiB and more are page-locked through a registration
+ * cache (srv->stage_pins, mem/regcache.h, with a registrar that pins
+ * through the store's devmem ops), so a repeated transfer of one size finds
+ * its recycled host memory pinned already (the store keeps freed buffers
+ * for reuse, still tracked, so the cache keeps the pin); the pin goes when
+ * the memory is freed (hostmem invalidation) or evicted (LRU, at most
+ * STAGE_PIN_MAX bytes). A pin that fails only makes the copy slower.
  *
  * The host copy is a real store version (tw__store_alloc with device tag
  * cpu), so it counts against the CPU's capacity while it lives and is
  * freed with its last reference (an inline DATA frame still queued holds
- * one). Not a full pipeline yet: puts and RDMA gets copy the whole tensor.
+ * one).
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "mem/regcache.h"
 #include "server/log.h"
 #include "server/server.h"
 #include "server/xfer.h"
+
+/* Host copies smaller than this are not pinned (slab blocks: pinning one
+ * costs more than copying it); at most STAGE_PIN_MAX bytes stay pinned. */
+#define STAGE_PIN_MIN ((size_t)1 << 20)
+#define STAGE_PIN_MAX ((size_t)8 << 30)
+
+/* The registrar of srv->stage_pins: pins with the store's devmem ops in the
+ * context of the first served GPU (pins are portable: every GPU copies at
+ * the pinned rate). */
+static int pin_reg(void *ctx, const struct tw_reg_request *req, void **handle, char *err,
+                   size_t errlen)
+{
+    struct tw_srv *srv = ctx;
+    const struct tw_store_devmem_ops *m = tw__store_devmem(&srv->store);
+    int rc = m->pin(srv->store.gpu[0].ordinal, (void *)req->addr, req->len, err, errlen);
+    if (rc == 0)
+        *handle = (void *)req->addr;
+    return rc;
+}
+
+static void pin_dereg(void *ctx, void *handle)
+{
+    struct tw_srv *srv = ctx;
+    tw__store_devmem(&srv->store)->unpin(srv->store.gpu[0].ordinal, handle);
+}
+
+static const struct tw_registrar_ops pin_registrar = {
+    .name = "staging pins",
+    .reg = pin_reg,
+    .dereg = pin_dereg,
+};
+
+/* Makes sure host version t's memory is pinned (kept so in the cache; no
+ * reference is held: an eviction only makes a later copy slower). */
+static void pin_host_copy(struct tw_srv *srv, const struct tw_tensor *t)
+{
+    const struct tw_store_devmem_ops *m = tw__store_devmem(&srv->store);
+    if (!m->pin || !m->unpin || !t->mmapped || t->alloc_len < STAGE_PIN_MIN ||
+        srv->store.ngpus == 0)
+        return;
+    if (!srv->stage_pins) {
+        struct tw_regcache_config cfg = {.max_entries = 64, .max_host_bytes = STAGE_PIN_MAX};
+        if (tw__regcache_create(&cfg, &pin_registrar, srv, &srv->stage_pins) != 0) {
+            srv->stage_pins = NULL;
+            return;
+        }
+    }
+    struct tw_regcache_region *r = NULL;
+    char err[200];
+    if (tw__regcache_lookup(srv->stage_pins, t->data, t->alloc_len, TW_ACCESS_LOCAL_READ,
+                            TW_MEMKIND_HOST, &r, err, sizeof(err)) == 0)
+        tw__regcache_release(srv->stage_pins, r);
+    else
+        TW_LOGD("staging: pinning %zu bytes of host memory failed (copies run unpinned): %s",
+                t->alloc_len, err);
+}
+
+void tw__srv_stage_destroy(struct tw_srv *srv)
+{
+    if (srv->stage_pins && tw__regcache_destroy(srv->stage_pins) == 0)
+        srv->stage_pins = NULL;
+}
+
+void tw__srv_stage_stats(struct tw_srv *srv, uint64_t *pinned_bytes, uint64_t *pins_in_use)
+{
+    *pinned_bytes = *pins_in_use = 0;
+    if (!srv->stage_pins)
+        return;
+    struct tw_regcache_stats st;
+    tw__regcache_stats(srv->stage_pins, &st);
+    *pinned_bytes = st.bytes;
+    *pins_in_use = st.in_use;
+}
 
 struct staged_dp {
     struct tw_dp_ops ops; /* first: x->ops points here */
@@ -54,6 +140,7 @@ static int stage_host_version(struct tw_xfer *x)
     int rc = tw__store_alloc(dev->store, &d, &host);
     if (rc)
         return rc;
+    pin_host_copy(x->conn->srv, host);
     x->dev_t = dev; /* x's reference moves along */
     x->t = host;    /* and x holds the host version's only reference */
     return 0;
@@ -85,6 +172,7 @@ static int staged_start(struct tw_xfer *x)
         rc = m->to_host(ordinal, x->t->data, x->dev_t->data, (size_t)x->t->byte_length, err,
                         sizeof(err));
         if (rc) {
+            c->srv->stats.staged_failed++;
             TW_LOGW("get of '%s': copying it from cuda:%d failed: %s", x->t->name, ordinal, err);
             return rc;
         }
@@ -109,6 +197,7 @@ static int staged_pump(struct tw_xfer *x)
         int rc = m->to_host(ordinal, x->t->data + x->done, x->dev_t->data + x->done, len, err,
                             sizeof(err));
         if (rc) {
+            x->conn->srv->stats.staged_failed++;
             TW_LOGW("get of '%s': copying it from cuda:%d failed: %s", x->t->name, ordinal, err);
             return rc;
         }
@@ -148,6 +237,7 @@ static int staged_commit(struct tw_xfer *x, struct tw_tensor **publish, char *er
         int rc = m->from_host(ordinal, dev->data, host->data, (size_t)host->byte_length, why,
                               sizeof(why));
         if (rc) {
+            x->conn->srv->stats.staged_failed++;
             snprintf(err, errlen, "copying it to cuda:%d failed: %s", ordinal, why);
             return rc;
         }
