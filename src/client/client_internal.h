@@ -149,6 +149,9 @@ struct tw__txseg {
     size_t len;
 };
 
+/* Small staging buffers kept per handle (dp_staging.c). */
+#define TW__STAGE_SMALL_KEEP 128
+
 struct tw_client {
     int fd;
     int broken;  /* connection gone: every call fails -ENOTCONN */
@@ -203,6 +206,9 @@ struct tw_client {
      * repeated large transfer of GPU memory neither faults in nor pins
      * fresh pages. NULL when none is kept. */
     struct tw__stage_buf *stage_spare;
+    /* Small ones (one size class) kept for batches of small transfers. */
+    struct tw__stage_buf *stage_small[TW__STAGE_SMALL_KEEP];
+    unsigned nstage_small;
     /* The pinned chunk pool of RDMA pull gets into GPU memory (made on the
      * first one, mem/staging.h) and its one registration on fpeer (made
      * once; forgotten when the plane closes, which frees it). */

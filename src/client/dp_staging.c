@@ -79,6 +79,9 @@ struct stage {
 #define STAGE_POOL_SLOTS 8u
 #define STAGE_PIPE_DEPTH 4u
 
+/* The size class of small host buffers (see buf_get). */
+#define STAGE_SMALL_CAP ((size_t)256 << 10)
+
 /* Buffers at least this large are page-locked (copies at full speed; the
  * pinning is paid once while the buffer is kept between requests). */
 #define STAGE_PIN_MIN ((size_t)1 << 20)
@@ -97,6 +100,8 @@ void tw__client_stage_free(struct tw_client *c)
 {
     buf_free(c->stage_spare);
     c->stage_spare = NULL;
+    while (c->nstage_small)
+        buf_free(c->stage_small[--c->nstage_small]);
     /* The plane (and the pool's registration with it) is closed first
      * (tw_close). */
     if (c->stage_pool_mr)
@@ -145,33 +150,48 @@ static int pool_ready(struct tw_client *c, const struct tw__creq *r)
     return 1;
 }
 
-/* A host buffer of at least len bytes: the kept one when it is large
- * enough, else a new one. */
+/* A host buffer of at least len bytes: a kept one when one is large
+ * enough, else a new one. Small requests (batches of KV blocks, many in
+ * flight) share one size class, STAGE_SMALL_CAP, kept by the dozen and
+ * pinned once: no mmap, munmap, page faults or pinning per request. */
 static struct tw__stage_buf *buf_get(struct tw_client *c, const struct tw__creq *r, size_t len)
 {
-    struct tw__stage_buf *b = c->stage_spare;
-    if (b && b->cap >= len) {
+    struct tw__stage_buf *b;
+    int small = len <= STAGE_SMALL_CAP;
+    if (small && c->nstage_small)
+        return c->stage_small[--c->nstage_small];
+    b = c->stage_spare;
+    if (!small && b && b->cap >= len) {
         c->stage_spare = NULL;
         return b;
     }
     b = calloc(1, sizeof(*b));
     if (!b)
         return NULL;
-    b->cap = len ? len : 1;
+    b->cap = small ? STAGE_SMALL_CAP : len;
     b->pin_dev = -1;
     if (tw__hostmem_alloc(b->cap, &b->p) != 0) {
         free(b);
         return NULL;
     }
     const struct tw_memkind_async_ops *as = r->mem_ops->async;
-    if (as && b->cap >= STAGE_PIN_MIN && as->pin(r->mem.device, b->p, b->cap, NULL, 0) == 0)
+    if (as && (small || b->cap >= STAGE_PIN_MIN) &&
+        as->pin(r->mem.device, b->p, b->cap, NULL, 0) == 0)
         b->pin_dev = r->mem.device;
     return b;
 }
 
-/* Keeps the larger of b and the kept buffer, frees the other. */
+/* Keeps b (small class: up to TW__STAGE_SMALL_KEEP of them; else the
+ * larger of b and the kept buffer), frees what is not kept. */
 static void buf_put(struct tw_client *c, struct tw__stage_buf *b)
 {
+    if (b->cap == STAGE_SMALL_CAP) {
+        if (c->nstage_small < TW__STAGE_SMALL_KEEP)
+            c->stage_small[c->nstage_small++] = b;
+        else
+            buf_free(b);
+        return;
+    }
     if (c->stage_spare && c->stage_spare->cap >= b->cap) {
         buf_free(b);
         return;

@@ -645,8 +645,10 @@ static void pump_sources(struct tw_srv_conn *c)
             tw__conn_maybe_finish(c);
         } else if (rc < 0) {
             uint64_t id = x->id;
+            char why[sizeof(x->why)];
+            snprintf(why, sizeof(why), "%s", x->why[0] ? x->why : tw_strerror(rc));
             tw__xfer_destroy(x);
-            tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "sending failed: %s", tw_strerror(rc));
+            tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "sending failed: %s", why);
         }
     }
 }

@@ -244,9 +244,10 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
     c->srv->stats.gets++;
     int rc = x->ops->start(x);
     if (rc < 0) {
+        char why[sizeof(x->why)];
+        snprintf(why, sizeof(why), "%s", x->why[0] ? x->why : tw_strerror(rc));
         tw__xfer_destroy(x);
-        tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "cannot start the transfer: %s",
-                            tw_strerror(rc));
+        tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "cannot start the transfer: %s", why);
     }
 }
 
@@ -336,9 +337,10 @@ static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
         return;
     rc = x->ops->start(x);
     if (rc < 0) {
+        char why[sizeof(x->why)];
+        snprintf(why, sizeof(why), "%s", x->why[0] ? x->why : tw_strerror(rc));
         tw__xfer_destroy(x);
-        tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "cannot start the transfer: %s",
-                            tw_strerror(rc));
+        tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "cannot start the transfer: %s", why);
     }
 }
 

@@ -99,6 +99,9 @@ struct tw_xfer {
     uint64_t started_ms;
     uint64_t started_ns; /* tw__metrics_now_ns(), for the duration histogram */
     int failed;          /* ended with an error (metrics.h counts it failed) */
+    /* Why start failed, for the ERROR the handler sends ("" when the code
+     * says it all). */
+    char why[200];
     struct tw_timer deadline;
     struct tw_xfer *hnext;         /* connection's id table */
     struct tw_xfer *snext, *sprev; /* connection's list of sources to pump */

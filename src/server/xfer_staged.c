@@ -173,7 +173,9 @@ static int staged_start(struct tw_xfer *x)
                         sizeof(err));
         if (rc) {
             c->srv->stats.staged_failed++;
-            TW_LOGW("get of '%s': copying it from cuda:%d failed: %s", x->t->name, ordinal, err);
+            snprintf(x->why, sizeof(x->why), "copying it from cuda:%d failed: %.150s", ordinal,
+                     err);
+            TW_LOGW("get of '%s': %s", x->t->name, x->why);
             return rc;
         }
     }
@@ -198,7 +200,9 @@ static int staged_pump(struct tw_xfer *x)
                             sizeof(err));
         if (rc) {
             x->conn->srv->stats.staged_failed++;
-            TW_LOGW("get of '%s': copying it from cuda:%d failed: %s", x->t->name, ordinal, err);
+            snprintf(x->why, sizeof(x->why), "copying it from cuda:%d failed: %.150s", ordinal,
+                     err);
+            TW_LOGW("get of '%s': %s", x->t->name, x->why);
             return rc;
         }
     }
