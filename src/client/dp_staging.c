@@ -67,6 +67,7 @@ struct stage {
     size_t copied; /* get: bytes already copied to the device */
     int failed;    /* get: a copy to the device failed (text in c->errmsg) */
     int piped;     /* RDMA pull get through the pool (no host buffer) */
+    void *stream;  /* inline get: the stream its copies are queued on, or NULL */
 };
 
 /* The pool of pipelined pulls: chunk size and slots. An RDMA read of a
@@ -231,15 +232,27 @@ static int stage_begin(struct tw_client *c, struct tw__creq *r, size_t len, int 
     return 0;
 }
 
-/* Copies the received bytes [st->copied, upto) to the device. */
-static int stage_to_device(struct tw_client *c, struct tw__creq *r, struct stage *st, size_t upto)
+/* Copies the received bytes [st->copied, upto) to the device. With more
+ * frames to come (queue), a pinned host buffer and asynchronous copies the
+ * copy is queued on the request's own stream (the next frames arrive
+ * meanwhile; release waits for the stream); else it is synchronous (one
+ * frame: no stream to make). */
+static int stage_to_device(struct tw_client *c, struct tw__creq *r, struct stage *st, size_t upto,
+                           int queue)
 {
-    char err[200];
+    char err[200] = "";
     if (upto <= st->copied)
         return 0;
-    int rc = r->mem_ops->copy_from_host((uintptr_t)(st->dev + st->copied),
-                                        (const uint8_t *)st->buf->p + st->copied, upto - st->copied,
-                                        &r->mem, err, sizeof(err));
+    const struct tw_memkind_async_ops *as = r->mem_ops->async;
+    uintptr_t dst = (uintptr_t)(st->dev + st->copied);
+    const uint8_t *src = (const uint8_t *)st->buf->p + st->copied;
+    size_t n = upto - st->copied;
+    int rc;
+    if (as && st->buf->pin_dev >= 0 && (queue || st->stream) &&
+        (st->stream || as->stream_create(r->mem.device, &st->stream, NULL, 0) == 0))
+        rc = as->copy_from_host_async(st->stream, dst, src, n, &r->mem, err, sizeof(err));
+    else
+        rc = r->mem_ops->copy_from_host(dst, src, n, &r->mem, err, sizeof(err));
     if (rc) {
         tw__client_seterr(c, "'%s': copying the received bytes to the GPU failed: %s", r->name,
                           err);
@@ -247,6 +260,23 @@ static int stage_to_device(struct tw_client *c, struct tw__creq *r, struct stage
     }
     st->copied = upto;
     return 0;
+}
+
+/* Waits for the copies queued on the request's stream and destroys it:
+ * 0 or the failure of one of them (text in c->errmsg). */
+static int stage_drain(struct tw_client *c, struct tw__creq *r, struct stage *st)
+{
+    char err[200] = "";
+    if (!st->stream)
+        return 0;
+    const struct tw_memkind_async_ops *as = r->mem_ops->async;
+    int rc = as->stream_wait(r->mem.device, st->stream, err, sizeof(err));
+    as->stream_destroy(r->mem.device, st->stream);
+    st->stream = NULL;
+    if (rc)
+        tw__client_seterr(c, "'%s': copying the received bytes to the GPU failed: %s", r->name,
+                          err);
+    return rc;
 }
 
 static int staged_get_start(struct tw_client *c, struct tw__creq *r)
@@ -275,7 +305,7 @@ static int staged_get_data(struct tw_client *c, struct tw__creq *r, uint64_t off
         return rc;
     /* A failed copy fails the request when it ends (release): the rest of
      * its bytes still arrive and the connection stays in step. */
-    st->failed = stage_to_device(c, r, st, (size_t)r->received);
+    st->failed = stage_to_device(c, r, st, (size_t)r->received, 1);
     return 0;
 }
 
@@ -469,10 +499,14 @@ static void staged_release(struct tw_client *c, struct tw__creq *r)
         return;
     r->stage = NULL;
     if (r->op == TW__OP_GET && r->finished && r->status == 0 && !st->piped) {
-        int rc = st->failed ? st->failed : stage_to_device(c, r, st, (size_t)r->expect);
+        int rc = st->failed ? st->failed : stage_to_device(c, r, st, (size_t)r->expect, 0);
         if (rc)
             r->status = rc;
     }
+    /* Always, before the host buffer can go to another request. */
+    int drc = stage_drain(c, r, st);
+    if (drc && r->op == TW__OP_GET && r->finished && r->status == 0)
+        r->status = drc;
     r->buf = st->dev;
     if (st->buf)
         buf_put(c, st->buf);

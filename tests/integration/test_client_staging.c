@@ -282,11 +282,28 @@ static void test_copy_failures(void)
     TW_ASSERT_OK(tw_put(c, "st/f", &d, src, n)); /* from host memory */
     uint8_t *dst = arena + 4096;
     if (!on_rdma(c)) {
-        fail_to_dev_at = (int)copies_to_dev + 5;
-        TW_ASSERT_ERR(tw_get(c, "st/f", dst, n, NULL), TW_EINTERNAL);
-        fprintf(stderr, "  get: %s\n", tw_client_last_error_message(c));
-        TW_ASSERT(strstr(tw_client_last_error_message(c), "injected failure") != NULL);
-        fail_to_dev_at = -1;
+        /* 16 frames, each frame's copy queued on the request's stream (the
+         * host buffer is pinned): the 6th refused or failing, the last
+         * (queued when the request ends) refused. */
+        for (int at_completion = 0; at_completion < 3; at_completion++) {
+            if (at_completion == 2)
+                fake.fail_submit_at = fake.copies + 15;
+            else if (at_completion)
+                fake.fail_complete_at = fake.copies + 5;
+            else
+                fake.fail_submit_at = fake.copies + 5;
+            TW_ASSERT_ERR(tw_get(c, "st/f", dst, n, NULL), TW_EINTERNAL);
+            fprintf(stderr, "  inline get, %s: %s\n",
+                    at_completion == 2 ? "last frame"
+                    : at_completion    ? "completion"
+                                       : "submission",
+                    tw_client_last_error_message(c));
+            TW_ASSERT(strstr(tw_client_last_error_message(c), "injected") != NULL);
+            fake.fail_submit_at = fake.fail_complete_at = -1;
+            fail_to_dev_at = -1;
+            TW_ASSERT(tw_client_is_connected(c));
+            check_pool_idle(c);
+        }
     } else {
         const long ks[] = {0, 5, 15};
         for (int round = 0; round < 3; round++) {

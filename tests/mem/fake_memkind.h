@@ -108,6 +108,8 @@ static inline int fake_stream_wait(int device, void *stream, char *err, size_t e
 {
     struct fake_stream *s = stream;
     fake_run(s, s->queued);
+    if (s->failed && err && errlen)
+        snprintf(err, errlen, "fake: device copy failed (injected)");
     return s->failed ? TW_EINTERNAL : 0;
 }
 
