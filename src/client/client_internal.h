@@ -214,6 +214,9 @@ struct tw_client {
      * once; forgotten when the plane closes, which frees it). */
     struct tw_staging_pool *stage_pool;
     struct tw_fabric_mr *stage_pool_mr;
+    /* Set by the plane (any thread) once a pool registration given up
+     * with reads still in the provider is idle (dp_staging.c). */
+    int stage_pool_idle;
     /* Memory kinds that classify buffers, indexed by enum tw_memkind; NULL
      * entries are the built-in ones (tests put a fake CUDA kind here). */
     const struct tw_memkind_ops *memkinds[TW_MEMKIND_MAX];
@@ -309,11 +312,6 @@ int tw__client_gdr_setup(struct tw_client *c, const struct tw_client_options *o)
 void tw__client_gdr_free(struct tw_client *c);
 /* Closes the plane (tw_close). */
 void tw__client_rdma_close(struct tw_client *c);
-/* A transfer ended with buffer_busy (fabric.h) on registration mr, which it
- * gives up: waits (bounded) for its operations to drain, else closes the
- * plane and fails the connection (the returned code). 0 when drained. */
-int tw__client_rdma_release_busy(struct tw_client *c, struct tw__creq *r, struct tw_fabric_mr *mr,
-                                 const struct tw_fabric_completion *fc);
 
 /* Chooses the path of get or put r (tw__path_decide over this connection)
  * and stores it in r->path; returns the plane to ask for, NULL when no

@@ -159,7 +159,7 @@ out_close:
 
 void tw__client_rdma_close(struct tw_client *c)
 {
-    c->stage_pool_mr = NULL; /* closing the plane frees it */
+    c->stage_pool_mr = NULL; /* closing the plane frees it (dp_staging.c) */
     if (c->fpeer)
         tw__fabric_peer_remove(c->fpeer);
     c->fpeer = NULL;
@@ -234,16 +234,10 @@ static void idle_flag(void *arg)
 static int release_busy(struct tw_client *c, struct tw__creq *r,
                         const struct tw_fabric_completion *fc)
 {
+    int idle = 0;
     struct rdma_req *q = req_state(r);
     struct tw_fabric_mr *mr = q->mr;
     q->mr = NULL;
-    return tw__client_rdma_release_busy(c, r, mr, fc);
-}
-
-int tw__client_rdma_release_busy(struct tw_client *c, struct tw__creq *r, struct tw_fabric_mr *mr,
-                                 const struct tw_fabric_completion *fc)
-{
-    int idle = 0;
     tw__fabric_mr_release(mr, idle_flag, &idle);
     for (int i = 0; i < 2000 && !__atomic_load_n(&idle, __ATOMIC_ACQUIRE); i++)
         usleep(1000);
@@ -253,8 +247,7 @@ int tw__client_rdma_release_busy(struct tw_client *c, struct tw__creq *r, struct
      * dropped) before we return. Closing frees every registration of the
      * plane: forget the other requests' handles first. */
     for (size_t i = 0; c->run && i < c->run_n; i++)
-        if ((c->run[i].dp == &tw__client_dp_rdma || c->run[i].dp == tw__client_dp_rdma_staged) &&
-            c->run[i].dp_state)
+        if (c->run[i].dp == r->dp && c->run[i].dp_state)
             req_state(&c->run[i])->mr = NULL;
     tw__client_rdma_close(c);
     /* The transfer's own failure (TIMEOUT on a cut link) is what the

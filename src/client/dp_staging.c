@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "client/client_internal.h"
 #include "mem/hostmem.h"
@@ -329,6 +330,34 @@ static int staged_put_start(struct tw_client *c, struct tw__creq *r)
     return inner_of(r)->put_start(c, r);
 }
 
+static void pool_idle(void *arg)
+{
+    __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
+}
+
+/* A read ended (cancelled, timed out) while the provider still held some
+ * of its operations, which may yet write into the pool: the pool's
+ * registration is given up (the next pull registers it again) once they
+ * drained. If they do not drain within 2 s the connection is failed, so
+ * no later pull uses the pool; tw_close closes the plane (which drops
+ * them) before the pool is freed. 0 or the connection's failure. */
+static int pool_busy(struct tw_client *c, struct tw__creq *r)
+{
+    struct tw_fabric_mr *mr = c->stage_pool_mr;
+    c->stage_pool_mr = NULL;
+    __atomic_store_n(&c->stage_pool_idle, 0, __ATOMIC_RELEASE);
+    tw__fabric_mr_release(mr, pool_idle, &c->stage_pool_idle);
+    for (int i = 0; i < 2000 && !__atomic_load_n(&c->stage_pool_idle, __ATOMIC_ACQUIRE); i++)
+        usleep(1000);
+    if (__atomic_load_n(&c->stage_pool_idle, __ATOMIC_ACQUIRE))
+        return 0;
+    tw__client_seterr(c,
+                      "'%s': rdma reads into the staging pool did not drain after a failed "
+                      "transfer; the connection is closed",
+                      r->name);
+    return tw__client_conn_fail(c, TW_EINTERNAL, 0);
+}
+
 static int queue_tag(struct tw_client *c, struct tw__creq *r, uint32_t tag, uint32_t status,
                      uint64_t bytes)
 {
@@ -422,14 +451,7 @@ static int piped_pull(struct tw_client *c, struct tw__creq *r, const struct tw_m
     }
 out_done:
     if (fc.buffer_busy) {
-        /* Reads the provider could not take back may still land in the
-         * pool: its registration goes (a new one is made for the next
-         * pull); if they do not drain the plane closes with the
-         * connection. */
-        struct tw_fabric_mr *mr = c->stage_pool_mr;
-        c->stage_pool_mr = NULL;
-        fc.status = status;
-        rc = tw__client_rdma_release_busy(c, r, mr, &fc);
+        rc = pool_busy(c, r);
         if (rc) {
             tw__staging_end(p);
             return rc;
