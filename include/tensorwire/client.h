@@ -44,10 +44,13 @@
  *     reads it with a synchronous cuMemcpyDtoH;
  *   - when tw_get / tw_batch_get returns 0 (for an item: status 0), the
  *     bytes are in the device buffer and visible to any work submitted
- *     later on that device, by any stream: they were written with a
+ *     later on that device, by any stream: they were written either with a
  *     synchronous cuMemcpyHtoD on the legacy default stream of the device's
- *     primary context, which the library makes current on the calling
- *     thread (it leaves it current);
+ *     primary context, or (large gets: chunk by chunk while the rest still
+ *     arrives) with cuMemcpyHtoDAsync on a non-blocking stream of the
+ *     library's own in that context, which the library synchronizes before
+ *     the call returns; the library makes the primary context current on
+ *     the calling thread (it leaves it current);
  *   - memory from another context of the same device, and stream-ordered
  *     memory (cuMemAllocAsync / memory pools), is used through unified
  *     addressing like any other device allocation, provided the allocation
