@@ -38,22 +38,16 @@ endforeach()
 # device; TW_TEST_BIG=1 adds 1 GiB, 4 GiB and the 40,960-block batch.
 tw_add_test(test_gpu_staging ${CMAKE_SOURCE_DIR}/tests/integration/test_gpu_staging.c
             TIMEOUT 600 LABELS "integration;gpu" PUBLIC_API)
-foreach(prov tcp shm)
-  add_test(NAME test_gpu_staging_${prov} COMMAND test_gpu_staging)
-  set_tests_properties(test_gpu_staging_${prov} PROPERTIES TIMEOUT 600
-    LABELS "integration;fabric;gpu" SKIP_RETURN_CODE 77
-    ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=never")
-endforeach()
-
-# A CUDA copy failing mid-transfer on a real GPU (issue 11), client and
-# server side, inline and over RDMA tcp / shm. Skips (77) without a device.
+# A CUDA copy failing mid-transfer on a real GPU, client and server side.
 tw_add_test(test_gpu_inject ${CMAKE_SOURCE_DIR}/tests/integration/test_gpu_inject.c
-            TIMEOUT 300 LABELS "integration;gpu")
-foreach(prov tcp shm)
-  add_test(NAME test_gpu_inject_${prov} COMMAND test_gpu_inject)
-  set_tests_properties(test_gpu_inject_${prov} PROPERTIES TIMEOUT 300
-    LABELS "integration;fabric;gpu" SKIP_RETURN_CODE 77
-    ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=never")
+            TIMEOUT 600 LABELS "integration;gpu")
+foreach(t test_gpu_staging test_gpu_inject)
+  foreach(prov tcp shm)
+    add_test(NAME ${t}_${prov} COMMAND ${t})
+    set_tests_properties(${t}_${prov} PROPERTIES TIMEOUT 600
+      LABELS "integration;fabric;gpu" SKIP_RETURN_CODE 77
+      ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=never")
+  endforeach()
 endforeach()
 
 # The client's staging planes with a fake CUDA memory kind (no GPU needed):

@@ -40,6 +40,7 @@
  * State: struct stage in r->stage (the inner plane keeps r->dp_state).
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -330,6 +331,23 @@ static int staged_put_start(struct tw_client *c, struct tw__creq *r)
     return inner_of(r)->put_start(c, r);
 }
 
+static void finish_fmt(struct tw_client *c, struct tw__creq *r, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Ends r with status and a message made from fmt. */
+static void finish_fmt(struct tw_client *c, struct tw__creq *r, int status, const char *fmt, ...)
+{
+    char msg[TW_FABRIC_ERRMSG_LEN + 400];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    tw__client_engine_finish(c, r, status, msg,
+                             (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+}
+
 static void pool_idle(void *arg)
 {
     __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
@@ -477,23 +495,16 @@ out_done:
     tw__staging_end(p);
     st->copied = status == 0 ? (size_t)r->expect : 0;
     if (status) {
-        char msg[sizeof(why) + 300];
-        int n = snprintf(msg, sizeof(msg), "'%s': %s", r->name, why);
-        tw__client_engine_finish(c, r, status, msg,
-                                 (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+        finish_fmt(c, r, status, "'%s': %s", r->name, why);
         return 0;
     }
     r->received = r->expect;
-    if (r->check_crc && r->crc != r->crc_expected) {
-        char msg[400];
-        int n = snprintf(msg, sizeof(msg),
-                         "'%s': CRC32C of the received bytes is %08x, the server announced %08x",
-                         r->name, r->crc, r->crc_expected);
-        tw__client_engine_finish(c, r, TW_ECHECKSUM, msg,
-                                 (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
-        return 0;
-    }
-    tw__client_engine_finish(c, r, 0, NULL, 0);
+    if (r->check_crc && r->crc != r->crc_expected)
+        finish_fmt(c, r, TW_ECHECKSUM,
+                   "'%s': CRC32C of the received bytes is %08x, the server announced %08x", r->name,
+                   r->crc, r->crc_expected);
+    else
+        tw__client_engine_finish(c, r, 0, NULL, 0);
     return 0;
 }
 

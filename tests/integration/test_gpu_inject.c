@@ -40,16 +40,7 @@ static int rdma(void)
     return f && *f;
 }
 
-static void fill(uint8_t *p, size_t n, uint32_t seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        p[i] = (uint8_t)x;
-    }
-}
+#define fill tw_test_fill
 
 static uint64_t stat_value(tw_client *c, const char *key)
 {
@@ -171,52 +162,49 @@ static void check_server_clean(tw_client *c)
             (unsigned long long)stat_value(c, "staged_pinned_bytes"));
 }
 
-static void test_server_get(void)
+/* One server-side case: a server whose copy k fails, a cuda:0 tensor
+ * `name` (put first when get: that put is copy 0), the failing request,
+ * then the same request byte-exact on the same connection. */
+static void server_case(int get, long k)
 {
     struct tw_test_server srv;
-    /* Copy 0: the put below. Inline: frames 1.., fail the third. RDMA:
-     * the one copy before RDMA_REGISTER. */
-    start_failing_server(&srv, rdma() ? 1 : 3);
+    const char *name = get ? "inj/ondev" : "inj/todev";
+    start_failing_server(&srv, k);
     tw_client *c = tw_test_connect(&srv);
-    uint8_t *src = malloc(N), *back = malloc(N);
-    fill(src, N, 22);
+    uint8_t *src = malloc(N), *back = calloc(1, N);
+    fill(src, N, get ? 22 : 33);
     struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {N}};
     snprintf(d.device_tag, sizeof(d.device_tag), "cuda:0");
-    TW_ASSERT_OK(tw_put(c, "inj/ondev", &d, src, N));
-    int rc = tw_get(c, "inj/ondev", back, N, NULL);
-    expect_injected(c, rc, "get of a cuda:0 tensor");
+    if (get) {
+        TW_ASSERT_OK(tw_put(c, name, &d, src, N));
+        expect_injected(c, tw_get(c, name, back, N, NULL), "get of a cuda:0 tensor");
+    } else {
+        expect_injected(c, tw_put(c, name, &d, src, N), "put to cuda:0");
+        TW_ASSERT_ERR(tw_stat(c, name, NULL), TW_ENOTFOUND);
+        TW_ASSERT_OK(tw_put(c, name, &d, src, N));
+    }
     memset(back, 0, N);
-    TW_ASSERT_OK(tw_get(c, "inj/ondev", back, N, NULL));
+    TW_ASSERT_OK(tw_get(c, name, back, N, NULL));
     TW_ASSERT_MEM_EQ(back, src, N);
     check_server_clean(c);
-    TW_ASSERT_OK(tw_delete(c, "inj/ondev"));
+    TW_ASSERT_OK(tw_delete(c, name));
     free(src);
     free(back);
     tw_close(c);
     tw_test_server_stop(&srv);
 }
 
+/* Copy 0 is the put; inline: frames 1.., fail the third; RDMA: the one
+ * copy before RDMA_REGISTER. */
+static void test_server_get(void)
+{
+    server_case(1, rdma() ? 1 : 3);
+}
+
+/* The put's copy into the GPU. */
 static void test_server_put(void)
 {
-    struct tw_test_server srv;
-    start_failing_server(&srv, 0); /* the put's copy into the GPU */
-    tw_client *c = tw_test_connect(&srv);
-    uint8_t *src = malloc(N), *back = malloc(N);
-    fill(src, N, 33);
-    struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {N}};
-    snprintf(d.device_tag, sizeof(d.device_tag), "cuda:0");
-    int rc = tw_put(c, "inj/todev", &d, src, N);
-    expect_injected(c, rc, "put to cuda:0");
-    TW_ASSERT_ERR(tw_stat(c, "inj/todev", NULL), TW_ENOTFOUND);
-    TW_ASSERT_OK(tw_put(c, "inj/todev", &d, src, N));
-    TW_ASSERT_OK(tw_get(c, "inj/todev", back, N, NULL));
-    TW_ASSERT_MEM_EQ(back, src, N);
-    check_server_clean(c);
-    TW_ASSERT_OK(tw_delete(c, "inj/todev"));
-    free(src);
-    free(back);
-    tw_close(c);
-    tw_test_server_stop(&srv);
+    server_case(0, 0);
 }
 
 int main(void)
