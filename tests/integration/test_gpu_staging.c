@@ -2,7 +2,7 @@
  * GPU tensors end to end (issue 11) against a real tensorwired serving
  * cpu and cuda:0: put and get between host and device memory in all four
  * directions (client host/GPU x server cpu/cuda:0), byte-exact, at sizes
- * 1 B, 4 KiB, 4 MiB +-1, odd sizes and 256 MiB (1 GiB and 4 GiB with
+ * 1 B, 4 KiB, 4 MiB +-1, 8 MiB +-1, odd sizes and 256 MiB (1 GiB and 4 GiB with
  * TW_TEST_BIG=1); a batch of device blocks (40,960 x 32 KiB with
  * TW_TEST_BIG=1, 4,096 otherwise); a device buffer freed and allocated
  * again (same address when the driver gives it) between two gets; a range
@@ -106,8 +106,12 @@ static void round_trip(tw_client *c, size_t n, const char *srv_dev, int put_gpu,
 static void test_four_directions(void)
 {
     tw_client *c = connect_default();
-    const size_t chunk = (size_t)4 << 20;
-    size_t sizes[] = {1, 4096, 12345, chunk - 1, chunk, chunk + 1, 3 * chunk + 777, 256u << 20};
+    /* The staging pipe's default chunk, and the client pool's (the
+     * pipelined RDMA pull into GPU memory, src/client/dp_staging.c). */
+    const size_t chunk = (size_t)4 << 20, pool_chunk = (size_t)8 << 20;
+    size_t sizes[] = {1,          4096,           12345,           chunk - 1,
+                      chunk,      chunk + 1,      3 * chunk + 777, pool_chunk - 1,
+                      pool_chunk, pool_chunk + 1, 256u << 20};
     const char *devs[] = {"cpu", "cuda:0"};
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
         for (int s = 0; s < 2; s++)
