@@ -121,7 +121,8 @@ struct tw__creq {
     uint64_t received; /* get: bytes so far; put: bytes queued */
     uint32_t crc, crc_expected;
     int check_crc;
-    int alloc; /* get: allocate buf (page-aligned) at TENSOR_INFO */
+    int crc_done; /* put: r->crc is the bytes' CRC32C already (put_prepare) */
+    int alloc;    /* get: allocate buf (page-aligned) at TENSOR_INFO */
     int started, finished;
     int status;
     uint8_t ping[TW_PING_PAYLOAD_LEN];

@@ -311,6 +311,47 @@ static int staged_get_data(struct tw_client *c, struct tw__creq *r, uint64_t off
     return 0;
 }
 
+/* A put with a checksum: the copy to the host buffer runs chunk by chunk
+ * on a stream (mem/staging.h, staging in the buffer itself) and the CRC
+ * the descriptor needs is folded in per chunk as each one lands, while the
+ * next ones copy: no second pass over the tensor (r->crc_done). */
+static int put_copy_crc(struct tw_client *c, struct tw__creq *r, struct stage *st, char *err,
+                        size_t errlen)
+{
+    struct tw_staging_pipe *p = NULL;
+    int rc = tw__staging_begin_host(st->buf->p, STAGE_POOL_CHUNK, TW_STAGING_TO_HOST, r->mem_ops,
+                                    &r->mem, (uintptr_t)st->dev, r->len, STAGE_PIPE_DEPTH,
+                                    TW_STAGING_CRC, &p, err, errlen);
+    if (rc)
+        return rc;
+    (void)c;
+    for (;;) {
+        struct tw_staging_chunk ch;
+        rc = tw__staging_acquire(p, &ch);
+        if (rc == 1) {
+            /* The bytes stay where they landed: hand the chunk back. */
+            rc = tw__staging_release(p, &ch);
+            if (rc < 0)
+                break;
+            continue;
+        }
+        if (rc < 0 || (rc = tw__staging_complete(p)) != 0)
+            break; /* failed, or complete (1) */
+        rc = tw__staging_wait(p, 1000);
+        if (rc < 0)
+            break;
+    }
+    if (rc < 0)
+        snprintf(err, errlen, "%s", tw__staging_error(p));
+    else {
+        r->crc = tw__staging_crc(p);
+        r->crc_done = 1;
+        rc = 0;
+    }
+    tw__staging_end(p);
+    return rc;
+}
+
 static int staged_put_prepare(struct tw_client *c, struct tw__creq *r)
 {
     char err[200];
@@ -318,8 +359,11 @@ static int staged_put_prepare(struct tw_client *c, struct tw__creq *r)
     if (rc || !r->len)
         return rc;
     struct stage *st = r->stage;
-    rc =
-        r->mem_ops->copy_to_host(st->buf->p, (uintptr_t)st->dev, r->len, &r->mem, err, sizeof(err));
+    if (c->checksum && r->mem_ops->async && st->buf->pin_dev >= 0)
+        rc = put_copy_crc(c, r, st, err, sizeof(err));
+    else
+        rc = r->mem_ops->copy_to_host(st->buf->p, (uintptr_t)st->dev, r->len, &r->mem, err,
+                                      sizeof(err));
     if (rc)
         tw__client_seterr(c, "'%s': staging the GPU buffer to host memory failed: %s", r->name,
                           err);

@@ -519,7 +519,7 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
         }
         if (c->checksum) {
             w->flags |= TW_DESC_HAS_CRC32C;
-            w->crc32c = tw__crc32c(0, r->buf, r->len);
+            w->crc32c = r->crc_done ? r->crc : tw__crc32c(0, r->buf, r->len);
         }
         rc = tw__descriptor_check(w);
         break;

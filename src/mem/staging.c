@@ -200,6 +200,7 @@ struct tw_staging_pipe {
     unsigned depth;
     unsigned flags;
     void *stream;
+    uint8_t *host;         /* tw__staging_begin_host: the caller's buffer, else NULL */
     uint64_t next_copy;    /* TO_HOST: next chunk to queue device->host */
     uint64_t next_acquire; /* next chunk to hand out */
     uint64_t next_release; /* TO_DEVICE: next chunk expected back (in order) */
@@ -229,6 +230,8 @@ static int fail(struct tw_staging_pipe *p, int rc, const char *fmt, ...)
 
 static uint8_t *slot_ptr(const struct tw_staging_pipe *p, const struct pipe_slot *s)
 {
+    if (p->host) /* chunk k lives at its own offset of the caller's buffer */
+        return p->host + s->chunk * (uint64_t)p->chunk;
     return p->pool->base + (size_t)s->pool_slot * p->pool->chunk;
 }
 
@@ -249,6 +252,8 @@ static void slot_finish(struct tw_staging_pipe *p, struct pipe_slot *s)
 /* Makes sure s holds a pool slot. 1 when it does, 0 when the pool is empty. */
 static int slot_borrow(struct tw_staging_pipe *p, struct pipe_slot *s)
 {
+    if (p->host)
+        return 1; /* no pool: every chunk has its place */
     if (s->pool_slot < 0)
         s->pool_slot = pool_take(p->pool);
     p->wants_slot = s->pool_slot < 0;
@@ -320,6 +325,7 @@ int tw__staging_poll(struct tw_staging_pipe *p)
         struct pipe_slot *s = &p->slot[p->next_copy % p->depth];
         if (s->state != SLOT_IDLE || !slot_borrow(p, s))
             break;
+        s->chunk = p->next_copy; /* where it goes, for slot_ptr */
         rc = queue_copy(p, s, p->next_copy);
         if (rc < 0)
             return rc;
@@ -328,12 +334,14 @@ int tw__staging_poll(struct tw_staging_pipe *p)
     return 0;
 }
 
-int tw__staging_begin(struct tw_staging_pool *pool, enum tw_staging_dir dir,
-                      const struct tw_memkind_ops *kind, const struct tw_mem_attr *attr,
-                      uintptr_t dev, uint64_t len, unsigned depth, unsigned flags,
-                      struct tw_staging_pipe **out, char *err, size_t errlen)
+/* A pipe between dev and pool slots (pool) or the caller's host buffer
+ * (host, chunks of `chunk` bytes). */
+static int begin(struct tw_staging_pool *pool, uint8_t *host, size_t chunk, enum tw_staging_dir dir,
+                 const struct tw_memkind_ops *kind, const struct tw_mem_attr *attr, uintptr_t dev,
+                 uint64_t len, unsigned depth, unsigned flags, struct tw_staging_pipe **out,
+                 char *err, size_t errlen)
 {
-    if (!pool || !kind || !kind->async || !attr ||
+    if (!(pool || (host && chunk)) || !kind || !kind->async || !attr ||
         (dir != TW_STAGING_TO_HOST && dir != TW_STAGING_TO_DEVICE) || dev + len < dev) {
         if (err && errlen)
             snprintf(err, errlen, "staging: %s",
@@ -341,7 +349,9 @@ int tw__staging_begin(struct tw_staging_pool *pool, enum tw_staging_dir dir,
                                            : "bad arguments");
         return TW_EINVAL;
     }
-    uint64_t nchunks = tw__staging_nchunks(len, pool->chunk);
+    if (pool)
+        chunk = pool->chunk;
+    uint64_t nchunks = tw__staging_nchunks(len, chunk);
     if (depth < 2)
         depth = 2;
     if (depth > TW_STAGING_MAX_DEPTH)
@@ -353,12 +363,13 @@ int tw__staging_begin(struct tw_staging_pool *pool, enum tw_staging_dir dir,
         return -ENOMEM;
     *p = (struct tw_staging_pipe){
         .pool = pool,
+        .host = pool ? NULL : host,
         .async = kind->async,
         .dir = dir,
         .attr = *attr,
         .dev = dev,
         .len = len,
-        .chunk = pool->chunk,
+        .chunk = chunk,
         .nchunks = nchunks,
         .depth = depth,
         .flags = flags,
@@ -390,6 +401,22 @@ out_free_pipe:
     return rc;
 }
 
+int tw__staging_begin(struct tw_staging_pool *pool, enum tw_staging_dir dir,
+                      const struct tw_memkind_ops *kind, const struct tw_mem_attr *attr,
+                      uintptr_t dev, uint64_t len, unsigned depth, unsigned flags,
+                      struct tw_staging_pipe **out, char *err, size_t errlen)
+{
+    return begin(pool, NULL, 0, dir, kind, attr, dev, len, depth, flags, out, err, errlen);
+}
+
+int tw__staging_begin_host(uint8_t *host, size_t chunk, enum tw_staging_dir dir,
+                           const struct tw_memkind_ops *kind, const struct tw_mem_attr *attr,
+                           uintptr_t dev, uint64_t len, unsigned depth, unsigned flags,
+                           struct tw_staging_pipe **out, char *err, size_t errlen)
+{
+    return begin(NULL, host, chunk, dir, kind, attr, dev, len, depth, flags, out, err, errlen);
+}
+
 static void fill_chunk(const struct tw_staging_pipe *p, const struct pipe_slot *s,
                        struct tw_staging_chunk *c)
 {
@@ -401,7 +428,7 @@ static void fill_chunk(const struct tw_staging_pipe *p, const struct pipe_slot *
         .offset = off,
         .ptr = slot_ptr(p, s),
         .len = clen,
-        .pool_offset = (size_t)s->pool_slot * p->pool->chunk,
+        .pool_offset = p->host ? (size_t)off : (size_t)s->pool_slot * p->pool->chunk,
     };
 }
 
@@ -421,6 +448,7 @@ int tw__staging_acquire(struct tw_staging_pipe *p, struct tw_staging_chunk *c)
             return 0;
         s->chunk = p->next_acquire;
     }
+    /* (slot_ptr of a caller's buffer follows s->chunk, set above.) */
     s->state = SLOT_HELD;
     fill_chunk(p, s, c);
     /* TO_HOST: the bytes are final now, and chunks are acquired in order. */
@@ -471,7 +499,7 @@ int tw__staging_wait(struct tw_staging_pipe *p, int timeout_ms)
                         why);
         return tw__staging_poll(p);
     }
-    if (p->wants_slot) {
+    if (p->wants_slot && p->pool) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += timeout_ms / 1000;

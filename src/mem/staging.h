@@ -124,6 +124,19 @@ int tw__staging_begin(struct tw_staging_pool *pool, enum tw_staging_dir dir,
                       uintptr_t dev, uint64_t len, unsigned depth, unsigned flags,
                       struct tw_staging_pipe **out, char *err, size_t errlen);
 
+/*
+ * Like tw__staging_begin, between device memory and the caller's host
+ * buffer [host, host+len) (pinned for full speed; it must stay valid until
+ * end) instead of pool slots: chunk k (chunk bytes, > 0) is staged at
+ * host + k * chunk, so once the pipe completed the whole transfer lies in
+ * host in order. Chunks are handed out and released as with a pool
+ * (pool_offset is the chunk's offset in host); nothing waits for a slot.
+ */
+int tw__staging_begin_host(uint8_t *host, size_t chunk, enum tw_staging_dir dir,
+                           const struct tw_memkind_ops *kind, const struct tw_mem_attr *attr,
+                           uintptr_t dev, uint64_t len, unsigned depth, unsigned flags,
+                           struct tw_staging_pipe **out, char *err, size_t errlen);
+
 /* 1 with the next chunk in *c; 0 when it is not available yet (copy still
  * running, depth chunks held, or no free slot in the pool) or all chunks
  * were handed out; a negative code when the pipe failed. */

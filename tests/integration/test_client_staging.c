@@ -355,6 +355,59 @@ static void test_copy_failures(void)
     tw_close(c);
 }
 
+/* With checksums on, a put from the GPU copies to the host buffer chunk by
+ * chunk (8 MiB) and folds the descriptor's CRC32C in as each chunk lands:
+ * one asynchronous copy per chunk, no whole-buffer copy, and the server
+ * (which verifies the CRC) stores it. A copy failing at the second chunk
+ * fails the put before anything is sent. */
+static void test_put_checksum(void)
+{
+    struct tw_client_options o;
+    tw_client *c = NULL;
+    tw_test_client_options(&o);
+    o.checksum = 1;
+    TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &c));
+    c->memkinds[TW_MEMKIND_CUDA] = &fake_cuda;
+    const size_t pc = (size_t)8 << 20;
+    size_t sizes[] = {1, 200 * 1024, 300 * 1024, pc - 1, pc, pc + 1, (9u << 20) + 5};
+    uint8_t *src = malloc(ARENA_LEN / 2), *back = malloc(ARENA_LEN / 2);
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        size_t n = sizes[i];
+        fill(src, n, (uint32_t)(100 + i));
+        dev_write(arena, src, n);
+        struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {n}};
+        unsigned th = copies_to_host;
+        long before = fake.copies;
+        TW_ASSERT_OK(tw_put(c, "st/crc", &d, arena, n));
+        if (n > (256u << 10) && n < (1u << 20)) {
+            /* A host buffer neither of the small class nor large enough
+             * to be pinned: one synchronous copy, the CRC after it. */
+            TW_ASSERT_EQ(copies_to_host, th + 1);
+            TW_ASSERT_EQ(fake.copies, before);
+        } else {
+            TW_ASSERT_EQ(copies_to_host, th);
+            TW_ASSERT_EQ(fake.copies - before, (long)tw__staging_nchunks(n, pc));
+        }
+        memset(back, 0, n);
+        TW_ASSERT_OK(tw_get(c, "st/crc", back, n, NULL)); /* verified against the CRC */
+        TW_ASSERT_MEM_EQ(back, src, n);
+        check_pool_idle(c);
+    }
+    TW_ASSERT_OK(tw_delete(c, "st/crc"));
+    struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {(9u << 20) + 5}};
+    fake.fail_complete_at = fake.copies + 1;
+    TW_ASSERT_ERR(tw_put(c, "st/crc2", &d, arena, (9u << 20) + 5), TW_EINTERNAL);
+    fprintf(stderr, "  put with crc: %s\n", tw_client_last_error_message(c));
+    fake.fail_complete_at = -1;
+    TW_ASSERT(strstr(tw_client_last_error_message(c), "injected") != NULL);
+    TW_ASSERT(tw_client_is_connected(c));
+    TW_ASSERT_ERR(tw_stat(c, "st/crc2", NULL), TW_ENOTFOUND);
+    check_pool_idle(c);
+    free(src);
+    free(back);
+    tw_close(c);
+}
+
 int main(void)
 {
     fake_reset();
@@ -365,6 +418,7 @@ int main(void)
     TW_RUN(test_round_trips);
     TW_RUN(test_batch_of_slices);
     TW_RUN(test_copy_failures);
+    TW_RUN(test_put_checksum);
     tw_test_server_stop(&srv);
     munmap(arena, ARENA_LEN);
     TW_DONE();

@@ -82,8 +82,11 @@ static int drive(struct tw_staging_pool *pool, enum tw_staging_dir dir, uint8_t 
     struct tw_mem_attr attr;
     char err[256];
     fake_query((uintptr_t)dev, len, &attr, NULL, 0);
-    int rc = tw__staging_begin(pool, dir, &fake_kind, &attr, (uintptr_t)dev, len, depth,
-                               TW_STAGING_CRC, &p, err, sizeof(err));
+    /* No pool: the pipe stages in `host` itself (tw__staging_begin_host). */
+    int rc = pool ? tw__staging_begin(pool, dir, &fake_kind, &attr, (uintptr_t)dev, len, depth,
+                                      TW_STAGING_CRC, &p, err, sizeof(err))
+                  : tw__staging_begin_host(host, CHUNK, dir, &fake_kind, &attr, (uintptr_t)dev, len,
+                                           depth, TW_STAGING_CRC, &p, err, sizeof(err));
     if (rc < 0)
         return rc;
     struct tw_staging_chunk held[TW_STAGING_MAX_DEPTH];
@@ -96,7 +99,9 @@ static int drive(struct tw_staging_pool *pool, enum tw_staging_dir dir, uint8_t 
             break;
         if (rc == 1) {
             TW_ASSERT(c.len > 0 && c.offset + c.len <= len);
-            if (dir == TW_STAGING_TO_HOST)
+            if (!pool)
+                TW_ASSERT(c.ptr == host + c.offset && c.pool_offset == c.offset);
+            else if (dir == TW_STAGING_TO_HOST)
                 memcpy(host + c.offset, c.ptr, c.len);
             else
                 memcpy(c.ptr, host + c.offset, c.len);
@@ -191,6 +196,49 @@ static void test_round_trips(void)
     free(dev);
     free(host);
     free(back);
+}
+
+/* A pipe staging in the caller's host buffer (no pool): both directions
+ * byte-exact with the CRC at chunk -1/+0/+1 and odd sizes, polled or
+ * blocking, and a failure at a middle chunk returns the error and leaves
+ * no stream or event behind. */
+static void test_host_buffer(void)
+{
+    const size_t sizes[] = {1, CHUNK - 1, CHUNK, CHUNK + 1, 7 * CHUNK + 4093};
+    const size_t max = 8 * CHUNK;
+    uint8_t *src = malloc(max), *dev = malloc(max), *host = malloc(max);
+    TW_ASSERT(src && dev && host);
+    fake_reset();
+    fake.pending_polls = 2;
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        size_t n = sizes[i];
+        for (int blocking = 0; blocking < 2; blocking++) {
+            tw_test_pattern(src, n, (uint32_t)(n + blocking));
+            memcpy(dev, src, n);
+            memset(host, 0, max);
+            uint32_t crc = 1;
+            long before = fake.copies;
+            TW_ASSERT_OK(drive(NULL, TW_STAGING_TO_HOST, dev, host, n, 4, blocking, 0, &crc));
+            TW_ASSERT_MEM_EQ(host, src, n);
+            TW_ASSERT_EQ(crc, tw__crc32c(0, src, n));
+            TW_ASSERT_EQ(fake.copies - before, (long)tw__staging_nchunks(n, CHUNK));
+            memset(dev, 0, max);
+            TW_ASSERT_OK(drive(NULL, TW_STAGING_TO_DEVICE, dev, host, n, 4, blocking, 0, &crc));
+            TW_ASSERT_MEM_EQ(dev, src, n);
+            TW_ASSERT_EQ(crc, tw__crc32c(0, src, n));
+        }
+    }
+    uint32_t crc;
+    fake.fail_complete_at = fake.copies + 3;
+    TW_ASSERT_ERR(drive(NULL, TW_STAGING_TO_HOST, dev, host, 7 * CHUNK, 4, 1, 0, &crc),
+                  TW_EINTERNAL);
+    fake.fail_complete_at = -1;
+    TW_ASSERT_EQ(fake.streams, fake.stream_frees);
+    TW_ASSERT_EQ(fake.events, fake.event_frees);
+    TW_ASSERT_EQ(fake.pins, 0); /* the caller's buffer is the caller's to pin */
+    free(src);
+    free(dev);
+    free(host);
 }
 
 /* Every chunk position, both failure kinds, both directions: the error
@@ -447,6 +495,7 @@ int main(void)
 {
     TW_RUN(test_chunk_math);
     TW_RUN(test_round_trips);
+    TW_RUN(test_host_buffer);
     TW_RUN(test_injected_failures);
     TW_RUN(test_shared_pool);
     TW_RUN(test_misuse_and_setup_errors);
