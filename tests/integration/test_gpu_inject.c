@@ -6,7 +6,8 @@
  *   client side (this process, tw__cuda_test_fail_at): a get into GPU
  *     memory fails at a middle chunk (RDMA: the pipelined pull's copy of
  *     chunk 4 of 9; inline: the third DATA frame's copy), three times in a
- *     row; a put from GPU memory fails at its copy. Then the same transfer
+ *     row; a put from GPU memory fails at its copy (with a checksum: at
+ *     chunk 3 of 9 of its chunked copy). Then the same transfer
  *     on the same connection is byte-exact, and the pinned pool has every
  *     slot free (nothing leaked by the failed pipelines);
  *   server side (a tensorwired started with TW_TEST_CUDA_FAIL_AT_CHUNK=k):
@@ -130,6 +131,26 @@ static void test_client_side(void)
     TW_ASSERT_OK(tw_get(c, "inj/fromdev", back, N, NULL));
     TW_ASSERT_MEM_EQ(back, src, N);
     TW_ASSERT_OK(tw_delete(c, "inj/fromdev"));
+
+    /* With checksums the put copies chunk by chunk (the CRC folded in as
+     * each lands): fail at chunk 3 of 9, then the put is stored (the
+     * server verifies the CRC) and reads back byte-exact. */
+    struct tw_client_options o;
+    tw_test_client_options(&o);
+    o.checksum = 1;
+    tw_client *cc = NULL;
+    TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &cc));
+    tw__cuda_test_fail_at(3);
+    rc = tw_put(cc, "inj/crc", &d, dev, N);
+    tw__cuda_test_fail_at(-1);
+    expect_injected(cc, rc, "client put from cuda:0 with a checksum");
+    TW_ASSERT_ERR(tw_stat(cc, "inj/crc", NULL), TW_ENOTFOUND);
+    TW_ASSERT_OK(tw_put(cc, "inj/crc", &d, dev, N));
+    memset(back, 0, N);
+    TW_ASSERT_OK(tw_get(cc, "inj/crc", back, N, NULL));
+    TW_ASSERT_MEM_EQ(back, src, N);
+    TW_ASSERT_OK(tw_delete(cc, "inj/crc"));
+    tw_close(cc);
     TW_ASSERT_OK(tw_delete(c, "inj/host"));
     TW_ASSERT_EQ_U64(stat_value(c, "reserved_bytes"), 0);
     tw_device_free(dev);
