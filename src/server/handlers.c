@@ -519,6 +519,8 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"staged_failed", srv->stats.staged_failed},
         {"staged_pinned_bytes", pinned_bytes},
         {"staged_pins_in_use", pins_in_use},
+        {"staged_pool_reserved", srv->stage_reserved},
+        {"staged_pipes_abandoned", srv->stage_leaked},
         {"tensors", srv->store.count},
         {"stored_bytes", srv->store.stored_bytes},
         {"reserved_bytes", srv->store.reserved},

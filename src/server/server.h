@@ -161,6 +161,9 @@ struct tw_srv_stats {
         path_gdr_pull, path_gdr_push;
 };
 
+struct tw_regcache;
+struct tw_staging_pool;
+
 struct tw_srv {
     struct tw_srv_config cfg;
     struct tw_loop loop;
@@ -201,6 +204,11 @@ struct tw_srv {
     /* Page-locked host copies of staged transfers (xfer_staged.c): a
      * registration cache whose registrar pins; NULL until the first one. */
     struct tw_regcache *stage_pins;
+    /* The pinned pool of pipelined pull puts into GPU memory and the slots
+     * their pipes reserved (xfer_staged.c); NULL until the first one. */
+    struct tw_staging_pool *stage_pool;
+    unsigned stage_reserved;
+    unsigned stage_leaked;  /* pipes abandoned with reads still in the provider */
     uint32_t rails_dropped; /* retired rails whose cached registrations went */
     struct tw_io fab_io;
     char fab_why[512]; /* why there is no plane, or what it opened */
@@ -345,12 +353,14 @@ int tw__srv_gdr_crc(const struct tw_srv *srv, const struct tw_tensor *t, uint32_
 
 /* ---- staging planes (xfer_staged.c) ---- */
 
-struct tw_regcache;
 /* Shutdown, before the store frees its memory: unpins the host copies kept
  * pinned (srv->stage_pins) and frees the cache. */
 void tw__srv_stage_destroy(struct tw_srv *srv);
 /* Pinned host bytes kept now and pins held by transfers (STATS). */
 void tw__srv_stage_stats(struct tw_srv *srv, uint64_t *pinned_bytes, uint64_t *pins_in_use);
+/* A completion of a pipelined pull put's read (cookie with bit 0 set, as
+ * handed to tw__fabric_xfer_submit by xfer_staged.c). Loop thread. */
+void tw__srv_staged_on_completion(struct tw_srv *srv, const struct tw_fabric_completion *fc);
 
 /* ---- per-transfer RDMA plane (xfer_rdma.c), for fabric_srv.c ---- */
 

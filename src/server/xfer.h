@@ -89,6 +89,9 @@ struct tw_xfer {
     /* Staging planes: the GPU version (the reference x->t would hold)
      * while x->t is its host copy; NULL otherwise. */
     struct tw_tensor *dev_t;
+    /* Staging planes: a pipelined pull put's state (xfer_staged.c), else
+     * NULL. */
+    void *stage;
     const struct tw_dp_ops *ops;
     /* The path tw__path_decide chose (the handler sets it before start);
      * the plane records what the peer decided (a client's push get). */

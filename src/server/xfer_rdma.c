@@ -240,6 +240,10 @@ static int submit(struct tw_xfer *x, enum tw_fabric_op op)
 
 void tw__srv_rdma_on_completion(struct tw_srv *srv, const struct tw_fabric_completion *fc)
 {
+    if (fc->cookie & 1) { /* a pipelined staged put's read (xfer_staged.c) */
+        tw__srv_staged_on_completion(srv, fc);
+        return;
+    }
     struct tw_rdma_st *st = (struct tw_rdma_st *)(uintptr_t)fc->cookie;
     st->fx = NULL;
     st->busy = fc->buffer_busy;

@@ -34,7 +34,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <errno.h>
+#include <stdlib.h>
+
 #include "mem/regcache.h"
+#include "mem/staging.h"
 #include "server/log.h"
 #include "server/server.h"
 #include "server/xfer.h"
@@ -97,6 +101,11 @@ static void pin_host_copy(struct tw_srv *srv, const struct tw_tensor *t)
 
 void tw__srv_stage_destroy(struct tw_srv *srv)
 {
+    /* Every pipe ended with its connection (abandoned ones keep slots). */
+    if (srv->stage_pool && srv->stage_reserved == 0) {
+        tw__staging_pool_destroy(srv->stage_pool);
+        srv->stage_pool = NULL;
+    }
     if (srv->stage_pins && tw__regcache_destroy(srv->stage_pins) == 0)
         srv->stage_pins = NULL;
 }
@@ -146,6 +155,307 @@ static int stage_host_version(struct tw_xfer *x)
     return 0;
 }
 
+/* ---- pipelined pull put into GPU memory ----
+ *
+ * The server is the destination and reads (pull, the default put on tcp):
+ * it reads the client's source chunk by chunk into slots of a pinned pool
+ * (registered through the plane's cache) with at most PIPE_READS reads in
+ * flight, and queues each chunk's copy into the GPU version as soon as its
+ * read completed (in order: the CRC follows the bytes), so the copy of
+ * chunk k runs while chunk k+1 is read. No host version of the tensor is
+ * made. Once every read completed: RDMA_DONE, the last copies are waited
+ * for (at most PIPE_DEPTH chunks, under a millisecond), the CRC folded in
+ * per chunk is the transfer's, and the GPU version is committed.
+ *
+ * A pipe reserves PIPE_DEPTH pool slots when it starts (a put that finds
+ * none left is staged the whole-copy way), so its chunks never wait for
+ * another pipe's slots: the only wait is a queued copy, which the loop
+ * blocks on briefly when no read is in flight. A request that ends with
+ * reads in flight leaves them to finish (their completions come back
+ * through tw__srv_staged_on_completion) while the state keeps its own
+ * reference to the GPU version; the last completion frees it. A read that
+ * ended with operations still in the provider (buffer_busy) makes the
+ * state abandon its slots and its registration for good (counted in
+ * srv->stage_leaked): they may still be written.
+ */
+#define PIPE_CHUNK ((size_t)8 << 20)
+#define PIPE_SLOTS 16u
+#define PIPE_DEPTH 4u
+#define PIPE_READS 2u
+
+struct put_pipe;
+
+struct put_read {
+    struct put_pipe *pp;
+    struct tw_staging_chunk ch;
+    int live; /* chunk held: read in flight (!done) or waiting its turn */
+    int done; /* its read completed */
+};
+
+struct put_pipe {
+    struct tw_srv *srv;
+    struct tw_xfer *x;     /* NULL once the request ended (orphan) */
+    struct tw_tensor *dev; /* the GPU version: own reference */
+    int ordinal;
+    struct tw_staging_pipe *pipe;
+    struct tw_fabric_mrc *mr; /* the pool on the connection's rail */
+    struct tw_fabric_rkey remote;
+    struct put_read rd[PIPE_READS];
+    unsigned nflight;   /* reads submitted, not completed */
+    uint64_t submitted; /* bytes of chunks whose read was submitted */
+    uint64_t next_release;
+    int busy;     /* a read completed with buffer_busy */
+    int finished; /* RDMA_DONE sent or the request failed */
+};
+
+static void put_pipe_free(struct put_pipe *pp)
+{
+    struct tw_srv *srv = pp->srv;
+    if (pp->busy) {
+        /* The provider may still write the pool slots: never reuse them. */
+        srv->stage_leaked++;
+        TW_LOGW("staged put of '%s': reads still in the provider after the request ended; "
+                "their %u pool slots are abandoned",
+                pp->dev->name, PIPE_DEPTH);
+        tw__tensor_unref(pp->dev);
+        return; /* pp, its pipe and registration stay (leaked on purpose) */
+    }
+    tw__staging_end(pp->pipe); /* waits for queued copies, gives the slots back */
+    tw__fabric_mrcache_release(srv->mrc, pp->mr);
+    srv->stage_reserved -= PIPE_DEPTH;
+    tw__tensor_unref(pp->dev);
+    free(pp);
+}
+
+/* Whether put x can be pipelined; reserves the pool slots when so. */
+static int put_pipe_start(struct tw_xfer *x)
+{
+    struct tw_srv *srv = x->conn->srv;
+    if (x->dir != TW_XFER_PUT || inner_of(x) != &tw__dp_rdma_ops || x->path.mode != TW_PATH_PULL ||
+        !x->t->byte_length || tw__store_devmem(x->t->store) != &tw__store_devmem_cuda || !srv->mrc)
+        return 0;
+    int ordinal = gpu_ordinal(x);
+    if (!srv->stage_pool) {
+        char err[200];
+        if (tw__staging_pool_create(&tw__memkind_cuda_async, ordinal, PIPE_CHUNK, PIPE_SLOTS,
+                                    &srv->stage_pool, err, sizeof(err)) != 0) {
+            srv->stage_pool = NULL;
+            TW_LOGD("staging: no pool for pipelined puts: %s", err);
+            return 0;
+        }
+    }
+    if (srv->stage_reserved + PIPE_DEPTH > PIPE_SLOTS)
+        return 0;
+    struct put_pipe *pp = calloc(1, sizeof(*pp));
+    if (!pp)
+        return 0;
+    pp->srv = srv;
+    pp->x = x;
+    pp->dev = x->t;
+    tw__tensor_ref(pp->dev);
+    pp->ordinal = ordinal;
+    for (unsigned i = 0; i < PIPE_READS; i++)
+        pp->rd[i].pp = pp;
+    srv->stage_reserved += PIPE_DEPTH;
+    x->stage = pp;
+    return 1;
+}
+
+/* Ends put x with ERROR(code); its state finishes when its reads have. */
+static void put_pipe_fail(struct put_pipe *pp, uint32_t code, const char *what, const char *detail)
+{
+    struct tw_xfer *x = pp->x;
+    struct tw_srv_conn *c = x->conn;
+    uint64_t id = x->id;
+    char name[80], why[400];
+    snprintf(name, sizeof(name), "%.64s", x->t->name);
+    /* what and detail may live in pp, which the destroy below can free. */
+    snprintf(why, sizeof(why), "%s%s%.300s", what, detail && *detail ? ": " : "",
+             detail ? detail : "");
+    pp->finished = 1;
+    x->failed = 1;
+    tw__xfer_destroy(x); /* -> staged_release: orphan or freed */
+    tw__conn_send_error(c, id, code, "rdma put of '%s': %s", name, why);
+    tw__conn_maybe_finish(c);
+}
+
+static void put_pipe_copy_failed(struct put_pipe *pp)
+{
+    char what[64];
+    pp->srv->stats.staged_failed++;
+    snprintf(what, sizeof(what), "copying it to cuda:%d failed", pp->ordinal);
+    TW_LOGW("put of '%s': %s: %s", pp->dev->name, what, tw__staging_error(pp->pipe));
+    put_pipe_fail(pp, TW_WIRE_INTERNAL, what, tw__staging_error(pp->pipe));
+}
+
+/* Every read completed and every chunk released: the bytes are in the GPU
+ * once the last copies finish. */
+static void put_pipe_all_read(struct put_pipe *pp)
+{
+    struct tw_xfer *x = pp->x;
+    struct tw_msg m;
+    int rc;
+    pp->finished = 1;
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_RDMA_DONE;
+    m.hdr.request_id = x->id;
+    m.u.rdma_done.bytes = x->t->byte_length;
+    if (tw__conn_send(x->conn, &m) < 0)
+        return;
+    while ((rc = tw__staging_complete(pp->pipe)) == 0)
+        rc = tw__staging_wait(pp->pipe, 1000);
+    if (rc < 0) {
+        put_pipe_copy_failed(pp);
+        return;
+    }
+    x->crc = tw__staging_crc(pp->pipe);
+    x->done = x->t->byte_length;
+    tw__xfer_put_complete(x);
+}
+
+/* Submits reads while slots and the read window allow. */
+static void put_pipe_pump(struct put_pipe *pp)
+{
+    struct tw_xfer *x = pp->x;
+    struct tw_srv_conn *c = x->conn;
+    struct tw_srv *srv = pp->srv;
+    uint64_t len = x->t->byte_length;
+    while (!pp->finished && pp->nflight < PIPE_READS && pp->submitted < len) {
+        struct tw_staging_chunk ch;
+        int got = tw__staging_acquire(pp->pipe, &ch);
+        if (got == 0 && pp->nflight == 0) {
+            /* Only a queued copy holds the slot back (the slots are
+             * reserved): wait for it, briefly. */
+            if (tw__staging_wait(pp->pipe, 1000) < 0)
+                got = -1;
+            else
+                continue;
+        }
+        if (got < 0) {
+            put_pipe_copy_failed(pp);
+            return;
+        }
+        if (got == 0)
+            return; /* a completion pumps again */
+        struct put_read *rd = pp->rd[0].live ? &pp->rd[1] : &pp->rd[0];
+        struct tw_fabric_xfer_desc d;
+        memset(&d, 0, sizeof(d));
+        d.op = TW_FABRIC_PULL;
+        d.peer = c->fpeer;
+        d.local = tw__fabric_mrc_mr(pp->mr);
+        d.local_offset = tw__fabric_mrc_offset(pp->mr) + ch.pool_offset;
+        d.remote = pp->remote;
+        d.remote.remote_addr += ch.offset;
+        d.remote.length -= ch.offset;
+        d.length = ch.len;
+        if (srv->cfg.transfer_timeout_ms) {
+            uint64_t left_ms = srv->cfg.transfer_timeout_ms;
+            uint64_t used = tw__loop_now(&srv->loop) - x->started_ms;
+            left_ms = used < left_ms ? left_ms - used : 1;
+            d.deadline_ns = tw__now_ns() + left_ms * 1000000ull;
+        }
+        d.cookie = (uint64_t)(uintptr_t)rd | 1u;
+        rd->ch = ch;
+        rd->live = 1;
+        rd->done = 0;
+        if (tw__fabric_xfer_submit(srv->fab, &d, NULL) < 0) {
+            rd->live = 0;
+            put_pipe_fail(pp, TW_WIRE_INTERNAL, "cannot start reading",
+                          tw__fabric_errmsg(srv->fab));
+            return;
+        }
+        pp->nflight++;
+        pp->submitted += ch.len;
+    }
+    if (!pp->finished && pp->submitted == len && pp->nflight == 0 &&
+        pp->next_release * PIPE_CHUNK >= len)
+        put_pipe_all_read(pp);
+}
+
+void tw__srv_staged_on_completion(struct tw_srv *srv, const struct tw_fabric_completion *fc)
+{
+    struct put_read *rd = (struct put_read *)(uintptr_t)(fc->cookie & ~(uint64_t)1);
+    struct put_pipe *pp = rd->pp;
+    (void)srv;
+    pp->nflight--;
+    rd->done = 1;
+    if (fc->buffer_busy)
+        pp->busy = 1;
+    if (!pp->x) { /* orphan: the request is gone */
+        if (pp->nflight == 0)
+            put_pipe_free(pp);
+        return;
+    }
+    if (pp->finished)
+        return;
+    if (fc->status != 0 || fc->bytes != rd->ch.len) {
+        char why[TW_FABRIC_ERRMSG_LEN + 64];
+        snprintf(why, sizeof(why), "%s (chunk at %llu, %llu of %zu bytes read)",
+                 fc->msg[0] ? fc->msg : tw_strerror(fc->status), (unsigned long long)rd->ch.offset,
+                 (unsigned long long)fc->bytes, rd->ch.len);
+        put_pipe_fail(pp, fc->status ? tw__fabric_status_to_wire(fc->status) : TW_WIRE_INTERNAL,
+                      "reading the client's memory failed", why);
+        return;
+    }
+    /* Chunks go to the GPU in order: release every completed one whose
+     * turn it is. */
+    for (int again = 1; again;) {
+        again = 0;
+        for (unsigned i = 0; i < PIPE_READS; i++) {
+            struct put_read *r = &pp->rd[i];
+            if (!r->live || !r->done || r->ch.index != pp->next_release)
+                continue;
+            r->live = 0;
+            if (tw__staging_release(pp->pipe, &r->ch) < 0) {
+                put_pipe_copy_failed(pp);
+                return;
+            }
+            pp->next_release++;
+            again = 1;
+        }
+    }
+    put_pipe_pump(pp);
+}
+
+/* The client's RDMA_REGISTER: its source. RDMA_READY, then the reads. */
+static int put_pipe_register(struct tw_xfer *x, const struct tw_msg *m)
+{
+    struct put_pipe *pp = x->stage;
+    struct tw_srv_conn *c = x->conn;
+    struct tw_srv *srv = c->srv;
+    char err[TW_FABRIC_ERRMSG_LEN];
+    if (m->u.rdma_register.length != x->t->byte_length)
+        return TW_EBAD_LENGTH;
+    pp->remote.key = m->u.rdma_register.rkey;
+    pp->remote.remote_addr = m->u.rdma_register.remote_addr;
+    pp->remote.length = m->u.rdma_register.length;
+    void *base;
+    size_t blen;
+    tw__staging_pool_memory(srv->stage_pool, &base, &blen);
+    if (tw__fabric_mrcache_acquire_peer(srv->mrc, c->fpeer, base, blen, TW_FABRIC_LOCAL_READ,
+                                        TW_MEMKIND_HOST, &pp->mr, err, sizeof(err)) < 0) {
+        pp->mr = NULL;
+        put_pipe_fail(pp, TW_WIRE_INTERNAL, "cannot register the staging pool", err);
+        return 0;
+    }
+    struct tw_mem_attr attr = {.kind = TW_MEMKIND_CUDA, .device = pp->ordinal};
+    if (tw__staging_begin(srv->stage_pool, TW_STAGING_TO_DEVICE, &tw__memkind_cuda, &attr,
+                          (uintptr_t)pp->dev->data, pp->dev->byte_length, PIPE_DEPTH,
+                          pp->dev->has_crc ? TW_STAGING_CRC : 0, &pp->pipe, err, sizeof(err)) < 0) {
+        pp->pipe = NULL;
+        put_pipe_fail(pp, TW_WIRE_INTERNAL, "cannot start the copies to the GPU", err);
+        return 0;
+    }
+    struct tw_msg r;
+    memset(&r, 0, sizeof(r));
+    r.hdr.tag = TW_TAG_RDMA_READY;
+    r.hdr.request_id = x->id;
+    if (tw__conn_send(c, &r) < 0)
+        return 0;
+    put_pipe_pump(pp);
+    return 0;
+}
+
 static int staged_start(struct tw_xfer *x)
 {
     const struct tw_store_devmem_ops *m = tw__store_devmem(x->t->store);
@@ -153,7 +463,7 @@ static int staged_start(struct tw_xfer *x)
     int ordinal = gpu_ordinal(x);
     if (!m->to_host || !m->from_host)
         return TW_EDEVICE;
-    int rc = stage_host_version(x);
+    int rc = put_pipe_start(x) ? 0 : stage_host_version(x);
     if (rc)
         return rc;
     struct tw_srv_conn *c = x->conn;
@@ -222,6 +532,8 @@ static int staged_data_end(struct tw_xfer *x, const struct tw_msg *msg)
 
 static int staged_on_msg(struct tw_xfer *x, const struct tw_msg *msg)
 {
+    if (x->stage && msg->hdr.tag == TW_TAG_RDMA_REGISTER)
+        return put_pipe_register(x, msg);
     return inner_of(x)->on_msg(x, msg);
 }
 
@@ -231,6 +543,10 @@ static int staged_commit(struct tw_xfer *x, struct tw_tensor **publish, char *er
 {
     const struct tw_store_devmem_ops *m = tw__store_devmem(x->t->store);
     struct tw_tensor *host = x->t, *dev = x->dev_t;
+    if (x->stage) { /* pipelined: the bytes are in the GPU version already */
+        *publish = x->t;
+        return 0;
+    }
     if (!dev) {
         snprintf(err, errlen, "internal: staged put without a GPU version");
         return TW_EINTERNAL;
@@ -260,6 +576,14 @@ static void staged_release(struct tw_xfer *x)
     const struct tw_dp_ops *in = inner_of(x);
     if (in->release)
         in->release(x);
+    struct put_pipe *pp = x->stage;
+    if (pp) {
+        x->stage = NULL;
+        pp->x = NULL;
+        pp->finished = 1;
+        if (pp->nflight == 0)
+            put_pipe_free(pp);
+    }
     if (x->dev_t) {
         tw__tensor_unref(x->t);
         x->t = x->dev_t;

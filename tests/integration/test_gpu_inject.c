@@ -12,7 +12,8 @@
  *     slot free (nothing leaked by the failed pipelines);
  *   server side (a tensorwired started with TW_TEST_CUDA_FAIL_AT_CHUNK=k):
  *     a get of a cuda:0 tensor fails at its copy (inline: the third
- *     frame's), a put to cuda:0 at its copy into the GPU. Then the same
+ *     frame's), a put to cuda:0 at its copy into the GPU (RDMA: the
+ *     pipelined pull's copy of chunk 3 of 9). Then the same
  *     transfer on the same connection is byte-exact, and STATS says one
  *     staged failure, no staging pin held, no host staging copy left
  *     (cpu reserved_bytes 0).
@@ -178,6 +179,8 @@ static void check_server_clean(tw_client *c)
 {
     TW_ASSERT_EQ_U64(stat_value(c, "staged_failed"), 1);
     TW_ASSERT_EQ_U64(stat_value(c, "staged_pins_in_use"), 0);
+    TW_ASSERT_EQ_U64(stat_value(c, "staged_pool_reserved"), 0); /* every pipe's slots back */
+    TW_ASSERT_EQ_U64(stat_value(c, "staged_pipes_abandoned"), 0);
     TW_ASSERT_EQ_U64(stat_value(c, "reserved_bytes"), 0); /* no host copy left */
     fprintf(stderr, "  server: staged_failed 1, staged_pinned_bytes %llu, pins in use 0\n",
             (unsigned long long)stat_value(c, "staged_pinned_bytes"));
@@ -215,17 +218,20 @@ static void server_case(int get, long k)
     tw_test_server_stop(&srv);
 }
 
-/* Copy 0 is the put; inline: frames 1.., fail the third; RDMA: the one
- * copy before RDMA_REGISTER. */
+/* The put first: inline one copy into the GPU (copy 0), then the get's
+ * frames 1.., fail the third; RDMA the put's pipelined copies, one per
+ * 8 MiB chunk (copies 0-8), then the get's one copy before RDMA_REGISTER
+ * (copy 9). */
 static void test_server_get(void)
 {
-    server_case(1, rdma() ? 1 : 3);
+    server_case(1, rdma() ? 9 : 3);
 }
 
-/* The put's copy into the GPU. */
+/* The put's copy into the GPU: inline the one copy at commit; RDMA the
+ * pipelined pull's copy of chunk 3 of 9. */
 static void test_server_put(void)
 {
-    server_case(0, 0);
+    server_case(0, rdma() ? 3 : 0);
 }
 
 int main(void)
