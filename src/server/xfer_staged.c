@@ -322,12 +322,19 @@ static void put_pipe_pump(struct put_pipe *pp)
     struct tw_srv_conn *c = x->conn;
     struct tw_srv *srv = pp->srv;
     uint64_t len = x->t->byte_length;
+    int waits = 0;
     while (!pp->finished && pp->nflight < PIPE_READS && pp->submitted < len) {
         struct tw_staging_chunk ch;
         int got = tw__staging_acquire(pp->pipe, &ch);
         if (got == 0 && pp->nflight == 0) {
             /* Only a queued copy holds the slot back (the slots are
-             * reserved): wait for it, briefly. */
+             * reserved): wait for it, briefly. Never spin: a wait that
+             * keeps finding nothing means the pipe lost its slots. */
+            if (++waits > 8) {
+                put_pipe_fail(pp, TW_WIRE_INTERNAL, "staging pipeline stalled",
+                              "no pool slot came back");
+                return;
+            }
             if (tw__staging_wait(pp->pipe, 1000) < 0)
                 got = -1;
             else
