@@ -207,7 +207,14 @@ struct put_pipe {
     uint64_t submitted; /* bytes of chunks whose read was submitted */
     uint64_t next_release;
     int busy;     /* a read completed with buffer_busy */
-    int finished; /* RDMA_DONE sent or the request failed */
+    int finished; /* RDMA_DONE sent, or failing, or failed: no more reads */
+    /* A failure waiting for the reads in flight: the ERROR goes only once
+     * they completed, because the client revokes its source on ERROR
+     * (docs/protocol.md §10) and a read of a revoked region may never
+     * complete (shm). */
+    int failing;
+    uint32_t fail_code;
+    char fail_why[400];
 };
 
 static void put_pipe_free(struct put_pipe *pp)
@@ -281,13 +288,29 @@ static void put_pipe_fail(struct put_pipe *pp, uint32_t code, const char *what, 
     tw__conn_maybe_finish(c);
 }
 
+/* Like put_pipe_fail, once no read is in flight any more (now, or at the
+ * last read's completion). */
+static void put_pipe_fail_later(struct put_pipe *pp, uint32_t code, const char *what,
+                                const char *detail)
+{
+    if (pp->nflight == 0) {
+        put_pipe_fail(pp, code, what, detail);
+        return;
+    }
+    pp->finished = 1;
+    pp->failing = 1;
+    pp->fail_code = code;
+    snprintf(pp->fail_why, sizeof(pp->fail_why), "%s%s%.300s", what, detail && *detail ? ": " : "",
+             detail ? detail : "");
+}
+
 static void put_pipe_copy_failed(struct put_pipe *pp)
 {
     char what[64];
     pp->srv->stats.staged_failed++;
     snprintf(what, sizeof(what), "copying it to cuda:%d failed", pp->ordinal);
     TW_LOGW("put of '%s': %s: %s", pp->dev->name, what, tw__staging_error(pp->pipe));
-    put_pipe_fail(pp, TW_WIRE_INTERNAL, what, tw__staging_error(pp->pipe));
+    put_pipe_fail_later(pp, TW_WIRE_INTERNAL, what, tw__staging_error(pp->pipe));
 }
 
 /* Every read completed and every chunk released: the bytes are in the GPU
@@ -369,8 +392,8 @@ static void put_pipe_pump(struct put_pipe *pp)
         rd->done = 0;
         if (tw__fabric_xfer_submit(srv->fab, &d, NULL) < 0) {
             rd->live = 0;
-            put_pipe_fail(pp, TW_WIRE_INTERNAL, "cannot start reading",
-                          tw__fabric_errmsg(srv->fab));
+            put_pipe_fail_later(pp, TW_WIRE_INTERNAL, "cannot start reading",
+                                tw__fabric_errmsg(srv->fab));
             return;
         }
         pp->nflight++;
@@ -395,6 +418,14 @@ void tw__srv_staged_on_completion(struct tw_srv *srv, const struct tw_fabric_com
             put_pipe_free(pp);
         return;
     }
+    if (pp->failing) {
+        if (pp->nflight == 0) {
+            char why[sizeof(pp->fail_why)];
+            snprintf(why, sizeof(why), "%s", pp->fail_why);
+            put_pipe_fail(pp, pp->fail_code, why, NULL);
+        }
+        return;
+    }
     if (pp->finished)
         return;
     if (fc->status != 0 || fc->bytes != rd->ch.len) {
@@ -402,8 +433,9 @@ void tw__srv_staged_on_completion(struct tw_srv *srv, const struct tw_fabric_com
         snprintf(why, sizeof(why), "%s (chunk at %llu, %llu of %zu bytes read)",
                  fc->msg[0] ? fc->msg : tw_strerror(fc->status), (unsigned long long)rd->ch.offset,
                  (unsigned long long)fc->bytes, rd->ch.len);
-        put_pipe_fail(pp, fc->status ? tw__fabric_status_to_wire(fc->status) : TW_WIRE_INTERNAL,
-                      "reading the client's memory failed", why);
+        put_pipe_fail_later(pp,
+                            fc->status ? tw__fabric_status_to_wire(fc->status) : TW_WIRE_INTERNAL,
+                            "reading the client's memory failed", why);
         return;
     }
     /* Chunks go to the GPU in order: release every completed one whose
