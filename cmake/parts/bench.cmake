@@ -56,3 +56,8 @@ target_link_libraries(bench_gdr_lookup PRIVATE tw_core)
 tw_add_bench(bench_gdr ${CMAKE_SOURCE_DIR}/bench/bench_gdr.c ${CMAKE_SOURCE_DIR}/tools/raw_fabric.c)
 target_include_directories(bench_gdr PRIVATE ${CMAKE_SOURCE_DIR})
 target_link_libraries(bench_gdr PRIVATE tw_core)
+
+# GPU -> GPU get vs host -> host get through a running server, and a device
+# batch vs one device tensor (issue 11): public API only.
+tw_add_bench(bench_stage_e2e ${CMAKE_SOURCE_DIR}/bench/bench_stage_e2e.c)
+target_link_libraries(bench_stage_e2e PRIVATE tensorwire)
