@@ -95,9 +95,13 @@ int tw__client_rdma_setup(struct tw_client *c, const char *provider, int timeout
     fc.node = local_node(c, node, sizeof(node));
     fc.threaded = 1;
     /* With a GPU here, ask for FI_HMEM so GPU memory can take part
-     * (GPUDirect); a provider without it opens as a host-memory rail. */
+     * (GPUDirect); a provider without it, or one that refuses to register
+     * the probe buffer, opens as a host-memory rail (fabric.h). */
     fc.hmem = c->gdr_mode != TW_GPUDIRECT_OFF && tw__cuda_device_count() > 0;
+    if (fc.hmem && tw__cuda_scratch_alloc(0, TW__HMEM_PROBE_BYTES, &fc.hmem_probe, NULL, 0) == 0)
+        fc.hmem_probe_len = TW__HMEM_PROBE_BYTES;
     rc = tw__fabric_open(&fc, &c->fab, err, sizeof(err));
+    tw__cuda_scratch_free(0, fc.hmem_probe);
     if (rc < 0) {
         c->fab = NULL;
         c->fabric = TW__FABRIC_OPEN_FAILED;

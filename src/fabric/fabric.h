@@ -176,7 +176,19 @@ struct tw_fabric_config {
                           a provider that has none still opens, as a rail
                           for host memory only (tw__fabric_describe names
                           it) */
+    /* With hmem: len bytes of CUDA device `device` memory (the caller's,
+     * only used during tw__fabric_open) that each rail opened with FI_HMEM
+     * must register; a rail that refuses is reopened without FI_HMEM.
+     * FI_HMEM has a cost where it buys nothing (libfabric's shm turns
+     * cross-memory attach off for host memory on such an endpoint). NULL:
+     * FI_HMEM is kept unproved. */
+    void *hmem_probe; /* TW__HMEM_PROBE_BYTES is the size callers use */
+    size_t hmem_probe_len;
+    int hmem_probe_device;
 };
+
+/* Size of the CUDA buffer callers pass as hmem_probe (one GPU page). */
+#define TW__HMEM_PROBE_BYTES ((size_t)64 * 1024)
 
 /* Opens a data plane. On failure returns a negative code (TW_ENOFABRIC when
  * no provider could be opened, or with "none") and writes why, for every

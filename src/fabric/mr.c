@@ -113,7 +113,9 @@ static int register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigne
                                "device memory registration: the %s rail was opened without "
                                "FI_HMEM (%s)",
                                r->addr.provider,
-                               fab->hmem ? "the provider has none" : "the plane did not ask");
+                               r->hmem_why[0] ? r->hmem_why
+                               : fab->hmem    ? "the provider has none"
+                                              : "the plane did not ask");
     if (len && !addr)
         return tw__fabric_fail(fab, TW_EINVAL, "registration of %zu bytes at NULL", len);
 

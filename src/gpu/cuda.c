@@ -159,6 +159,35 @@ int tw__cuda_device_count(void)
     return n < TW_CUDA_MAX_DEVICES ? n : TW_CUDA_MAX_DEVICES;
 }
 
+int tw__cuda_scratch_alloc(int ordinal, size_t len, void **out, char *err, size_t errlen)
+{
+    const struct tw_cuda_api *cu;
+    char buf[128];
+    *out = NULL;
+    int rc = tw__cuda_get(&cu, err, errlen);
+    if (rc == 0)
+        rc = tw__cuda_use_device(ordinal, err, errlen);
+    if (rc)
+        return rc;
+    CUdeviceptr p = 0;
+    CUresult r = cu->cuMemAlloc(&p, len);
+    if (r != CUDA_SUCCESS) {
+        if (err)
+            snprintf(err, errlen, "cuMemAlloc(%zu) on cuda:%d: %s", len, ordinal,
+                     tw__cuda_strerror(r, buf, sizeof(buf)));
+        return tw__cuda_to_err(r);
+    }
+    *out = (void *)(uintptr_t)p;
+    return 0;
+}
+
+void tw__cuda_scratch_free(int ordinal, void *p)
+{
+    const struct tw_cuda_api *cu;
+    if (p && tw__cuda_get(&cu, NULL, 0) == 0 && tw__cuda_use_device(ordinal, NULL, 0) == 0)
+        cu->cuMemFree((CUdeviceptr)(uintptr_t)p);
+}
+
 int tw__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, char *err,
                       size_t errlen)
 {

@@ -179,6 +179,15 @@ int tw__cuda_use_device(int ordinal, char *err, size_t errlen);
 int tw__cuda_device_count(void);
 
 /*
+ * len bytes of device memory on GPU `ordinal` (cuMemAlloc in its primary
+ * context) for short-lived internal use such as registration probes; the
+ * caller frees it with tw__cuda_scratch_free(). Returns 0 or a negative
+ * code with the reason in err.
+ */
+int tw__cuda_scratch_alloc(int ordinal, size_t len, void **out, char *err, size_t errlen);
+void tw__cuda_scratch_free(int ordinal, void *p);
+
+/*
  * Free and total memory of device `ordinal` (through its primary context,
  * which is left current). Returns 0 or a negative code with reason in err.
  */

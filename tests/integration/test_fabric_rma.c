@@ -117,6 +117,39 @@ static void hmem_per_rail(void)
         TW_ASSERT(strstr(tw__fabric_errmsg(b), "FI_HMEM") != NULL);
     }
     TW_ASSERT(strstr(tw__fabric_describe(a), "host memory only") == NULL);
+
+    /* FI_HMEM is kept only where the probe buffer registers as CUDA memory.
+     * Host memory named CUDA never does (no libfabric here registers it:
+     * without CUDA support the iface is refused, with it the pointer is not
+     * device memory), so every rail reopens plain and says why. */
+    static char probe[4096];
+    struct tw_fabric_config proved = hmem;
+    proved.hmem_probe = probe;
+    proved.hmem_probe_len = sizeof(probe);
+    struct tw_fabric *p = NULL;
+    TW_ASSERT_OK(tw__fabric_open(&proved, &p, err, sizeof(err)));
+    fprintf(stderr, "  hmem probed: %s\n", tw__fabric_describe(p));
+    const struct tw_fabric_addr *pp;
+    unsigned np = tw__fabric_local_addrs(p, &pp);
+    TW_ASSERT_EQ(np, na);
+    host_only = strstr(tw__fabric_describe(p), "host memory only");
+    TW_ASSERT(host_only != NULL);
+    for (unsigned i = 0; i < np; i++) {
+        TW_ASSERT_STR_EQ(pp[i].provider, pa[i].provider);
+        TW_ASSERT(strstr(host_only, pp[i].provider) != NULL);
+        static char page[4096];
+        struct tw_fabric_mr *mr = NULL;
+        TW_ASSERT_ERR(tw__fabric_mr_register_rail(p, i, page, sizeof(page), TW_FABRIC_REMOTE_READ,
+                                                  TW_FABRIC_CUDA, 0, &mr),
+                      TW_EDEVICE);
+    }
+    /* The reopened rails move host memory. */
+    static char hostbuf[4096];
+    struct tw_fabric_mr *hm = NULL;
+    TW_ASSERT_OK(tw__fabric_mr_register_rail(p, 0, hostbuf, sizeof(hostbuf), TW_FABRIC_REMOTE_READ,
+                                             TW_FABRIC_HOST, -1, &hm));
+    tw__fabric_mr_deregister(hm);
+    tw__fabric_close(p);
     tw__fabric_close(b);
     tw__fabric_close(a);
 }
