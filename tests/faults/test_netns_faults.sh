@@ -10,13 +10,11 @@
 # the server keeps serving, and the next transfer after the link returns
 # works byte for byte.
 # Needs root and iproute2 (exit 77 = skip where namespaces cannot be made).
-set -u
-B=${TW_BUILD_DIR:?}
-S=${TW_SOURCE_DIR:?}
+. "${TW_SOURCE_DIR:?}/tests/lib-test.sh"
 . "$S/tests/faults/netns.sh"
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root"; exit 77; }
 command -v ip >/dev/null && command -v tc >/dev/null || { echo "SKIP: needs iproute2"; exit 77; }
-W=$(mktemp -d "${TMPDIR:-/tmp}/tw-faults.XXXXXX")
+tw_test_workdir faults
 SP=""
 cleanup() {
     [ -n "$SP" ] && kill "$SP" 2>/dev/null
@@ -25,24 +23,13 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 ns_setup || { echo "SKIP: cannot create network namespaces here"; exit 77; }
-FAILS=0
-fail() {
-    echo "FAIL: $*" >&2
-    FAILS=$((FAILS + 1))
-}
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
 # The wrapper writes the server's own pid (ip netns exec forks).
 ns_s sh -c 'echo $$ >"$0"; exec "$@"' "$W/server.pid" "$B/tensorwired" --listen "$ADDR_S:0" \
     --fabric tcp --transfer-timeout 6 --idle-timeout 60 >"$W/server.log" 2>&1 &
-A=""
-i=0
-while [ $i -lt 100 ] && [ -z "$A" ]; do
-    A=$(sed -n 's/^listening on //p' "$W/server.log")
-    [ -n "$A" ] || sleep 0.1
-    i=$((i + 1))
-done
-[ -n "$A" ] || { echo "server did not start: $(cat "$W/server.log")"; exit 1; }
+A=$(tw_server_wait_listening "$W/server.log") ||
+    { echo "server did not start: $(cat "$W/server.log")"; exit 1; }
 SP=$(cat "$W/server.pid")
 RDMA=0
 grep -q "rails: .*tcp" "$W/server.log" && RDMA=1
@@ -198,7 +185,4 @@ roundtrip
 [ $RDMA -eq 1 ] && roundtrip --fabric tcp --rdma-min-bytes 0
 kill -0 "$SP" 2>/dev/null || fail "server died"
 
-[ $FAILS -eq 0 ] && echo "PASS" && exit 0
-echo "--- server log (last 40 lines):" >&2
-tail -n 40 "$W/server.log" >&2
-exit 1
+tw_test_end PASS 40

@@ -49,15 +49,6 @@ static void close_all(struct tw_fabric *c, struct tw_fabric *s)
     tw__fabric_close(s);
 }
 
-static void fill(uint8_t *p, size_t n, unsigned seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        p[i] = (uint8_t)(x >> 24);
-    }
-}
-
 static uint64_t deadline_in_ms(unsigned ms)
 {
     return tw__now_ns() + (uint64_t)ms * 1000000ull;
@@ -281,7 +272,7 @@ static void move_bytes(size_t n, size_t off)
 {
     uint8_t *src = malloc(n + off + 1), *dst = malloc(n + off + 1);
     TW_ASSERT(src && dst);
-    fill(src, n + off + 1, (unsigned)n);
+    tw_test_fill(src, n + off + 1, (unsigned)n);
     memset(dst, 0, n + off + 1);
     struct tw_fabric_mr *rsrc, *ldst;
     /* Pull: server's source readable by the peer, client's buffer receives. */
@@ -309,7 +300,7 @@ static void move_bytes(size_t n, size_t off)
     tw__fabric_mr_deregister(ldst);
 
     /* Push: client's source written into the server's destination. */
-    fill(src, n + off + 1, (unsigned)n + 7);
+    tw_test_fill(src, n + off + 1, (unsigned)n + 7);
     memset(dst, 0, n + off + 1);
     struct tw_fabric_mr *rdst, *lsrc;
     TW_ASSERT_OK(tw__fabric_mr_register(srv_peer, dst + off, n, TW_FABRIC_REMOTE_WRITE,
@@ -385,7 +376,7 @@ static void many_in_flight(void)
     enum { N = 48, SZ = 300 * 1024 + 11 };
     uint8_t *src = malloc((size_t)N * SZ), *dst = calloc(N, SZ);
     TW_ASSERT(src && dst);
-    fill(src, (size_t)N * SZ, 99);
+    tw_test_fill(src, (size_t)N * SZ, 99);
     struct tw_fabric_mr *rsrc, *ldst;
     TW_ASSERT_OK(tw__fabric_mr_register(sp, src, (size_t)N * SZ, TW_FABRIC_REMOTE_READ,
                                         TW_FABRIC_HOST, 0, &rsrc));
@@ -588,7 +579,7 @@ static void pull_regions(struct tw_fabric_peer *sp, struct tw_fabric_peer *cp, s
     *src = malloc(n);
     *dst = calloc(1, n);
     TW_ASSERT(*src && *dst);
-    fill(*src, n, seed);
+    tw_test_fill(*src, n, seed);
     TW_ASSERT_OK(
         tw__fabric_mr_register(sp, *src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, rsrc));
     TW_ASSERT_OK(
@@ -752,7 +743,7 @@ static void old_key_rejected(void)
     static uint8_t dst[64 * 1024];
     uint8_t *src = malloc(n), *orig = malloc(n);
     TW_ASSERT(src && orig);
-    fill(src, n, 11);
+    tw_test_fill(src, n, 11);
     memcpy(orig, src, n);
     int is_tcp = strncmp(tw__fabric_peer_provider(cli_peer), "tcp", 3) == 0;
     struct tw_fabric_mr *rsrc, *ldst;
@@ -774,7 +765,7 @@ static void old_key_rejected(void)
 
     for (int op = TW_FABRIC_PULL; op <= TW_FABRIC_PUSH; op++) {
         d.op = (enum tw_fabric_op)op;
-        fill(dst, n, 12 + (unsigned)op);
+        tw_test_fill(dst, n, 12 + (unsigned)op);
         uint8_t before = dst[0];
         d.deadline_ns = deadline_in_ms(500);
         int ret = tw__fabric_xfer_run(cli, &d, &c);

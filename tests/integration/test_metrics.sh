@@ -4,20 +4,9 @@
 # metrics` (Prometheus' own parser and linter). Also: 404 off /metrics,
 # 405 for POST, a bad --metrics address is a start-up error (exit 1).
 # Needs TW_BUILD_DIR and TW_SOURCE_DIR (set by CTest). Exit 77 = skip.
-set -u
-B=${TW_BUILD_DIR:?}
-S=${TW_SOURCE_DIR:?}
-. "$S/scripts/lib-server.sh"
-TW="$B/tensorwire"
-command -v curl >/dev/null || { echo "SKIP: curl missing"; exit 77; }
-W=$(mktemp -d "${TMPDIR:-/tmp}/tw-metrics-test.XXXXXX")
-cleanup() { tw_server_stop >/dev/null 2>&1; rm -rf "$W"; }
-trap cleanup EXIT INT TERM
-FAILS=0
-fail() {
-    echo "FAIL: $*" >&2
-    FAILS=$((FAILS + 1))
-}
+. "${TW_SOURCE_DIR:?}/tests/lib-test.sh"
+tw_test_need_cmd curl
+tw_test_workdir metrics-test
 # metric NAME_WITH_LABELS: its value in $W/m.txt ("" when absent).
 metric() { awk -v k="$1" '$1 == k { print $2 }' "$W/m.txt"; }
 expect_metric() {
@@ -95,7 +84,4 @@ else
     [ $FAILS -eq 0 ] && exit 77
 fi
 
-[ $FAILS -eq 0 ] && echo PASS && exit 0
-echo "--- server log:" >&2
-cat "$W/server.log" >&2
-exit 1
+tw_test_end PASS 200
