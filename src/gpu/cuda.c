@@ -177,21 +177,14 @@ int tw__cuda_device_count(void)
 int tw__cuda_scratch_alloc(int ordinal, size_t len, void **out, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    char buf[128];
     *out = NULL;
-    int rc = tw__cuda_get(&cu, err, errlen);
-    if (rc == 0)
-        rc = tw__cuda_use_device(ordinal, err, errlen);
+    int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
     if (rc)
         return rc;
     CUdeviceptr p = 0;
     CUresult r = cu->cuMemAlloc(&p, len);
-    if (r != CUDA_SUCCESS) {
-        if (err)
-            snprintf(err, errlen, "cuMemAlloc(%zu) on cuda:%d: %s", len, ordinal,
-                     tw__cuda_strerror(r, buf, sizeof(buf)));
-        return tw__cuda_to_err(r);
-    }
+    if (r != CUDA_SUCCESS)
+        return tw__cuda_fail(r, err, errlen, "cuMemAlloc(%zu) on cuda:%d", len, ordinal);
     *out = (void *)(uintptr_t)p;
     return 0;
 }
@@ -199,7 +192,7 @@ int tw__cuda_scratch_alloc(int ordinal, size_t len, void **out, char *err, size_
 void tw__cuda_scratch_free(int ordinal, void *p)
 {
     const struct tw_cuda_api *cu;
-    if (p && tw__cuda_get(&cu, NULL, 0) == 0 && tw__cuda_use_device(ordinal, NULL, 0) == 0)
+    if (p && tw__cuda_enter(ordinal, &cu, NULL, 0) == 0)
         cu->cuMemFree((CUdeviceptr)(uintptr_t)p);
 }
 
