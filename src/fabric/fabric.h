@@ -104,6 +104,22 @@
  * rail closes as before (its peer writes our memory itself, see
  * tw__fabric_mr_release()).
  *
+ * Kept for the life of the process: what a wedged, retired or kept rail
+ * must never hand back is not freed but owned, from tw__fabric_close() on,
+ * by the fabric module itself (plane.c), on two process-wide lists behind
+ * one mutex: the planes kept above (with their rails, transfers and the
+ * libfabric objects they hold), and every registration released with
+ * operations a shm peer never answered or a kept rail still holds
+ * (tw__fabric_mr_release() whose on_idle cannot run: the struct with its
+ * on_idle argument, i.e. the owner's buffer and, for the registration
+ * cache, its handles). Nothing on these lists is ever freed, called or
+ * reused: the process's exit releases them. They are listed so that they
+ * stay reachable (leak checkers report real leaks only; `make asan` runs
+ * without suppressions) and counted (tw__fabric_kept()). Each entry is
+ * bounded (one plane of a few KiB plus one rail's provider buffers, or one
+ * transfer's buffer) and appears only after a peer died or a link broke
+ * with operations in flight.
+ *
  * Errors: 0 or a negative tensorwire code (include/tensorwire/error.h).
  * -errno values come straight from libfabric (FI_E* equal errno values).
  * A human-readable reason is kept in the plane (tw__fabric_errmsg()) or, for
@@ -309,8 +325,10 @@ void tw__fabric_mr_deregister(struct tw_fabric_mr *mr);
  * the registration, else when the last abandoned operation drained (or at
  * tw__fabric_close(): on tcp the closed sockets guarantee nothing arrives
  * any more; on shm the peer writes our memory itself, so a buffer whose
- * operations were never answered is NOT handed back at close and stays
- * allocated). Free or reuse the buffer in on_idle, never before, when a
+ * operations were never answered is NOT handed back at close: on_idle
+ * never runs and the registration with its arg moves to the process-wide
+ * kept list, see "Kept for the life of the process"). Free or reuse the
+ * buffer in on_idle, never before, when a
  * completion had buffer_busy set. on_idle runs on any thread with the
  * plane's lock held: it must not call tw__fabric_* functions. */
 void tw__fabric_mr_release(struct tw_fabric_mr *mr, void (*on_idle)(void *arg), void *arg);
@@ -457,6 +475,15 @@ struct tw_fabric_stats {
     unsigned threads_abandoned; /* mover threads left inside a wedged call */
 };
 void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st);
+
+/* What the fabric module keeps for the rest of the process ("Kept for the
+ * life of the process" above), summed over every plane ever closed. */
+struct tw_fabric_kept {
+    unsigned planes; /* closed planes kept (abandoned thread or kept rail) */
+    unsigned mrs;    /* registrations never handed back */
+    uint64_t bytes;  /* their registered bytes */
+};
+void tw__fabric_kept(struct tw_fabric_kept *out);
 
 /* Test hook: while paused, the mover thread makes no progress (a stalled
  * peer). Only meaningful on threaded planes. */
