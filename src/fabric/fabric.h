@@ -476,6 +476,28 @@ struct tw_fabric_stats {
 };
 void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st);
 
+/* --- Target-side activity ---------------------------------------------
+ *
+ * A peer that reads or writes our registered memory produces no completion
+ * here, so an owner waiting for the peer's word that it finished (a client
+ * whose put the server pulls, waiting for RDMA_DONE) sees no progress of
+ * its own. On rails with a CQ wait fd (tcp;ofi_rxm) the peer's requests
+ * make that fd readable before our progress serves them: while watched,
+ * the mover looks at the wait fds (poll, no wait) before each poll round
+ * and after each sleep and counts every look that found one readable. A
+ * counter that moves means the peer is still asking for bytes. Rails
+ * without a wait fd (shm), and NIC-offloaded RMA (verbs, efa: the NIC
+ * serves reads without any call of ours), give no such signal. */
+
+/* 1 when target-side activity on the peer's rail is observable (its rail
+ * has a CQ wait fd and a mover thread runs), else 0. */
+int tw__fabric_target_observable(const struct tw_fabric_peer *peer);
+/* Starts (+1) or stops (-1) watching; the looks cost one poll() per mover
+ * round, only while someone watches. */
+void tw__fabric_target_watch(struct tw_fabric *fab, int delta);
+/* The count of looks that found target-side activity (monotonic). */
+uint64_t tw__fabric_target_events(struct tw_fabric *fab);
+
 /* What the fabric module keeps for the rest of the process ("Kept for the
  * life of the process" above), summed over every plane ever closed. */
 struct tw_fabric_kept {

@@ -236,6 +236,11 @@ struct tw_fabric {
     uint64_t zombies_checked_ns; /* last look for orphans (xfer.c) */
     void (*call_hook)(void *arg, unsigned rail); /* tests: runs inside the call window */
     void *call_hook_arg;
+    /* Target-side activity (tw__fabric_target_watch()): while watched > 0
+     * the mover looks at the rails' CQ wait fds before each poll round and
+     * counts in target_events every look that found one readable. */
+    unsigned target_watch;
+    uint64_t target_events;
     int wake_fd;  /* eventfd: wakes the mover (submit, cancel, close) */
     int event_fd; /* eventfd: completions queued for the owner's loop */
 
