@@ -145,6 +145,43 @@ if [ $RDMA -eq 1 ]; then
     # "Closing with operations outstanding").
     echo "case link cut mid-get, rdma tcp"
     cut_case cut_get_rdma get tcp gets 120
+
+    # A pull put (the server reads the client's memory) slower than the
+    # client's --timeout but moving: 8 MB at 16 Mbit/s takes about 4 s,
+    # --timeout is 1.5 s without progress. No frame comes until the
+    # server's RDMA_DONE; the server's reads of the client's memory are the
+    # progress (src/client/conn.c wait_fd), so the put succeeds.
+    echo "case rdma tcp pull put slower than the client's timeout"
+    head -c 8000000 "$W/big.bin" >"$W/mid.bin"
+    ns_throttle 16mbit
+    t0=$(now_ms)
+    cli --timeout 1500 --fabric tcp --rdma-min-bytes 0 put -v slowpull "$W/mid.bin" --dtype u8 \
+        --shape 8000000 >"$W/out" 2>"$W/err" || fail "slow pull put: $(cat "$W/err")"
+    el=$(($(now_ms) - t0))
+    ns_unthrottle
+    echo "  slow pull put: $el ms: $(cat "$W/out" "$W/err" | tr '\n' ' ' | head -c 200)"
+    [ $el -gt 2500 ] || fail "slow pull put: $el ms, not slower than the 1.5 s timeout"
+    grep -q "rdma pull" "$W/out" "$W/err" || fail "slow pull put: not an rdma pull put"
+    cli get --raw slowpull "$W/got.bin" >"$W/err" 2>&1 || fail "slow pull put: get: $(cat "$W/err")"
+    cmp -s "$W/mid.bin" "$W/got.bin" || fail "slow pull put: bytes differ"
+    # The same put with the link cut once it is under way: no read moves,
+    # so the client gives up with TIMEOUT about 1.5 s later.
+    echo "case rdma tcp pull put, link cut: TIMEOUT within about the timeout"
+    before=$(stat_of rdma_xfers_active)
+    ns_throttle 16mbit
+    cli --timeout 1500 --fabric tcp --rdma-min-bytes 0 put cutpull "$W/mid.bin" --dtype u8 \
+        --shape 8000000 >"$W/out" 2>"$W/err" &
+    cp=$!
+    wait_for rdma_xfers_active $((${before:-0} + 1)) 10 || fail "cut pull put: not seen under way"
+    ns_cut
+    t0=$(now_ms)
+    wait $cp
+    expect_failed cut_pull_put $? "$t0" 6
+    grep -q TIMEOUT "$W/err" || fail "cut pull put: want TIMEOUT: $(cat "$W/err")"
+    ns_restore
+    ns_unthrottle
+    settle 120 cut_pull_put
+    in_ls cutpull && fail "cut pull put: a partial put became visible"
 else
     echo "note: no rdma tcp plane in the namespace; rdma cases not run"
 fi

@@ -446,6 +446,68 @@ static void api_errors(void)
     tw__hostmem_free(p);
 }
 
+static atomic_int kept_idle_calls;
+static void kept_on_idle(void *arg)
+{
+    atomic_fetch_add(&kept_idle_calls, 1);
+    free(arg);
+}
+
+/* A plane closed while its provider still holds reads that a stalled peer
+ * never answered: the buffer is not handed back (on_idle never runs), and
+ * what the fabric layer keeps for it (the registration, the cache's
+ * registrar handle and release_busy handle, and the buffer they name) is
+ * listed on the process-wide kept list (fabric.h, "Kept for the life of
+ * the process"), so LeakSanitizer sees it reachable: `make asan` runs this
+ * without suppressions. Own planes: closing a client plane while another
+ * plane of this process polls its shm endpoint is unsafe (test_fabric_rma). */
+static void kept_at_close(void)
+{
+    srv = tw_test_open_plane(1, 0);
+    cli = tw_test_open_plane(0, 0);
+    connect_planes();
+    TW_ASSERT_OK(tw__fabric_mrcache_create(srv, NULL, &smc));
+    TW_ASSERT_OK(tw__fabric_mrcache_create(cli, NULL, &cmc));
+    size_t n = 8u << 20;
+    uint8_t *src = calloc(1, n), *dst = malloc(n); /* untracked: one-shot registration */
+    TW_ASSERT(src && dst);
+    struct tw_fabric_mrc *r = acquire(smc, srv_peer, src, n, TW_FABRIC_REMOTE_READ);
+    struct tw_fabric_mrc *l = acquire(cmc, cli_peer, dst, n, TW_FABRIC_LOCAL_READ);
+    struct tw_fabric_completion c;
+    /* One pull first: the connection is up (tcp) and the peer known (shm). */
+    tw_test_fill(src, n, 5);
+    int ret = pull(l, 0, tw__fabric_mrc_rkey(r), n, 20000, &c);
+    if (ret)
+        TW_FAIL("first pull: %s: %s", tw_strerror_name(ret), c.msg);
+    TW_ASSERT_MEM_EQ(dst, src, n);
+    tw__fabric_pause(srv, 1); /* nobody answers the reads now */
+    TW_ASSERT_ERR(pull(l, 0, tw__fabric_mrc_rkey(r), n, 200, &c), TW_ETIMEDOUT);
+    fprintf(stderr, "  stalled: buffer_busy %d: %s\n", c.buffer_busy, c.msg);
+    TW_ASSERT_EQ(c.buffer_busy, 1);
+    atomic_store(&kept_idle_calls, 0);
+    tw__fabric_mrcache_release_busy(cmc, l, kept_on_idle, dst);
+    TW_ASSERT_EQ(atomic_load(&kept_idle_calls), 0);
+    TW_ASSERT_OK(tw__fabric_mrcache_destroy(cmc));
+    struct tw_fabric_kept k0, k1;
+    tw__fabric_kept(&k0);
+    tw__fabric_peer_remove(cli_peer);
+    tw__fabric_close(cli);
+    tw__fabric_kept(&k1);
+    fprintf(stderr, "  kept after close: %u planes, %u registrations, %llu bytes\n", k1.planes,
+            k1.mrs, (unsigned long long)k1.bytes);
+    TW_ASSERT_EQ(atomic_load(&kept_idle_calls), 0); /* dst never handed back */
+    TW_ASSERT_EQ(k1.mrs - k0.mrs, 1);
+    TW_ASSERT(k1.bytes - k0.bytes >= n);
+    if (strncmp(TW_TEST_PROVIDER, "tcp", 3) == 0)
+        TW_ASSERT_EQ(k1.planes - k0.planes, 1); /* the rail holding the reads is kept */
+    tw__fabric_mrcache_release(smc, r);
+    TW_ASSERT_OK(tw__fabric_mrcache_destroy(smc));
+    tw__fabric_peer_remove(srv_peer);
+    tw__fabric_close(srv);
+    free(src);
+    /* dst: the shm peer could still write it; it stays, reachable. */
+}
+
 int main(void)
 {
     srv = tw_test_open_plane(1, 0);
@@ -468,5 +530,6 @@ int main(void)
     tw__fabric_pause(srv, 1);
     tw__fabric_close(cli);
     tw__fabric_close(srv);
+    TW_RUN(kept_at_close);
     TW_DONE();
 }
