@@ -213,7 +213,7 @@ static void test_host_buffer(void)
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         size_t n = sizes[i];
         for (int blocking = 0; blocking < 2; blocking++) {
-            tw_test_pattern(src, n, (uint32_t)(n + blocking));
+            tw_test_fill(src, n, (uint32_t)(n + blocking));
             memcpy(dev, src, n);
             memset(host, 0, max);
             uint32_t crc = 1;
