@@ -55,3 +55,18 @@ foreach(prov tcp shm)
     LABELS "integration;fabric" SKIP_RETURN_CODE 77
     ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=never")
 endforeach()
+
+# The client's GPUDirect rows (issue 12) with a fake CUDA kind and a
+# stand-in verdict (no GPU needed): gdr push get, gdr put, refused ->
+# staging with the reason, flush order and failure, inline answer ->
+# staging. Over RDMA tcp / shm only (exits 77 without a fabric).
+tw_add_test(test_client_gdr ${CMAKE_SOURCE_DIR}/tests/integration/test_client_gdr.c
+            TIMEOUT 120 LABELS integration)
+set_tests_properties(test_client_gdr PROPERTIES SKIP_RETURN_CODE 77)
+foreach(prov tcp shm)
+  add_test(NAME test_client_gdr_${prov} COMMAND test_client_gdr)
+  set_tests_properties(test_client_gdr_${prov} PROPERTIES TIMEOUT 120
+    LABELS "integration;fabric" SKIP_RETURN_CODE 77
+    ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=auto")
+endforeach()
+add_dependencies(test_client_gdr tensorwired)

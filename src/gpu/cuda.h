@@ -179,6 +179,16 @@ int tw__cuda_use_device(int ordinal, char *err, size_t errlen);
 int tw__cuda_device_count(void);
 
 /*
+ * Makes NIC writes already completed into device `ordinal`'s memory
+ * visible to later work on it: cuFlushGPUDirectRDMAWrites(CURRENT_CTX,
+ * TO_OWNER) through its primary context (docs/protocol.md §10). The caller
+ * decides whether the GPU needs it (gdr facts: flush_needed). A driver
+ * without the call (before CUDA 11.3) has nothing to flush: 0. Returns 0 or
+ * a negative code with the reason in err.
+ */
+int tw__cuda_flush_gdr_writes(int ordinal, char *err, size_t errlen);
+
+/*
  * Free and total memory of device `ordinal` (through its primary context,
  * which is left current). Returns 0 or a negative code with reason in err.
  */

@@ -108,6 +108,10 @@ struct tw_path tw__path_decide(const struct tw_path_in *in)
 
 struct tw_path tw__path_follow_inline(struct tw_path p)
 {
+    /* GPU memory the RDMA plane would have touched directly (gdr) cannot
+     * take DATA frames: it stages like any GPU memory on the inline plane. */
+    if (p.gdr)
+        p.staging = TW_PATH_STAGING_HOST;
     p.plane = TW_PATH_PLANE_INLINE;
     p.mode = TW_PATH_PULL;
     p.gdr = 0;

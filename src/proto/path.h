@@ -115,7 +115,9 @@ struct tw_path {
 struct tw_path tw__path_decide(const struct tw_path_in *in);
 
 /* The client's request for RDMA was answered with the inline plane: the
- * path the client follows instead (staging kept, reason PEER_CHOSE_INLINE). */
+ * path the client follows instead (staging kept, reason PEER_CHOSE_INLINE;
+ * GPU memory that the RDMA plane would have used directly, gdr, stages:
+ * STAGED_INLINE). */
 struct tw_path tw__path_follow_inline(struct tw_path p);
 
 /* Maps a libfabric provider name ("tcp;ofi_rxm", "shm", "verbs;ofi_rxm")
