@@ -56,3 +56,10 @@ target_link_libraries(bench_gdr_lookup PRIVATE tw_core)
 tw_add_bench(bench_gdr ${CMAKE_SOURCE_DIR}/bench/bench_gdr.c ${CMAKE_SOURCE_DIR}/tools/raw_fabric.c)
 target_include_directories(bench_gdr PRIVATE ${CMAKE_SOURCE_DIR})
 target_link_libraries(bench_gdr PRIVATE tw_core)
+
+# GPUDirect into and out of the client's own GPU memory vs staging and a raw
+# fi_write loop into CUDA memory (same provider and size), one run.
+tw_add_bench(bench_gdr_client ${CMAKE_SOURCE_DIR}/bench/bench_gdr_client.c
+             ${CMAKE_SOURCE_DIR}/tools/raw_fabric.c)
+target_include_directories(bench_gdr_client PRIVATE ${CMAKE_SOURCE_DIR})
+target_link_libraries(bench_gdr_client PRIVATE tw_core)

@@ -1,0 +1,194 @@
+/*
+ * GPUDirect into and out of the CLIENT's GPU memory (issue 12), against the
+ * staging path and a raw libfabric RMA loop on CUDA memory, in one run
+ * (docs/performance.md, "GPUDirect into the client's GPU").
+ *
+ *   bench_gdr_client HOST:PORT PROVIDER SERVER_DEVICE CLIENT_DEVICE SIZE_BYTES REPS
+ *
+ * The server (tensorwired --fabric PROVIDER --devices cpu,...) stores the
+ * tensor on SERVER_DEVICE ("cpu" or "cuda:0"); the client's buffer is a
+ * tw_device_alloc'd CLIENT_DEVICE ("cuda:0") buffer. Two connections:
+ *   gdr      --gpudirect auto: a get into the client's GPU buffer is
+ *            `gdr push` when admitted (the server writes into it);
+ *   staging  --gpudirect off: the same get stages through host memory.
+ * Each get is timed, then copied back and checked byte for byte (outside
+ * the timing). A put FROM the client's GPU buffer is timed on both
+ * connections too and checked by a get into host memory. The raw loop:
+ * fi_write of SIZE from a host buffer into a cuMemAlloc'd buffer on
+ * CLIENT_DEVICE, one operation at a time, same provider, in this process
+ * (tools/raw_fabric.c): what a gdr push get does on the wire.
+ *
+ * Prints medians (ms, GB/s), the paths, and the ratios gdr get / raw write
+ * and gdr get / staging get. Exit 0 when every transfer succeeded and was
+ * byte-exact.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/cuda.h"
+#include "tensorwire/client.h"
+#include "tensorwire/mem.h"
+#include "tools/raw_fabric.h"
+#include "bench_util.h"
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1103515245u + 12345u;
+        p[i] = (uint8_t)(x >> 16);
+    }
+}
+
+struct figures {
+    double get_s, put_s;
+    char get_plane[384], put_plane[384];
+    int bad;
+};
+
+/* reps gets into dev and puts from dev on c; src is what the server holds
+ * after the first put from host memory. */
+static int run(tw_client *c, const char *label, const char *sdev, uint8_t *src, uint8_t *back,
+               void *dev, size_t n, int reps, struct figures *f)
+{
+    double tg[100], tp[100];
+    struct tw_tensor_desc d;
+    tw_bench_u8_desc(&d, n);
+    snprintf(d.device_tag, sizeof(d.device_tag), "%s", sdev);
+    memset(f, 0, sizeof(*f));
+    if (tw_put(c, "bench/gdrc", &d, src, n) != 0) {
+        fprintf(stderr, "%s: put from host to %s: %s\n", label, sdev,
+                tw_client_last_error_message(c));
+        return 1;
+    }
+    for (int i = 0; i < reps; i++) {
+        if (tw_mem_copy(dev, back, n) != 0) /* back is zeroed: clear the GPU buffer */
+            return 1;
+        double t0 = tw_bench_now_s();
+        if (tw_get(c, "bench/gdrc", dev, n, NULL) != 0) {
+            fprintf(stderr, "%s: get into the client GPU: %s\n", label,
+                    tw_client_last_error_message(c));
+            return 1;
+        }
+        tg[i] = tw_bench_now_s() - t0;
+        snprintf(f->get_plane, sizeof(f->get_plane), "%s", tw_client_data_plane(c));
+        if (tw_mem_copy(back, dev, n) != 0 || memcmp(back, src, n) != 0) {
+            fprintf(stderr, "%s: get %d: bytes in the client GPU differ\n", label, i);
+            f->bad = 1;
+        }
+        memset(back, 0, n);
+    }
+    /* Put from the client GPU: the buffer holds src now. */
+    for (int i = 0; i < reps; i++) {
+        double t0 = tw_bench_now_s();
+        if (tw_put(c, "bench/gdrc2", &d, dev, n) != 0) {
+            fprintf(stderr, "%s: put from the client GPU to %s: %s\n", label, sdev,
+                    tw_client_last_error_message(c));
+            return 1;
+        }
+        tp[i] = tw_bench_now_s() - t0;
+        snprintf(f->put_plane, sizeof(f->put_plane), "%s", tw_client_data_plane(c));
+    }
+    if (tw_get(c, "bench/gdrc2", back, n, NULL) != 0 || memcmp(back, src, n) != 0) {
+        fprintf(stderr, "%s: the tensor put from the client GPU differs\n", label);
+        f->bad = 1;
+    }
+    memset(back, 0, n);
+    f->get_s = tw_bench_median(tg, reps);
+    f->put_s = tw_bench_median(tp, reps);
+    double gb = (double)n / 1e9;
+    printf("%-8s get into client %s: %8.2f ms %6.2f GB/s  path: %s\n", label, "GPU", f->get_s * 1e3,
+           gb / f->get_s, f->get_plane);
+    printf("%-8s put from client %s: %8.2f ms %6.2f GB/s  path: %s\n", label, "GPU", f->put_s * 1e3,
+           gb / f->put_s, f->put_plane);
+    (void)tw_delete(c, "bench/gdrc");
+    (void)tw_delete(c, "bench/gdrc2");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 7) {
+        fprintf(stderr,
+                "usage: %s HOST:PORT PROVIDER SERVER_DEVICE CLIENT_DEVICE SIZE_BYTES REPS\n",
+                argv[0]);
+        return 2;
+    }
+    const char *addr = argv[1], *prov = argv[2], *sdev = argv[3], *cdev = argv[4];
+    size_t n = (size_t)strtoull(argv[5], NULL, 10);
+    int reps = atoi(argv[6]);
+    if (n == 0 || reps < 1 || reps > 100 || strncmp(cdev, "cuda:", 5) != 0)
+        return 2;
+    int ord = atoi(cdev + 5);
+    uint8_t *src = malloc(n), *back = calloc(1, n);
+    void *dev = NULL;
+    if (!src || !back)
+        return 1;
+    fill(src, n, 7);
+    if (tw_device_alloc(cdev, n, &dev) != 0) {
+        fprintf(stderr, "cannot allocate %zu bytes on %s\n", n, cdev);
+        return 1;
+    }
+
+    struct tw_client_options o;
+    tw_client_options_init(&o);
+    o.fabric = prov;
+    o.rdma_min_bytes = 0;
+    tw_client *g = tw_bench_connect(addr, &o);
+    o.gpudirect = TW_GPUDIRECT_OFF;
+    tw_client *s = tw_bench_connect(addr, &o);
+    printf("size %zu B, server tensor on %s, client buffer on %s, provider %s, %d reps\n", n, sdev,
+           cdev, prov, reps);
+    struct figures fg, fs;
+    int rc = run(g, "gdr", sdev, src, back, dev, n, reps, &fg);
+    if (!rc)
+        rc = run(s, "staging", sdev, src, back, dev, n, reps, &fs);
+    tw_close(g);
+    tw_close(s);
+    if (rc)
+        return 1;
+    int bad = fg.bad || fs.bad;
+    printf("byte-exact: %s\n", bad ? "NO" : "yes");
+
+    /* The raw loop: host -> cuMemAlloc'd buffer on the client's GPU. */
+    const struct tw_cuda_api *cu = NULL;
+    CUdeviceptr dbuf = 0;
+    char err[512] = "";
+    if (tw__cuda_get(&cu, err, sizeof(err)) < 0 || tw__cuda_use_device(ord, err, sizeof(err)) < 0 ||
+        cu->cuMemAlloc(&dbuf, n) != 0) {
+        printf("raw loop: no CUDA buffer (%s)\n", err);
+        return bad;
+    }
+    struct tw_raw_fabric *r;
+    if (tw_raw_fabric_open_cuda(prov, src, -1, n, (void *)(uintptr_t)dbuf, ord, &r, err,
+                                sizeof(err)) != 0) {
+        printf("raw loop on CUDA memory: %s\n", err);
+        cu->cuMemFree(dbuf);
+        return bad;
+    }
+    double rw[100];
+    int done = 0;
+    for (int i = 0; i < reps; i++, done++) {
+        uint64_t ns;
+        if (tw_raw_fabric_loop(r, 1, n, 1, 1, NULL, &ns) != 0) {
+            printf("raw write: %s\n", tw_raw_fabric_errmsg(r));
+            break;
+        }
+        rw[i] = (double)ns / 1e9;
+    }
+    if (done == reps) {
+        double mrw = tw_bench_median(rw, reps), gb = (double)n / 1e9;
+        printf("raw fi_write host->%s: %8.2f ms %6.2f GB/s (%s)\n", cdev, mrw * 1e3, gb / mrw,
+               tw_raw_fabric_provider(r));
+        printf("ratio gdr get / raw write %.2f (>= 0.9 wanted), gdr get / staging get %.2f (> 1 "
+               "wanted), gdr put / staging put %.2f\n",
+               mrw / fg.get_s, fs.get_s / fg.get_s, fs.put_s / fg.put_s);
+    }
+    tw_raw_fabric_close(r);
+    cu->cuMemFree(dbuf);
+    tw_device_free(dev);
+    free(src);
+    free(back);
+    return bad;
+}
