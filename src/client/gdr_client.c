@@ -33,7 +33,9 @@ static int build(struct tw_client *c)
     const char *prov = c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL;
     char core[64];
     snprintf(core, sizeof(core), "%.*s", prov ? (int)strcspn(prov, ";") : 0, prov ? prov : "");
-    const struct tw_gdr_machine *m = tw__gdr_machine_once(core);
+    /* The CUDA registration probe runs on our plane's rail (no second
+     * open of the provider). */
+    const struct tw_gdr_machine *m = tw__gdr_machine_once_on(core, c->fab);
     c->gdr = m ? malloc(sizeof(*c->gdr)) : NULL;
     if (!c->gdr)
         return -ENOMEM;

@@ -63,7 +63,8 @@ int tw__srv_gdr_init(struct tw_srv *srv, char *err, size_t errlen)
     }
     char provs[128];
     plane_providers(srv->fab, provs, sizeof(provs));
-    const struct tw_gdr_machine *m = tw__gdr_machine_once(provs);
+    /* The CUDA registration probes run on the plane's rails. */
+    const struct tw_gdr_machine *m = tw__gdr_machine_once_on(provs, srv->fab);
     srv->gdr = m ? malloc(sizeof(*srv->gdr)) : NULL;
     if (!srv->gdr) {
         snprintf(err, errlen, "out of memory");
