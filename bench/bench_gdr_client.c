@@ -26,10 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu/cuda.h"
 #include "tensorwire/client.h"
 #include "tensorwire/mem.h"
-#include "tools/raw_fabric.h"
+#include "bench_raw_cuda.h"
 #include "bench_util.h"
 
 static void fill(uint8_t *p, size_t n, uint32_t seed)
@@ -154,19 +153,9 @@ int main(int argc, char **argv)
     /* The raw loop: host -> cuMemAlloc'd buffer on the client's GPU. */
     const struct tw_cuda_api *cu = NULL;
     CUdeviceptr dbuf = 0;
-    char err[512] = "";
-    if (tw__cuda_get(&cu, err, sizeof(err)) < 0 || tw__cuda_use_device(ord, err, sizeof(err)) < 0 ||
-        cu->cuMemAlloc(&dbuf, n) != 0) {
-        printf("raw loop: no CUDA buffer (%s)\n", err);
-        return bad;
-    }
     struct tw_raw_fabric *r;
-    if (tw_raw_fabric_open_cuda(prov, src, -1, n, (void *)(uintptr_t)dbuf, ord, &r, err,
-                                sizeof(err)) != 0) {
-        printf("raw loop on CUDA memory: %s\n", err);
-        cu->cuMemFree(dbuf);
+    if (tw_bench_raw_cuda_open(prov, src, n, ord, &cu, &dbuf, &r) != 0)
         return bad;
-    }
     double rw[100];
     int done = 0;
     for (int i = 0; i < reps; i++, done++) {
@@ -185,8 +174,7 @@ int main(int argc, char **argv)
                "wanted), gdr put / staging put %.2f\n",
                mrw / fg.get_s, fs.get_s / fg.get_s, fs.put_s / fg.put_s);
     }
-    tw_raw_fabric_close(r);
-    cu->cuMemFree(dbuf);
+    tw_bench_raw_cuda_close(cu, dbuf, r);
     tw_device_free(dev);
     free(src);
     free(back);
