@@ -128,7 +128,7 @@ int main(int argc, char **argv)
     const struct tw_cuda_api *cu = NULL;
     CUdeviceptr dbuf = 0;
     struct tw_raw_fabric *r;
-    if (tw_bench_raw_cuda_open(prov, src, n, ord, &cu, &dbuf, &r) != 0)
+    if (tw_bench_raw_cuda_open(prov, src, n, ord, 0, &cu, &dbuf, &r) != 0)
         return bad;
     double rw[100], rr[100];
     for (int i = 0; i < reps; i++) {

@@ -7,18 +7,21 @@
  *
  * The server (tensorwired --fabric PROVIDER --devices cpu,...) stores the
  * tensor on SERVER_DEVICE ("cpu" or "cuda:0"); the client's buffer is a
- * tw_device_alloc'd CLIENT_DEVICE ("cuda:0") buffer. Two connections:
+ * tw_device_alloc'd CLIENT_DEVICE ("cuda:0") buffer. Three connections:
  *   gdr      --gpudirect auto: a get into the client's GPU buffer is
  *            `gdr push` when admitted (the server writes into it);
+ *   gdr-pull --gpudirect auto --push never: `gdr pull` (the client reads
+ *            into its GPU buffer);
  *   staging  --gpudirect off: the same get stages through host memory.
  * Each get is timed, then copied back and checked byte for byte (outside
- * the timing). A put FROM the client's GPU buffer is timed on both
- * connections too and checked by a get into host memory. The raw loop:
+ * the timing). A put FROM the client's GPU buffer is timed on every
+ * connection too and checked by a get into host memory. The raw loops:
  * fi_write of SIZE from a host buffer into a cuMemAlloc'd buffer on
- * CLIENT_DEVICE, one operation at a time, same provider, in this process
- * (tools/raw_fabric.c): what a gdr push get does on the wire.
+ * CLIENT_DEVICE (what a gdr push get does on the wire), and fi_read of SIZE
+ * from a host buffer into a local one (what a gdr pull get does), one
+ * operation at a time, same provider, in this process (tools/raw_fabric.c).
  *
- * Prints medians (ms, GB/s), the paths, and the ratios gdr get / raw write
+ * Prints medians (ms, GB/s), the paths, and the ratios gdr get / raw loop
  * and gdr get / staging get. Exit 0 when every transfer succeeded and was
  * byte-exact.
  */
@@ -134,47 +137,64 @@ int main(int argc, char **argv)
     tw_client_options_init(&o);
     o.fabric = prov;
     o.rdma_min_bytes = 0;
-    tw_client *g = tw_bench_connect(addr, &o);
+    tw_client *g = tw_bench_connect(addr, &o); /* gdr; a get is pushed by the server */
+    o.push = TW_PUSH_NEVER;
+    tw_client *p = tw_bench_connect(addr, &o); /* gdr; a get is read by the client */
+    o.push = TW_PUSH_AUTO;
     o.gpudirect = TW_GPUDIRECT_OFF;
-    tw_client *s = tw_bench_connect(addr, &o);
+    tw_client *s = tw_bench_connect(addr, &o); /* staging */
     printf("size %zu B, server tensor on %s, client buffer on %s, provider %s, %d reps\n", n, sdev,
            cdev, prov, reps);
-    struct figures fg, fs;
+    struct figures fg, fp, fs;
     int rc = run(g, "gdr", sdev, src, back, dev, n, reps, &fg);
+    if (!rc)
+        rc = run(p, "gdr-pull", sdev, src, back, dev, n, reps, &fp);
     if (!rc)
         rc = run(s, "staging", sdev, src, back, dev, n, reps, &fs);
     tw_close(g);
+    tw_close(p);
     tw_close(s);
     if (rc)
         return 1;
-    int bad = fg.bad || fs.bad;
+    int bad = fg.bad || fp.bad || fs.bad;
     printf("byte-exact: %s\n", bad ? "NO" : "yes");
 
-    /* The raw loop: host -> cuMemAlloc'd buffer on the client's GPU. */
-    const struct tw_cuda_api *cu = NULL;
-    CUdeviceptr dbuf = 0;
-    struct tw_raw_fabric *r;
-    if (tw_bench_raw_cuda_open(prov, src, n, ord, &cu, &dbuf, &r) != 0)
-        return bad;
-    double rw[100];
-    int done = 0;
-    for (int i = 0; i < reps; i++, done++) {
-        uint64_t ns;
-        if (tw_raw_fabric_loop(r, 1, n, 1, 1, NULL, &ns) != 0) {
-            printf("raw write: %s\n", tw_raw_fabric_errmsg(r));
-            break;
+    /* The raw loops, host buffer <-> cuMemAlloc'd buffer on the client's
+     * GPU: fi_write into remote GPU memory (what the server does in a gdr
+     * push get), and fi_read into local GPU memory (what the client does in
+     * a gdr pull get). */
+    double gb = (double)n / 1e9, raw[2] = {0, 0};
+    for (int local_cuda = 0; local_cuda < 2; local_cuda++) {
+        const struct tw_cuda_api *cu = NULL;
+        CUdeviceptr dbuf = 0;
+        struct tw_raw_fabric *r;
+        if (tw_bench_raw_cuda_open(prov, src, n, ord, local_cuda, &cu, &dbuf, &r) != 0)
+            continue;
+        double t[100];
+        int done = 0;
+        for (int i = 0; i < reps; i++, done++) {
+            uint64_t ns;
+            if (tw_raw_fabric_loop(r, !local_cuda, n, 1, 1, NULL, &ns) != 0) {
+                printf("raw %s: %s\n", local_cuda ? "read" : "write", tw_raw_fabric_errmsg(r));
+                break;
+            }
+            t[i] = (double)ns / 1e9;
         }
-        rw[i] = (double)ns / 1e9;
+        if (done == reps) {
+            raw[local_cuda] = tw_bench_median(t, reps);
+            printf("raw %s: %8.2f ms %6.2f GB/s (%s)\n",
+                   local_cuda ? "fi_read  host->local GPU " : "fi_write host->remote GPU",
+                   raw[local_cuda] * 1e3, gb / raw[local_cuda], tw_raw_fabric_provider(r));
+        }
+        tw_bench_raw_cuda_close(cu, dbuf, r);
     }
-    if (done == reps) {
-        double mrw = tw_bench_median(rw, reps), gb = (double)n / 1e9;
-        printf("raw fi_write host->%s: %8.2f ms %6.2f GB/s (%s)\n", cdev, mrw * 1e3, gb / mrw,
-               tw_raw_fabric_provider(r));
-        printf("ratio gdr get / raw write %.2f (>= 0.9 wanted), gdr get / staging get %.2f (> 1 "
-               "wanted), gdr put / staging put %.2f\n",
-               mrw / fg.get_s, fs.get_s / fg.get_s, fs.put_s / fg.put_s);
-    }
-    tw_bench_raw_cuda_close(cu, dbuf, r);
+    if (raw[0] > 0)
+        printf("ratio gdr push get / raw write %.2f (>= 0.9 wanted)\n", raw[0] / fg.get_s);
+    if (raw[1] > 0)
+        printf("ratio gdr pull get / raw read %.2f\n", raw[1] / fp.get_s);
+    printf("ratio gdr push get / staging get %.2f, gdr pull get / staging get %.2f (> 1 wanted); "
+           "gdr put / staging put %.2f\n",
+           fs.get_s / fg.get_s, fs.get_s / fp.get_s, fs.put_s / fg.put_s);
     tw_device_free(dev);
     free(src);
     free(back);
