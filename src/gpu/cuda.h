@@ -47,6 +47,7 @@ typedef enum {
     CU_POINTER_ATTRIBUTE_CONTEXT = 1,
     CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,       /* unsigned int (CUmemorytype) */
     CU_POINTER_ATTRIBUTE_BUFFER_ID = 7,         /* unsigned long long, process-unique */
+    CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,        /* unsigned int (bool) */
     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,    /* int */
     CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11, /* CUdeviceptr */
     CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,       /* size_t */
