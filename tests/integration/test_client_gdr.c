@@ -80,18 +80,23 @@ static struct tw__client_gdr_fake admit = {
     .admitted = 1, .flush_needed = 1, .flush = fake_flush, .register_as_host = 1};
 static struct tw__client_gdr_fake refuse = {.admitted = 0, .register_as_host = 1};
 
-static tw_client *connect_gdr(const struct tw__client_gdr_fake *fake, int checksum)
+static tw_client *connect_push(const struct tw__client_gdr_fake *fake, int checksum, int push)
 {
     struct tw_client_options o;
     tw_client *c = NULL;
     tw_test_client_options(&o);
-    o.push = TW_PUSH_AUTO;
+    o.push = push;
     o.checksum = checksum;
     TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &c));
     TW_ASSERT(strncmp(tw_client_fabric_status(c), "rdma ", 5) == 0);
     c->memkinds[TW_MEMKIND_CUDA] = &fake_cuda;
     c->gdr_fake = fake;
     return c;
+}
+
+static tw_client *connect_gdr(const struct tw__client_gdr_fake *fake, int checksum)
+{
+    return connect_push(fake, checksum, TW_PUSH_AUTO);
 }
 
 static uint64_t stat_of(tw_client *c, const char *key)
@@ -176,6 +181,33 @@ static void test_get_put_checksum(void)
     test_get_put(1);
 }
 
+/* --push always and never: the server writes into "GPU memory", or the
+ * client reads into it, on every provider. */
+static void test_push_always_never(void)
+{
+    const size_t n = (2u << 20) + 5;
+    uint8_t *src = malloc(n);
+    tw_test_fill(src, n, 21);
+    struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {n}};
+    for (int always = 1; always >= 0; always--) {
+        tw_client *c = connect_push(&admit, 0, always ? TW_PUSH_ALWAYS : TW_PUSH_NEVER);
+        TW_ASSERT_OK(tw_put(c, "gdr/a", &d, src, n));
+        memset(arena, 0, n);
+        unsigned td = copies_to_dev, fl = flushes;
+        uint64_t pushes = stat_of(c, "path_rdma_push");
+        TW_ASSERT_OK(tw_get(c, "gdr/a", arena, n, NULL));
+        fprintf(stderr, "  push %s: %s\n", always ? "always" : "never", tw_client_data_plane(c));
+        TW_ASSERT(strncmp(tw_client_data_plane(c), always ? "gdr push (" : "gdr pull (", 10) == 0);
+        TW_ASSERT_EQ(copies_to_dev, td);
+        TW_ASSERT_EQ(flushes, fl + 1);
+        TW_ASSERT_EQ_U64(stat_of(c, "path_rdma_push"), pushes + (always ? 1 : 0));
+        TW_ASSERT_MEM_EQ(arena, src, n);
+        TW_ASSERT_OK(tw_delete(c, "gdr/a"));
+        tw_close(c);
+    }
+    free(src);
+}
+
 /* Refused: the same buffer stages, and the plane says why. */
 static void test_refused_stages(void)
 {
@@ -256,6 +288,7 @@ int main(void)
     tw_test_server_start(&srv, big);
     TW_RUN(test_get_put_plain);
     TW_RUN(test_get_put_checksum);
+    TW_RUN(test_push_always_never);
     TW_RUN(test_refused_stages);
     TW_RUN(test_flush_failure);
     tw_test_server_stop(&srv);
