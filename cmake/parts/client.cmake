@@ -45,6 +45,14 @@ foreach(prov tcp shm)
     ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=never")
 endforeach()
 
+# The same over shm with the client's push policy auto (issue 12): where a
+# libfabric registers CUDA memory (admitted), gets into the client's GPU
+# are gdr push and puts from it gdr; elsewhere they stage.
+add_test(NAME test_gpu_staging_shm_auto COMMAND test_gpu_staging)
+set_tests_properties(test_gpu_staging_shm_auto PROPERTIES TIMEOUT 600
+  LABELS "integration;fabric;gpu" SKIP_RETURN_CODE 77
+  ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=shm;TW_TEST_PUSH=auto")
+
 # The client's staging planes with a fake CUDA memory kind (no GPU needed):
 # inline and over RDMA tcp / shm.
 tw_add_test(test_client_staging ${CMAKE_SOURCE_DIR}/tests/integration/test_client_staging.c
