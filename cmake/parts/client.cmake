@@ -47,7 +47,7 @@ endforeach()
 
 # The same over shm with the client's push policy auto (issue 12): where a
 # libfabric registers CUDA memory (admitted), gets into the client's GPU
-# are gdr push and puts from it gdr; elsewhere they stage.
+# and puts from it are gdr (no staging); elsewhere they stage.
 add_test(NAME test_gpu_staging_shm_auto COMMAND test_gpu_staging)
 set_tests_properties(test_gpu_staging_shm_auto PROPERTIES TIMEOUT 600
   LABELS "integration;fabric;gpu" SKIP_RETURN_CODE 77
