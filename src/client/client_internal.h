@@ -189,6 +189,10 @@ struct tw_client {
      * sides announced bit 2 and the server ACCEPTed our OFFER. */
     struct tw_fabric *fab;
     struct tw_fabric_peer *fpeer;
+    /* Pull puts whose RDMA_DONE we wait for while the server reads our
+     * memory: their reads count as progress in the socket waits (conn.c
+     * wait_fd, fabric.h "Target-side activity"). */
+    unsigned target_watch;
     int want_rdma;           /* the fabric option named providers (not "none") */
     int push_policy;         /* enum tw_push_policy */
     uint64_t rdma_min_bytes; /* puts below this go inline (option) */
