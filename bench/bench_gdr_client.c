@@ -34,21 +34,6 @@
 #include "bench_raw_cuda.h"
 #include "bench_util.h"
 
-/* Deterministic bytes, 8 at a time (GiB-sized buffers; xorshift64). */
-static void fill(uint8_t *p, size_t n, uint64_t seed)
-{
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
-    for (; i < n; i++)
-        p[i] = (uint8_t)(x >> (8 * (i & 7)));
-}
-
 struct figures {
     double get_s, put_s;
     char get_plane[384], put_plane[384];
@@ -133,7 +118,7 @@ int main(int argc, char **argv)
     void *dev = NULL;
     if (!src || !back)
         return 1;
-    fill(src, n, 7);
+    tw_test_fill(src, n, 7);
     if (tw_device_alloc(cdev, n, &dev) != 0) {
         fprintf(stderr, "cannot allocate %zu bytes on %s\n", n, cdev);
         return 1;
