@@ -58,3 +58,9 @@ target_include_directories(bench_gdr PRIVATE ${CMAKE_SOURCE_DIR})
 # GPU -> GPU get vs host -> host get through a running server, and a device
 # batch vs one device tensor (issue 11): public API only.
 tw_add_bench(bench_stage_e2e ${CMAKE_SOURCE_DIR}/bench/bench_stage_e2e.c LIBS tensorwire)
+
+# GPUDirect into and out of the client's own GPU memory vs staging and a raw
+# fi_write loop into CUDA memory (same provider and size), one run.
+tw_add_bench(bench_gdr_client ${CMAKE_SOURCE_DIR}/bench/bench_gdr_client.c
+             ${CMAKE_SOURCE_DIR}/tools/raw_fabric.c LIBS tw_core)
+target_include_directories(bench_gdr_client PRIVATE ${CMAKE_SOURCE_DIR})
