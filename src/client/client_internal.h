@@ -46,6 +46,7 @@ enum tw__op {
 
 struct tw__creq;
 struct tw_client;
+struct tw__rdma_req;
 
 /*
  * A data plane moves the bytes of one transfer once the control plane has
@@ -187,6 +188,11 @@ struct tw_client {
      * sides announced bit 2 and the server ACCEPTed our OFFER. */
     struct tw_fabric *fab;
     struct tw_fabric_peer *fpeer;
+    /* Requests of the run whose fabric transfer the plane holds, and those
+     * whose completion was popped but not yet handled, in order (dp_rdma.c;
+     * the engine waits on the plane's event fd while any is in flight). */
+    size_t rdma_inflight;
+    struct tw__rdma_req *rdma_ready;
     int want_rdma;           /* the fabric option named providers (not "none") */
     int push_policy;         /* enum tw_push_policy */
     uint64_t rdma_min_bytes; /* puts below this go inline (option) */
@@ -286,6 +292,11 @@ void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int statu
  * c->fabric and c->fabric_detail; only a connection failure is returned
  * (negative). */
 int tw__client_rdma_setup(struct tw_client *c, const char *provider, int timeout_ms);
+
+/* Pops the plane's finished transfers and ends their requests (RDMA_DONE
+ * queued, bytes checked). Cheap when nothing finished (no system call).
+ * Returns 0 or a connection-fatal code. */
+int tw__client_rdma_reap(struct tw_client *c);
 
 struct tw_gdr_table;
 

@@ -441,6 +441,10 @@ int tw__fabric_event_fd(const struct tw_fabric *fab);
  * popped, 0 if none is pending. The xfer handle is freed by the pop. */
 int tw__fabric_done_pop(struct tw_fabric *fab, struct tw_fabric_completion *c);
 
+/* Pops up to max finished transfers into c[0..) under one lock; returns
+ * how many. An empty look makes no system call. */
+size_t tw__fabric_done_pop_many(struct tw_fabric *fab, struct tw_fabric_completion *c, size_t max);
+
 /* Polls every rail once and advances transfers, on an unthreaded plane
  * (one caller at a time progresses; others return 0). On a threaded plane
  * the mover does this: returns 0. Returns the number of completions

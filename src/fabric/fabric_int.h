@@ -237,6 +237,14 @@ struct tw_fabric {
     void *call_hook_arg;
     int wake_fd;  /* eventfd: wakes the mover (submit, cancel, close) */
     int event_fd; /* eventfd: completions queued for the owner's loop */
+    /* event_fd holds a count (written once when fab->done went from empty
+     * to not empty, read back once the owner found it empty again): one
+     * write and one read per burst of completions, not per transfer. */
+    int event_signaled;
+    /* The mover is (about to be) blocked in poll/ppoll: a submit must
+     * write wake_fd. While it runs it picks new transfers up by itself, so
+     * a burst of submits costs no system call each. */
+    int mover_asleep;
 
     struct tw_fabric *kept_next; /* plane.c: closed planes kept for a stuck thread */
     char errmsg[TW_FABRIC_ERRMSG_LEN];
@@ -344,5 +352,7 @@ int tw__fabric_mover_start(struct tw_fabric *fab);
 void tw__fabric_mover_stop(struct tw_fabric *fab);
 void tw__fabric_mover_wake(struct tw_fabric *fab);
 void tw__fabric_done_push_locked(struct tw_fabric *fab, struct tw_fabric_xfer *x);
+/* fab->done was found empty: consume event_fd's count if one was written. */
+void tw__fabric_done_reset_locked(struct tw_fabric *fab);
 
 #endif

@@ -66,7 +66,18 @@ void tw__fabric_mover_wake(struct tw_fabric *fab)
 void tw__fabric_done_push_locked(struct tw_fabric *fab, struct tw_fabric_xfer *x)
 {
     link_add_tail(&fab->done, &x->node);
-    signal_fd(fab->event_fd);
+    if (!fab->event_signaled) {
+        fab->event_signaled = 1;
+        signal_fd(fab->event_fd);
+    }
+}
+
+void tw__fabric_done_reset_locked(struct tw_fabric *fab)
+{
+    if (fab->event_signaled) {
+        fab->event_signaled = 0;
+        drain_fd(fab->event_fd);
+    }
 }
 
 /* Adds the CQ wait fds to pfd and sets *sleep_ns. Returns 0 if
@@ -140,10 +151,12 @@ static void *mover_main(void *arg)
         pfd[0].events = POLLIN;
 
         if (fab->paused || !tw__fabric_busy_locked(fab)) {
+            fab->mover_asleep = 1;
             pthread_mutex_unlock(&fab->lock);
             poll(pfd, 1, -1);
             drain_fd(fab->wake_fd);
             pthread_mutex_lock(&fab->lock);
+            fab->mover_asleep = 0;
             idle = 0;
             continue;
         }
@@ -165,11 +178,13 @@ static void *mover_main(void *arg)
             long sleep_ns;
             if (try_wait_locked(fab, pfd, &n, &sleep_ns)) {
                 struct timespec nap = {0, sleep_ns};
+                fab->mover_asleep = 1;
                 pthread_mutex_unlock(&fab->lock);
                 ppoll(pfd, n, &nap, NULL);
                 if (pfd[0].revents & POLLIN)
                     drain_fd(fab->wake_fd);
                 pthread_mutex_lock(&fab->lock);
+                fab->mover_asleep = 0;
             }
             idle = SPIN_POLLS; /* sleep between polls until work shows up */
             continue;

@@ -574,12 +574,14 @@ int tw__fabric_xfer_submit(struct tw_fabric *fab, const struct tw_fabric_xfer_de
     pthread_mutex_lock(&fab->lock);
     struct tw_fabric_xfer *x = NULL;
     int ret = tw__fabric_xfer_submit_locked(fab, d, 0, &x);
+    /* A running mover finds the new transfer on its next round by itself;
+     * only a sleeping one needs the eventfd (one write per burst). */
+    int wake = ret == 0 && fab->mover_asleep;
     pthread_mutex_unlock(&fab->lock);
-    if (ret == 0) {
-        if (xfer)
-            *xfer = x;
+    if (ret == 0 && xfer)
+        *xfer = x;
+    if (wake)
         tw__fabric_mover_wake(fab);
-    }
     return ret;
 }
 
@@ -653,23 +655,27 @@ int tw__fabric_xfer_run(struct tw_fabric *fab, const struct tw_fabric_xfer_desc 
     return ret;
 }
 
+size_t tw__fabric_done_pop_many(struct tw_fabric *fab, struct tw_fabric_completion *c, size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&fab->lock);
+    while (n < max && !link_empty(&fab->done)) {
+        struct tw_fabric_xfer *x = TW_CONTAINER_OF(fab->done.next, struct tw_fabric_xfer, node);
+        link_del(&x->node);
+        fill_completion(x, &c[n++]);
+        consume(fab, x);
+    }
+    /* Reset the eventfd so a level-triggered epoll does not spin (only
+     * when a count was written: no system call for an empty look). */
+    if (link_empty(&fab->done))
+        tw__fabric_done_reset_locked(fab);
+    pthread_mutex_unlock(&fab->lock);
+    return n;
+}
+
 int tw__fabric_done_pop(struct tw_fabric *fab, struct tw_fabric_completion *c)
 {
-    pthread_mutex_lock(&fab->lock);
-    if (link_empty(&fab->done)) {
-        /* Reset the eventfd so a level-triggered epoll does not spin. */
-        uint64_t v;
-        while (read(fab->event_fd, &v, sizeof(v)) < 0 && errno == EINTR) {
-        }
-        pthread_mutex_unlock(&fab->lock);
-        return 0;
-    }
-    struct tw_fabric_xfer *x = TW_CONTAINER_OF(fab->done.next, struct tw_fabric_xfer, node);
-    link_del(&x->node);
-    fill_completion(x, c);
-    consume(fab, x);
-    pthread_mutex_unlock(&fab->lock);
-    return 1;
+    return tw__fabric_done_pop_many(fab, c, 1) ? 1 : 0;
 }
 
 void tw__fabric_xfer_cancel(struct tw_fabric_xfer *x, int status)
