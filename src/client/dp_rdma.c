@@ -457,7 +457,8 @@ static int get_on_register(struct tw_client *c, struct tw__creq *r, const struct
 }
 
 /* Our reads of a pull get are over. */
-static int get_pulled(struct tw_client *c, struct tw__creq *r, const struct tw_fabric_completion *fc)
+static int get_pulled(struct tw_client *c, struct tw__creq *r,
+                      const struct tw_fabric_completion *fc)
 {
     int rc = 0;
     if (fc->buffer_busy)
@@ -526,7 +527,8 @@ static int put_on_ready(struct tw_client *c, struct tw__creq *r)
 }
 
 /* Our writes of a push put are over. */
-static int put_pushed(struct tw_client *c, struct tw__creq *r, const struct tw_fabric_completion *fc)
+static int put_pushed(struct tw_client *c, struct tw__creq *r,
+                      const struct tw_fabric_completion *fc)
 {
     int rc = 0;
     if (fc->buffer_busy)
