@@ -148,6 +148,15 @@
  * 2 cores passed 1 s, and every transfer of the rail was failed) must not
  * retire its rail, while a call that truly hangs is still caught. */
 #define TW_FABRIC_DEFAULT_NET_WEDGE_NS (10000ull * 1000 * 1000)
+/* How long the mover keeps polling after the last completion or wake-up
+ * before it sleeps on the CQ wait fds (rails that have one: tcp; shm keeps
+ * polling, yielding, while work is live). Long enough that back-to-back
+ * small operations of a busy peer do not pay a thread wake-up each, short
+ * enough that many planes on few cores do not starve each other
+ * (docs/performance.md, "Batched RDMA"). The environment variable
+ * TW_FABRIC_SPIN_US overrides it for every plane of the process (0..100000
+ * microseconds), for tuning on a given host. */
+#define TW_FABRIC_DEFAULT_SPIN_NS (100ull * 1000)
 
 struct tw_fabric;
 struct tw_fabric_peer;
@@ -173,6 +182,8 @@ struct tw_fabric_config {
                           0 = TW_FABRIC_DEFAULT_WEDGE_NS on shm rails and
                           TW_FABRIC_DEFAULT_NET_WEDGE_NS on the others */
     int hmem;          /* 1: ask for FI_HMEM (device memory registration) */
+    uint64_t spin_ns;  /* mover polling after activity; 0 = TW_FABRIC_DEFAULT_SPIN_NS
+                          (or TW_FABRIC_SPIN_US) */
 };
 
 /* Opens a data plane. On failure returns a negative code (TW_ENOFABRIC when

@@ -149,6 +149,7 @@ struct tw_fabric_rma {
     struct tw_fabric_xfer *xfer;
     uint64_t off, len;
     int busy;
+    int fresh; /* reserved this round, not posted yet (xfer.c post_batch) */
 };
 
 struct tw_fabric_xfer {
@@ -166,6 +167,8 @@ struct tw_fabric_xfer {
     uint64_t progress_ns;      /* submitted, or the last operation completed (stall_ns) */
     uint64_t refused_since_ns; /* posts refused (EAGAIN) with nothing in flight since */
     int sync;                  /* tw__fabric_xfer_run() waits for it */
+    ssize_t post_ret;          /* the post that stopped this round's posts, else 0 */
+    unsigned post_posted;      /* operations posted this round */
     int finished;              /* completion produced */
     int popped;                /* completion consumed: free once drained */
     /* Orphan: a popped transfer whose shm peer process is gone while the
@@ -195,6 +198,7 @@ struct tw_fabric {
     size_t chunk;
     unsigned depth;
     uint64_t drain_ns;
+    uint64_t spin_ns; /* mover.c: polling after the last activity */
     int hmem;
     uint8_t host_id[TW_HOST_ID_LEN];
 

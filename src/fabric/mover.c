@@ -4,7 +4,8 @@
  *
  * Loop: while there is work (a transfer, a parked op, or a remotely
  * accessible registration whose peer needs our target-side progress) poll
- * every rail's CQ; after SPIN_POLLS empty polls sleep in ppoll() on wake_fd
+ * every rail's CQ; once spin_ns passed without a completion or a wake-up
+ * (TW_FABRIC_DEFAULT_SPIN_NS, TW_FABRIC_SPIN_US) sleep in ppoll() on wake_fd
  * and the rails' CQ wait fds (once fi_trywait() said that is safe), then
  * poll again. Without work the thread sleeps on wake_fd only.
  *
@@ -38,7 +39,6 @@
 
 #include "fabric/fabric_int.h"
 
-#define SPIN_POLLS 2000
 #define NAP_NS 50000L            /* a rail without wait fd */
 #define ACTIVE_SLEEP_NS 1000000L /* abandoned ops left: drain granularity */
 #define IDLE_SLEEP_NS 20000000L  /* lingering: a safety net, the fd wakes us */
@@ -123,8 +123,16 @@ static int try_wait_locked(struct tw_fabric *fab, struct pollfd *pfd, nfds_t *n,
  * RDMA clients (32 planes, 32 spinning movers) on 2 cores gave RDMA-tcp
  * puts a p99 of 2.1 s and 275 ops/s in bench/soak.sh; with tcp movers
  * sleeping on the CQ wait fd (which the provider's sockets wake) after
- * SPIN_POLLS empty polls, p99 281 ms and 1572 ops/s (docs/performance.md).
+ * 2000 empty polls, p99 281 ms and 1572 ops/s (docs/performance.md).
  * A rail with a wait fd therefore sleeps on it, at most ACTIVE_SLEEP_NS.
+ *
+ * How long to keep polling before that sleep is a time, not a count of
+ * polls (2000 empty polls were 1-4 ms, depending on the host), and it
+ * restarts after every completion and after every wake-up by an fd: a
+ * target, which sees no completions of its own, used to sleep again right
+ * after each wake-up, so every small read of a peer paid a thread wake-up
+ * (16 -> 46 us per 4 KiB read on the VM); now the next request of a busy
+ * peer finds it still polling, while an idle plane sleeps after spin_ns.
  */
 static int must_spin_locked(const struct tw_fabric *fab)
 {
@@ -141,7 +149,9 @@ static int must_spin_locked(const struct tw_fabric *fab)
 static void *mover_main(void *arg)
 {
     struct tw_fabric *fab = arg;
-    unsigned idle = 0;
+    /* Poll without sleeping until then: spin_ns after the last sign of
+     * work (a completion, or a wake-up by an fd). */
+    uint64_t spin_until = 0;
     pthread_mutex_lock(&fab->lock);
     const unsigned gen = fab->gen;
     while (!fab->stop && gen == fab->gen) {
@@ -157,22 +167,22 @@ static void *mover_main(void *arg)
             drain_fd(fab->wake_fd);
             pthread_mutex_lock(&fab->lock);
             fab->mover_asleep = 0;
-            idle = 0;
+            spin_until = tw__now_ns() + fab->spin_ns;
             continue;
         }
         int got = tw__fabric_progress_locked(fab);
         if (got < 0)
             return NULL; /* abandoned by the watchdog; lock not held */
+        uint64_t now = tw__now_ns();
         if (got > 0) {
-            idle = 0;
-        } else if (++idle >= SPIN_POLLS && must_spin_locked(fab)) {
+            spin_until = now + fab->spin_ns;
+        } else if (now >= spin_until && must_spin_locked(fab)) {
             /* Live work: stay runnable, but let other threads run first. */
             pthread_mutex_unlock(&fab->lock);
             sched_yield();
             pthread_mutex_lock(&fab->lock);
-            idle = 0;
             continue;
-        } else if (idle >= SPIN_POLLS) {
+        } else if (now >= spin_until) {
             /* fi_trywait() must say "nothing pending" before we may sleep on
              * the fds; if it does not, poll again right away. */
             long sleep_ns;
@@ -180,13 +190,17 @@ static void *mover_main(void *arg)
                 struct timespec nap = {0, sleep_ns};
                 fab->mover_asleep = 1;
                 pthread_mutex_unlock(&fab->lock);
-                ppoll(pfd, n, &nap, NULL);
+                int woke = ppoll(pfd, n, &nap, NULL);
                 if (pfd[0].revents & POLLIN)
                     drain_fd(fab->wake_fd);
                 pthread_mutex_lock(&fab->lock);
                 fab->mover_asleep = 0;
+                /* Woken by traffic or a submit: a peer working with us
+                 * sends its next request soon, so poll for a while
+                 * instead of paying a wake-up for each one. */
+                if (woke > 0)
+                    spin_until = tw__now_ns() + fab->spin_ns;
             }
-            idle = SPIN_POLLS; /* sleep between polls until work shows up */
             continue;
         }
         /* Let submitters in between polls. */
