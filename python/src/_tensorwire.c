@@ -961,17 +961,22 @@ static int batch_prepare(struct batch *b, PyObject *names, PyObject *objs, int w
         return -1;
     }
     for (Py_ssize_t i = 0; i < b->n; i++) {
-        char what[300];
         struct target *t = &b->targets[i];
-        snprintf(what, sizeof(what), "%s item %zd '%.200s'", op, i, b->items[i].name);
         if (target_from(PySequence_Fast_GET_ITEM(fast, i), writable, t) < 0) {
             Py_DECREF(fast);
             return -1;
         }
         b->ntargets = i + 1;
-        if (target_check_device(t, what) < 0) {
-            Py_DECREF(fast);
-            return -1;
+        /* The item's name goes into a message only when there is one to
+         * raise: formatting it for each of 40,960 items cost ~4% of a
+         * 32 KiB-block batch. */
+        if (t->device != 0) {
+            char what[300];
+            snprintf(what, sizeof(what), "%s item %zd '%.200s'", op, i, b->items[i].name);
+            if (target_check_device(t, what) < 0) {
+                Py_DECREF(fast);
+                return -1;
+            }
         }
         target_desc(t, &b->items[i].desc);
         b->items[i].buf = t->ptr;
@@ -986,13 +991,15 @@ static PyObject *batch_raise(struct batch *b, const char *op, int check_shapes)
 {
     for (Py_ssize_t i = 0; i < b->n; i++) {
         struct tw_batch_item *it = &b->items[i];
+        int mismatch = it->status == -ENOBUFS || (it->status == 0 && check_shapes &&
+                                                  target_matches(&b->targets[i], &it->desc) < 0);
+        if (!mismatch && it->status >= 0)
+            continue;
         char what[300];
         snprintf(what, sizeof(what), "%s item %zd '%.200s'", op, i, it->name);
-        if (it->status == -ENOBUFS ||
-            (it->status == 0 && check_shapes && target_matches(&b->targets[i], &it->desc) < 0))
+        if (mismatch)
             return raise_mismatch(what, &b->targets[i], &it->desc, i, it->name);
-        if (it->status < 0)
-            return raise_code(it->status, what, NULL, i, it->name);
+        return raise_code(it->status, what, NULL, i, it->name);
     }
     return NULL;
 }

@@ -115,13 +115,9 @@ int tw__client_rdma_setup(struct tw_client *c, const char *provider, int timeout
     fc.node = local_node(c, node, sizeof(node));
     fc.threaded = 1;
     /* With a GPU here, ask for FI_HMEM so GPU memory can take part
-     * (GPUDirect, gdr_client.c); a provider without it retries plain. */
+     * (GPUDirect); a provider without it opens as a host-memory rail. */
     fc.hmem = c->gdr_mode != TW_GPUDIRECT_OFF && tw__cuda_device_count() > 0;
     rc = tw__fabric_open(&fc, &c->fab, err, sizeof(err));
-    if (rc < 0 && fc.hmem) {
-        fc.hmem = 0;
-        rc = tw__fabric_open(&fc, &c->fab, err, sizeof(err));
-    }
     if (rc < 0) {
         c->fab = NULL;
         c->fabric = TW__FABRIC_OPEN_FAILED;

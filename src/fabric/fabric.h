@@ -181,7 +181,10 @@ struct tw_fabric_config {
     uint64_t wedge_ns; /* a libfabric call longer than this wedges its rail;
                           0 = TW_FABRIC_DEFAULT_WEDGE_NS on shm rails and
                           TW_FABRIC_DEFAULT_NET_WEDGE_NS on the others */
-    int hmem;          /* 1: ask for FI_HMEM (device memory registration) */
+    int hmem;          /* 1: ask for FI_HMEM (device memory registration);
+                          a provider that has none still opens, as a rail
+                          for host memory only (tw__fabric_describe names
+                          it) */
     uint64_t spin_ns;  /* mover polling after activity; 0 = TW_FABRIC_DEFAULT_SPIN_NS
                           (or TW_FABRIC_SPIN_US) */
 };
@@ -298,7 +301,7 @@ struct tw_fabric_rkey {
 
 /* Registers [addr, addr + len) on the rail of `peer` (registrations are per
  * domain; a server registers per connection). len may be 0 (no libfabric
- * call; key 0). iface TW_FABRIC_CUDA needs a plane opened with hmem = 1 and
+ * call; key 0). iface TW_FABRIC_CUDA needs a rail opened with FI_HMEM and
  * `device` the CUDA device ordinal. Honours the rail's MR mode: provider
  * keys or unique requested keys, virtual or offset addressing, endpoint
  * binding, local descriptors. The registration must be released with
@@ -354,7 +357,7 @@ int tw__fabric_dmabuf_built(void);
 /* Like tw__fabric_mr_register_rail() for len bytes of CUDA device `device`
  * memory at addr, named by the dma-buf db (fi_mr_regattr with FI_MR_DMABUF:
  * the provider imports the buffer instead of resolving a pointer). The
- * plane must be opened with hmem. Returns 0 or a negative code (-ENOTSUP
+ * rail must have been opened with FI_HMEM. Returns 0 or a negative code (-ENOTSUP
  * without FI_MR_DMABUF at build time; the provider's code when it refuses). */
 int tw__fabric_mr_register_dmabuf_rail(struct tw_fabric *fab, unsigned rail, void *addr, size_t len,
                                        unsigned access, int device,

@@ -83,6 +83,7 @@ struct tw_fabric_rail {
     uint64_t next_key; /* next requested key when !FI_MR_PROV_KEY; never reused */
     size_t max_msg;    /* ep_attr->max_msg_size */
     int is_shm;
+    int hmem; /* opened with FI_HMEM: may register device memory (mr.c) */
     /* Retired: no new peers, no new transfers (a replacement rail of the
      * same provider is opened in another slot); transfers already running
      * continue. Wedged (implies retired): a libfabric call on this rail

@@ -108,9 +108,12 @@ static int register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigne
         return tw__fabric_fail(fab, TW_EINVAL, "registration access 0x%x invalid", access);
     if (iface != TW_FABRIC_HOST && iface != TW_FABRIC_CUDA)
         return tw__fabric_fail(fab, TW_EINVAL, "unknown memory interface %d", (int)iface);
-    if (iface == TW_FABRIC_CUDA && !fab->hmem)
+    if (iface == TW_FABRIC_CUDA && !r->hmem)
         return tw__fabric_fail(fab, TW_EDEVICE,
-                               "device memory registration needs a plane opened with hmem");
+                               "device memory registration: the %s rail was opened without "
+                               "FI_HMEM (%s)",
+                               r->addr.provider,
+                               fab->hmem ? "the provider has none" : "the plane did not ask");
     if (len && !addr)
         return tw__fabric_fail(fab, TW_EINVAL, "registration of %zu bytes at NULL", len);
 

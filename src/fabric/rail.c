@@ -292,6 +292,7 @@ int tw__fabric_rail_reopen(const struct tw_fabric_rail *old, struct tw_fabric_ra
     int ret = open_rail(r, info, why, whylen);
     if (ret == 0) {
         r->fab = old->fab;
+        r->hmem = old->hmem;
         r->pref = old->pref;
     }
     return ret;
@@ -322,6 +323,17 @@ void tw__fabric_rails_describe_locked(struct tw_fabric *fab)
     for (unsigned k = 0; k < fab->naddrs; k++)
         append(fab->describe, sizeof(fab->describe), "%s%s", k ? ", " : " ",
                fab->addrs[k].provider);
+    /* Device memory was asked for: name the rails that cannot register it. */
+    if (fab->hmem) {
+        int first = 1;
+        for (unsigned k = 0; k < fab->nrails; k++)
+            if (fab->rails[k].info && !fab->rails[k].retired && !fab->rails[k].hmem) {
+                append(fab->describe, sizeof(fab->describe), "%s%s",
+                       first ? "; host memory only (no FI_HMEM): " : ", ",
+                       fab->rails[k].addr.provider);
+                first = 0;
+            }
+    }
     if (fab->naddrs == 0)
         append(fab->describe, sizeof(fab->describe), " none");
     if (fab->open_failed[0])
@@ -408,7 +420,17 @@ int tw__fabric_rails_open(struct tw_fabric *fab, const struct tw_fabric_config *
     for (unsigned i = 0; i < nnames && fab->nrails < TW_FABRIC_MAX_RAILS; i++) {
         char why[256] = "";
         struct fi_info *info = NULL;
-        int ret = select_info(names[i], cfg->node, cfg->hmem, &info, why, sizeof(why));
+        int hmem = cfg->hmem;
+        int ret = select_info(names[i], cfg->node, hmem, &info, why, sizeof(why));
+        if (ret != 0 && hmem) {
+            /* This provider has no FI_HMEM (libfabric's tcp, for one): it
+             * still moves host memory, so open it without; its rail never
+             * registers device memory (hmem 0). Other providers keep
+             * FI_HMEM: the choice is per rail, not per plane. */
+            char plain_why[256] = "";
+            if (select_info(names[i], cfg->node, 0, &info, plain_why, sizeof(plain_why)) == 0)
+                ret = 0, hmem = 0;
+        }
         if (ret == 0) {
             /* Two names for one provider ("tcp,tcp;ofi_rxm") open one rail. */
             for (unsigned k = 0; k < fab->nrails; k++)
@@ -423,6 +445,7 @@ int tw__fabric_rails_open(struct tw_fabric *fab, const struct tw_fabric_config *
             if (ret == 0) {
                 pthread_mutex_init(&r->io, NULL);
                 r->fab = fab;
+                r->hmem = hmem;
                 r->pref = fab->nrails;
                 fab->nrails++;
                 continue;

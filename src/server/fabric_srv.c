@@ -106,18 +106,12 @@ int tw__srv_fabric_init(struct tw_srv *srv)
     fc.node = listen_node(srv->cfg.listen, node, sizeof(node));
     fc.threaded = 1;
     /* Served GPUs: ask for FI_HMEM so their memory can be registered
-     * (GPUDirect, gdr_srv.c); a provider without it still serves host
-     * memory, so retry without. */
+     * (GPUDirect, gdr_srv.c). A provider without it (tcp) still opens, as a
+     * rail for host memory only: the describe line logged below names it,
+     * and admission (gdr/) keeps GPU tensors off it. */
     fc.hmem = srv->store.ngpus > 0 && srv->cfg.gpudirect != TW_GDR_MODE_OFF;
     char err[1024];
     rc = tw__fabric_open(&fc, &srv->fab, err, sizeof(err));
-    if (rc < 0 && fc.hmem) {
-        TW_LOGI("rdma data plane: no provider of '%s' opens with FI_HMEM (%s); GPU tensors "
-                "will not use GPUDirect",
-                srv->cfg.fabric, err);
-        fc.hmem = 0;
-        rc = tw__fabric_open(&fc, &srv->fab, err, sizeof(err));
-    }
     if (rc < 0) {
         srv->fab = NULL;
         snprintf(srv->fab_why, sizeof(srv->fab_why), "%.500s", err);

@@ -83,6 +83,44 @@ static void open_errors(void)
     TW_ASSERT_ERR(tw__fabric_open(&cfg, &f, err, sizeof(err)), TW_EINVAL);
 }
 
+/* Asking for FI_HMEM (a machine with a GPU) must not cost a provider that
+ * has none: it opens as a host-memory rail (seen: tcp dropped from "auto"
+ * on a GPU host, so every tcp client fell back to inline), and device
+ * memory registration on it is refused with the reason. */
+static void hmem_per_rail(void)
+{
+    struct tw_fabric_config plain = {.provider = "auto", .node = "127.0.0.1"};
+    struct tw_fabric_config hmem = plain;
+    hmem.hmem = 1;
+    struct tw_fabric *a = NULL, *b = NULL;
+    char err[512];
+    if (tw__fabric_open(&plain, &a, err, sizeof(err))) {
+        fprintf(stderr, "  auto: nothing usable here: %s\n", err);
+        return;
+    }
+    TW_ASSERT_OK(tw__fabric_open(&hmem, &b, err, sizeof(err)));
+    fprintf(stderr, "  hmem asked: %s\n", tw__fabric_describe(b));
+    const struct tw_fabric_addr *pa, *pb;
+    unsigned na = tw__fabric_local_addrs(a, &pa), nb = tw__fabric_local_addrs(b, &pb);
+    TW_ASSERT_EQ(na, nb);
+    for (unsigned i = 0; i < na && i < nb; i++)
+        TW_ASSERT_STR_EQ(pa[i].provider, pb[i].provider);
+    const char *host_only = strstr(tw__fabric_describe(b), "host memory only");
+    for (unsigned i = 0; i < nb; i++) {
+        if (!host_only || !strstr(host_only, pb[i].provider))
+            continue;
+        static char page[4096];
+        struct tw_fabric_mr *mr = NULL;
+        TW_ASSERT_ERR(tw__fabric_mr_register_rail(b, i, page, sizeof(page), TW_FABRIC_REMOTE_READ,
+                                                  TW_FABRIC_CUDA, 0, &mr),
+                      TW_EDEVICE);
+        TW_ASSERT(strstr(tw__fabric_errmsg(b), "FI_HMEM") != NULL);
+    }
+    TW_ASSERT(strstr(tw__fabric_describe(a), "host memory only") == NULL);
+    tw__fabric_close(b);
+    tw__fabric_close(a);
+}
+
 /* "auto" opens every usable provider in preference order; a server picks
  * shm for a same-host client and the next entry (tcp) for another host. */
 static void auto_rails(void)
@@ -905,6 +943,7 @@ int main(void)
     TW_RUN(host_id_parsing);
     TW_RUN(wire_status);
     TW_RUN(auto_rails);
+    TW_RUN(hmem_per_rail);
     srv = tw_test_open_plane(1, 0);
     cli = tw_test_open_plane(0, 0);
     TW_RUN(offer_rules);
