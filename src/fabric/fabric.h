@@ -42,11 +42,17 @@
  * 50 us where a rail has none), and sleeps on an internal eventfd otherwise.
  * Finished asynchronous transfers are queued and the mover writes to an
  * eventfd (tw__fabric_event_fd()) that the server's epoll loop watches; the
- * loop then calls tw__fabric_done_pop() until it returns 0. A blocking
- * client uses tw__fabric_xfer_run(), which works in both modes (threaded:
- * waits for the mover; unthreaded: busy-polls inline). A client should be
- * threaded too: in a pull put the server reads the client's memory, which
- * needs the client's target-side progress while it blocks on its socket.
+ * loop then calls tw__fabric_done_pop() (or _pop_many()) until it returns
+ * 0; the eventfd is written once per burst of completions, not per
+ * transfer. libtensorwire's engine does the same with its socket and this
+ * fd (src/client/dp_rdma.c), so the transfers of a batch are in flight
+ * together; the mover posts the operations of all transfers that became
+ * ready since its last round in one call window per rail. A caller that
+ * wants one transfer at a time uses tw__fabric_xfer_run(), which works in
+ * both modes (threaded: waits for the mover; unthreaded: busy-polls
+ * inline). A client should be threaded too: in a pull put the server reads
+ * the client's memory, which needs the client's target-side progress while
+ * it blocks on its socket.
  *
  * Memory safety after a timeout: fi_cancel() cannot take back RMA on every
  * provider (tcp;ofi_rxm). A transfer that stops while the provider still

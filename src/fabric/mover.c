@@ -34,6 +34,7 @@
 #include <sched.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -146,12 +147,33 @@ static int must_spin_locked(const struct tw_fabric *fab)
     return 0;
 }
 
+/* Polling after activity only pays while this thread has a CPU to itself.
+ * On an oversubscribed host (more runnable threads than cores: the 2-core
+ * VM under other jobs) a spinning mover is preempted, and while it spins
+ * the threads that would hand it work wait for the CPU: 4 KiB reads took
+ * 300-490 us there with a 100 us window against ~30-60 us without
+ * (bench_fabric, docs/performance.md). So each stretch between a wake-up
+ * and the next sleep counts the kernel's involuntary context switches of
+ * this thread; if there were any, the mover sleeps as soon as it is idle
+ * (no window) for SPIN_BACKOFF_NS, then tries the window again. */
+#define SPIN_BACKOFF_NS 100000000ull
+
+static long involuntary_switches(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) != 0)
+        return -1;
+    return ru.ru_nivcsw;
+}
+
 static void *mover_main(void *arg)
 {
     struct tw_fabric *fab = arg;
     /* Poll without sleeping until then: spin_ns after the last sign of
-     * work (a completion, or a wake-up by an fd). */
-    uint64_t spin_until = 0;
+     * work (a completion, or a wake-up by an fd), unless spinning is off
+     * (preempted while awake) until spin_off_until. */
+    uint64_t spin_until = 0, spin_off_until = 0;
+    long ivcsw = involuntary_switches(); /* at the last wake-up */
     pthread_mutex_lock(&fab->lock);
     const unsigned gen = fab->gen;
     while (!fab->stop && gen == fab->gen) {
@@ -167,7 +189,9 @@ static void *mover_main(void *arg)
             drain_fd(fab->wake_fd);
             pthread_mutex_lock(&fab->lock);
             fab->mover_asleep = 0;
-            spin_until = tw__now_ns() + fab->spin_ns;
+            ivcsw = involuntary_switches();
+            uint64_t t = tw__now_ns();
+            spin_until = t < spin_off_until ? 0 : t + fab->spin_ns;
             continue;
         }
         int got = tw__fabric_progress_locked(fab);
@@ -175,7 +199,7 @@ static void *mover_main(void *arg)
             return NULL; /* abandoned by the watchdog; lock not held */
         uint64_t now = tw__now_ns();
         if (got > 0) {
-            spin_until = now + fab->spin_ns;
+            spin_until = now < spin_off_until ? 0 : now + fab->spin_ns;
         } else if (now >= spin_until && must_spin_locked(fab)) {
             /* Live work: stay runnable, but let other threads run first. */
             pthread_mutex_unlock(&fab->lock);
@@ -188,6 +212,9 @@ static void *mover_main(void *arg)
             long sleep_ns;
             if (try_wait_locked(fab, pfd, &n, &sleep_ns)) {
                 struct timespec nap = {0, sleep_ns};
+                long sw = involuntary_switches();
+                if (sw != ivcsw)
+                    spin_off_until = now + SPIN_BACKOFF_NS;
                 fab->mover_asleep = 1;
                 pthread_mutex_unlock(&fab->lock);
                 int woke = ppoll(pfd, n, &nap, NULL);
@@ -195,11 +222,13 @@ static void *mover_main(void *arg)
                     drain_fd(fab->wake_fd);
                 pthread_mutex_lock(&fab->lock);
                 fab->mover_asleep = 0;
+                ivcsw = involuntary_switches();
                 /* Woken by traffic or a submit: a peer working with us
                  * sends its next request soon, so poll for a while
                  * instead of paying a wake-up for each one. */
-                if (woke > 0)
-                    spin_until = tw__now_ns() + fab->spin_ns;
+                uint64_t t = tw__now_ns();
+                if (woke > 0 && t >= spin_off_until)
+                    spin_until = t + fab->spin_ns;
             }
             continue;
         }
