@@ -452,15 +452,21 @@ static int get_on_register(struct tw_client *c, struct tw__creq *r, const struct
     return 0;
 }
 
+/* Our transfer is over: its registration goes now, or after the drain
+ * when operations were left in the provider (settle_busy). */
+static int xfer_over(struct tw_client *c, struct tw__creq *r, const struct tw_fabric_completion *fc)
+{
+    if (fc->buffer_busy)
+        return settle_busy(c, r, fc);
+    drop_mr(req_state(r));
+    return 0;
+}
+
 /* Our reads of a pull get are over. */
 static int get_pulled(struct tw_client *c, struct tw__creq *r,
                       const struct tw_fabric_completion *fc)
 {
-    int rc = 0;
-    if (fc->buffer_busy)
-        rc = settle_busy(c, r, fc);
-    else
-        drop_mr(req_state(r));
+    int rc = xfer_over(c, r, fc);
     if (rc)
         return rc;
     rc = queue_done(c, r, tw__fabric_status_to_wire(fc->status), fc->bytes);
@@ -526,11 +532,7 @@ static int put_on_ready(struct tw_client *c, struct tw__creq *r)
 static int put_pushed(struct tw_client *c, struct tw__creq *r,
                       const struct tw_fabric_completion *fc)
 {
-    int rc = 0;
-    if (fc->buffer_busy)
-        rc = settle_busy(c, r, fc);
-    else
-        drop_mr(req_state(r));
+    int rc = xfer_over(c, r, fc);
     if (rc)
         return rc;
     if (fc->status == 0)

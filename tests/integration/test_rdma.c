@@ -217,6 +217,17 @@ static void test_repeat_get_registers_once(void)
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
 }
 
+/* One u8 tensor of len bytes at buf as batch item it, named name. */
+static void batch_item_u8(struct tw_batch_item *it, const char *name, uint8_t *buf, size_t len)
+{
+    it->desc.dtype = TW_DTYPE_U8;
+    it->desc.ndim = 1;
+    it->desc.shape[0] = len;
+    it->name = name;
+    it->buf = buf;
+    it->len = len;
+}
+
 /* Many requests in flight on one connection, each moved by RDMA. */
 static void test_batch(void)
 {
@@ -231,12 +242,7 @@ static void test_batch(void)
     for (int i = 0; i < N; i++) {
         snprintf(names[i], sizeof(names[i]), "b%d", i);
         itest_fill(src + (size_t)i * LEN, LEN, (uint32_t)(100 + i));
-        items[i].desc.dtype = TW_DTYPE_U8;
-        items[i].desc.ndim = 1;
-        items[i].desc.shape[0] = LEN;
-        items[i].name = names[i];
-        items[i].buf = src + (size_t)i * LEN;
-        items[i].len = LEN;
+        batch_item_u8(&items[i], names[i], src + (size_t)i * LEN, LEN);
     }
     TW_ASSERT_EQ(tw_batch_put(c, items, N), 0);
     for (int i = 0; i < N; i++) {
@@ -276,12 +282,7 @@ static void batch_small(const char *server_push)
         size_t len = i % 97 == 0 ? 0 : (size_t)(i * 7919) % MAXLEN;
         snprintf(names[i], 24, "small/%s/%d", server_push, i);
         itest_fill(src + (size_t)i * MAXLEN, len, (uint32_t)(7 + i));
-        items[i].desc.dtype = TW_DTYPE_U8;
-        items[i].desc.ndim = 1;
-        items[i].desc.shape[0] = len;
-        items[i].name = names[i];
-        items[i].buf = src + (size_t)i * MAXLEN;
-        items[i].len = len;
+        batch_item_u8(&items[i], names[i], src + (size_t)i * MAXLEN, len);
     }
     int rc = tw_batch_put(c, items, N);
     if (rc)
@@ -343,12 +344,7 @@ static void test_batch_one_item_fails(void)
     for (int i = 0; i < N; i++) {
         snprintf(names[i], sizeof(names[i]), "one/%d", i);
         itest_fill(src + (size_t)i * LEN, LEN, (uint32_t)(900 + i));
-        items[i].desc.dtype = TW_DTYPE_U8;
-        items[i].desc.ndim = 1;
-        items[i].desc.shape[0] = LEN;
-        items[i].name = names[i];
-        items[i].buf = src + (size_t)i * LEN;
-        items[i].len = LEN;
+        batch_item_u8(&items[i], names[i], src + (size_t)i * LEN, LEN);
     }
     /* Every item but MISSING is stored; the put of the one with a wrong
      * length fails alone, locally. */
