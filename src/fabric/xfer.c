@@ -263,7 +263,29 @@ static int refused_too_long(struct tw_fabric_xfer *x, uint64_t now)
  * chunk (op->fresh; offsets ascend with the slot index). Returns 1 when
  * slots were reserved (post them with post_batch()), 0 when there is
  * nothing to post, or -1 when this thread was abandoned (lock not held). */
-static int advance_reserve(struct tw_fabric_xfer *x, uint64_t now)
+/* A round's answer to "has this shm peer's process gone?" (a kill() and,
+ * once a millisecond, a /proc read): asked once per peer and round, not
+ * once per transfer, when many small transfers go to one peer. Valid only
+ * while no call window opened since (the lock was not dropped: peers
+ * cannot have come or gone). */
+struct peer_memo {
+    const struct tw_fabric_peer *peer;
+    uint64_t seq; /* fab->call_seq when asked */
+    int gone;
+};
+
+static int peer_gone_memo(struct tw_fabric_peer *p, uint64_t now, struct peer_memo *memo)
+{
+    uint64_t seq = __atomic_load_n(&p->rail->fab->call_seq, __ATOMIC_RELAXED);
+    if (memo->peer != p || memo->seq != seq) {
+        memo->peer = p;
+        memo->seq = seq;
+        memo->gone = tw__fabric_peer_gone(p, now);
+    }
+    return memo->gone;
+}
+
+static int advance_reserve(struct tw_fabric_xfer *x, uint64_t now, struct peer_memo *memo)
 {
     struct tw_fabric *fab = x->fab;
     if (!x->stopping && x->d.deadline_ns && now >= x->d.deadline_ns) {
@@ -291,7 +313,7 @@ static int advance_reserve(struct tw_fabric_xfer *x, uint64_t now)
 
     struct tw_fabric_peer *p = x->d.peer;
     if (x->next_off < x->d.length && x->inflight < x->depth) {
-        if (tw__fabric_peer_gone(p, now)) {
+        if (peer_gone_memo(p, now, memo)) {
             stop(x, -ECONNRESET, "shm peer process %d has exited: %llu of %llu bytes moved", p->pid,
                  (unsigned long long)x->bytes_done, (unsigned long long)x->d.length);
             return 0;
@@ -547,6 +569,7 @@ int tw__fabric_progress_locked(struct tw_fabric *fab)
         struct tw_fabric_rail *r = &fab->rails[ri];
         struct tw_fabric_xfer *xs[POST_BATCH];
         unsigned nx = 0;
+        struct peer_memo memo = {NULL, 0, 0};
         struct tw_fabric_link *l = fab->active.next;
         while (l != &fab->active) {
             struct tw_fabric_link *next = l->next; /* advance_reserve() may unlink l */
@@ -554,7 +577,7 @@ int tw__fabric_progress_locked(struct tw_fabric *fab)
             l = next;
             if (x->d.peer->rail != r)
                 continue;
-            int k = advance_reserve(x, now);
+            int k = advance_reserve(x, now, &memo);
             if (k < 0)
                 return -1;
             if (k > 0) {
