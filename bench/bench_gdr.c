@@ -46,15 +46,6 @@ static void path_stats(tw_client *c, uint64_t out[NKEYS])
     tw_stats_free(st);
 }
 
-static void fill(uint8_t *p, size_t n, uint32_t seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x = x * 1103515245u + 12345u;
-        p[i] = (uint8_t)(x >> 16);
-    }
-}
-
 int main(int argc, char **argv)
 {
     if (argc != 6) {
@@ -70,7 +61,7 @@ int main(int argc, char **argv)
     double *tp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
     if (!src || !dst || !tp || !tg)
         return 1;
-    fill(src, n, 7);
+    tw_test_fill(src, n, 7);
 
     struct tw_client_options o;
     tw_client_options_init(&o);

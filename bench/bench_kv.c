@@ -104,17 +104,6 @@ static size_t build_weights(double scale, struct item **out)
     return k;
 }
 
-static void fill(uint8_t *buf, size_t n, uint64_t seed)
-{
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        memcpy(buf + i, &x, 8);
-    }
-}
-
 static void desc_of(const struct item *it, struct tw_tensor_desc *d)
 {
     memset(d, 0, sizeof(*d));
@@ -192,7 +181,7 @@ int main(int argc, char **argv)
            *sg = calloc((size_t)rounds, sizeof(double));
     if (!src || !dst || !batch || !tp_new || !tp_over || !tg || !sp || !sg)
         return 1;
-    fill(src, total, 7);
+    tw_test_fill(src, total, 7);
     memset(dst, 0, total);
 
     tw_client *c = NULL;

@@ -1,18 +1,20 @@
 /*
  * Small helpers shared by the benchmark programs under bench/: a monotonic
  * clock in seconds, the median of a sample, connecting and a u8
- * descriptor. Header-only: benches that
- * link only the public library cannot use src/common.
+ * descriptor; test bytes are tests/tw_fill.h's tw_test_fill. Header-only:
+ * benches that link only the public library cannot use src/common.
  */
 #ifndef TW_BENCH_UTIL_H
 #define TW_BENCH_UTIL_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "tensorwire/client.h"
+#include "tw_fill.h"
 
 static inline double tw_bench_now_s(void)
 {

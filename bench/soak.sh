@@ -13,27 +13,18 @@ N=${2:?clients}
 T=${3:?seconds}
 F=${4:?fabric}
 shift 4
+. "$(dirname "$0")/../scripts/lib-server.sh"
 W=$(mktemp -d "${TMPDIR:-/tmp}/tw-soak.XXXXXX")
-P=""
 cleanup() {
-    [ -n "$P" ] && kill "$P" 2>/dev/null
+    tw_server_stop >/dev/null 2>&1
     rm -rf "$W"
 }
 trap cleanup EXIT INT TERM
-sfab=$F
-[ "$F" = none ] && sfab=none
-sh -c 'echo $$ >"$0"; exec "$@"' "$W/pid" "$B/tensorwired" --listen 127.0.0.1:0 --fabric "$sfab" \
-    --metrics 127.0.0.1:0 --max-connections $((N + 16)) >"$W/log" 2>&1 &
-A=""
-i=0
-while [ $i -lt 100 ] && [ -z "$A" ]; do
-    A=$(sed -n 's/^listening on //p' "$W/log")
-    [ -n "$A" ] || sleep 0.1
-    i=$((i + 1))
-done
-[ -n "$A" ] || { cat "$W/log"; exit 1; }
-P=$(cat "$W/pid")
-M=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$W/log" | head -n 1)
+tw_server_start "$B" "$W" --fabric "$F" --metrics 127.0.0.1:0 --max-connections $((N + 16)) ||
+    exit 1
+A=$TW_SERVER_ADDR
+P=$TW_SERVER_PID
+M=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$W/server.log" | head -n 1)
 "$B/bench/bench_soak" -s "$A" -n "$N" -t "$T" --fabric "$F" --server-pid "$P" "$@"
 rc=$?
 # utime + stime of the server (fields 14, 15 of /proc/PID/stat, in ticks).

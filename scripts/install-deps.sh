@@ -5,7 +5,8 @@
 # As root it runs apt-get; as another user it prints the command to run.
 set -eu
 # python3-dev .. python3-pytest: the Python package (python/) and its tests.
-# libmicrohttpd-dev: tensorwired --metrics. curl and prometheus (for its
+# libmicrohttpd-dev: tensorwired --metrics (its header to build; the library
+# is dlopened at run time only with --metrics). curl and prometheus (for its
 # promtool only, about 100 MB installed) scrape and check /metrics in the
 # tests; iproute2 builds the network namespaces of the fault tests.
 pkgs="build-essential cmake pkg-config libfabric-dev libfabric-bin libssl-dev python3 procps"

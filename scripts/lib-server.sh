@@ -5,6 +5,10 @@
 #       TW_SERVER_ADDR and TW_SERVER_PID; the log is WORKDIR/server.log.
 #   tw_server_stop
 #       SIGTERM, then SIGKILL after 5 s; returns the server's exit status.
+#   tw_server_wait_listening LOG [PID]
+#       for a server started some other way (in a network namespace): waits
+#       (at most 10 s) for LOG's "listening on HOST:PORT" line and prints
+#       HOST:PORT; returns 1 when none came, 2 when PID (if given) exited.
 # POSIX sh.
 
 tw_server_start() {
@@ -20,24 +24,38 @@ tw_server_start() {
     : >"$_w/server.log"
     "$_b/tensorwired" --listen 127.0.0.1:0 "$@" >"$_w/server.log" 2>&1 &
     TW_SERVER_PID=$!
+    TW_SERVER_ADDR=$(tw_server_wait_listening "$_w/server.log" "$TW_SERVER_PID")
+    case $? in
+    0)
+        export TW_SERVER_ADDR TW_SERVER_PID
+        return 0
+        ;;
+    2)
+        echo "tw_server_start: tensorwired exited:" >&2
+        ;;
+    *)
+        echo "tw_server_start: no 'listening on' line within 10 s:" >&2
+        kill "$TW_SERVER_PID" 2>/dev/null || :
+        ;;
+    esac
+    cat "$_w/server.log" >&2
+    return 1
+}
+
+tw_server_wait_listening() {
     _i=0
     while [ $_i -lt 100 ]; do
-        TW_SERVER_ADDR=$(sed -n 's/.*listening on \([0-9.]*:[0-9]*\).*/\1/p' "$_w/server.log" | head -n 1)
-        if [ -n "$TW_SERVER_ADDR" ]; then
-            export TW_SERVER_ADDR TW_SERVER_PID
+        _a=$(sed -n 's/.*listening on \([0-9.]*:[0-9]*\).*/\1/p' "$1" | head -n 1)
+        if [ -n "$_a" ]; then
+            echo "$_a"
             return 0
         fi
-        if ! kill -0 "$TW_SERVER_PID" 2>/dev/null; then
-            echo "tw_server_start: tensorwired exited:" >&2
-            cat "$_w/server.log" >&2
-            return 1
+        if [ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null; then
+            return 2
         fi
         sleep 0.1
         _i=$((_i + 1))
     done
-    echo "tw_server_start: no 'listening on' line within 10 s:" >&2
-    cat "$_w/server.log" >&2
-    kill "$TW_SERVER_PID" 2>/dev/null || :
     return 1
 }
 

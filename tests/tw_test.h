@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "tensorwire/error.h"
+#include "tw_fill.h" /* tw_test_fill */
 
 static int tw_test_cases_run;
 

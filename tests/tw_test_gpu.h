@@ -1,7 +1,7 @@
 /*
  * Helpers shared by the GPU building-block tests (issue #11): run a case on
- * every visible GPU or skip with 77, deterministic bytes, and a descriptor
- * for a store test. Header-only, on top of tw_test.h.
+ * every visible GPU or skip with 77, and a descriptor for a store test
+ * (deterministic bytes: tw_test_fill in tw_test.h). Header-only, on top of tw_test.h.
  */
 #ifndef TW_TEST_GPU_H
 #define TW_TEST_GPU_H
@@ -29,16 +29,6 @@ static inline void tw_test_each_gpu(const char *name,
         fprintf(stderr, "case %s(cuda:%d)\n", name, i);
         fn(cu, i);
         tw_test_cases_run++;
-    }
-}
-
-/* Deterministic bytes that differ with seed and position. */
-static inline void tw_test_pattern(uint8_t *p, size_t n, uint32_t seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x = x * 1103515245u + 12345u;
-        p[i] = (uint8_t)(x >> 16);
     }
 }
 

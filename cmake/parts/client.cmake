@@ -10,6 +10,15 @@ tw_add_test(test_client_concurrent ${CMAKE_SOURCE_DIR}/tests/integration/test_cl
             TIMEOUT 90 LABELS "integration;tsan" PUBLIC_API)
 tw_add_test(test_client_cancel ${CMAKE_SOURCE_DIR}/tests/integration/test_client_cancel.c
             TIMEOUT 90 LABELS integration)
+# tw_add_fabric_run(NAME EXE PROVIDER PUSH TIMEOUT LABELS): one more CTest
+# run of the test executable EXE, named NAME, with TW_TEST_FABRIC=PROVIDER
+# and TW_TEST_PUSH=PUSH (never, always) in its environment.
+function(tw_add_fabric_run name exe prov push timeout labels)
+  add_test(NAME ${name} COMMAND ${exe})
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout} LABELS "${labels}" SKIP_RETURN_CODE 77
+    ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=${push}")
+endfunction()
+
 # The same tests over the RDMA data plane (docs/testing.md): every provider,
 # pull and push (--push always on both sides), byte-exact. The concurrent one
 # stays out of TSan there (the plain run covers the client's threads; shm's
@@ -21,11 +30,11 @@ foreach(prov tcp shm)
     else()
       set(_push never)
     endif()
+    # 300 s: a hang guard, not a speed check. Beside two CPU burners and
+    # `ctest -j2` on 2 cores test_client_lib_shm_pull took 87 s of the
+    # former 120 (it takes about 10 s on a quiet host).
     foreach(t test_client_lib test_client_concurrent test_client_cancel)
-      add_test(NAME ${t}_${prov}_${mode} COMMAND ${t})
-      set_tests_properties(${t}_${prov}_${mode} PROPERTIES TIMEOUT 120
-        LABELS "integration;fabric" SKIP_RETURN_CODE 77
-        ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=${_push}")
+      tw_add_fabric_run(${t}_${prov}_${mode} ${t} ${prov} ${_push} 300 "integration;fabric")
     endforeach()
   endforeach()
 endforeach()
@@ -39,10 +48,8 @@ endforeach()
 tw_add_test(test_gpu_staging ${CMAKE_SOURCE_DIR}/tests/integration/test_gpu_staging.c
             TIMEOUT 600 LABELS "integration;gpu" PUBLIC_API)
 foreach(prov tcp shm)
-  add_test(NAME test_gpu_staging_${prov} COMMAND test_gpu_staging)
-  set_tests_properties(test_gpu_staging_${prov} PROPERTIES TIMEOUT 600
-    LABELS "integration;fabric;gpu" SKIP_RETURN_CODE 77
-    ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=never")
+  tw_add_fabric_run(test_gpu_staging_${prov} test_gpu_staging ${prov} never 600
+                    "integration;fabric;gpu")
 endforeach()
 
 # The client's staging planes with a fake CUDA memory kind (no GPU needed):
@@ -50,8 +57,6 @@ endforeach()
 tw_add_test(test_client_staging ${CMAKE_SOURCE_DIR}/tests/integration/test_client_staging.c
             TIMEOUT 120 LABELS integration)
 foreach(prov tcp shm)
-  add_test(NAME test_client_staging_${prov} COMMAND test_client_staging)
-  set_tests_properties(test_client_staging_${prov} PROPERTIES TIMEOUT 120
-    LABELS "integration;fabric" SKIP_RETURN_CODE 77
-    ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=never")
+  tw_add_fabric_run(test_client_staging_${prov} test_client_staging ${prov} never 120
+                    "integration;fabric")
 endforeach()

@@ -140,7 +140,14 @@ struct tw_client_options {
     int connect_timeout_ms;  /* TCP connect + handshake; default 10000 */
     int request_timeout_ms;  /* longest wait without any progress (no byte
                                 sent or received) inside one call; default
-                                30000; <= 0 waits forever */
+                                30000; <= 0 waits forever. In an RDMA pull
+                                put the server's reads of our memory count
+                                as progress on tcp rails; on shm (with
+                                tensorwired --push never) and NIC
+                                providers the wait for the server's
+                                RDMA_DONE is bounded by this as a whole
+                                (docs/protocol.md §10, "Waiting for the
+                                reader") */
     uint32_t max_inflight;   /* requests kept in flight by the batch calls,
                                 1..65536; default 64 (the server may lower it) */
     uint32_t max_frame;      /* largest frame payload announced, 64 KiB..1 GiB;

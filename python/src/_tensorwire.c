@@ -1127,22 +1127,21 @@ static PyObject *client_get_closed(PyObject *op, void *unused)
     return PyBool_FromLong(((ClientObject *)op)->c == NULL);
 }
 
-static PyObject *client_get_data_plane(PyObject *op, void *unused)
-{
-    ClientObject *self = (ClientObject *)op;
-    if (client_enter(self) < 0)
-        return NULL;
-    PyObject *s = PyUnicode_FromString(tw_client_data_plane(self->c));
-    client_leave(self);
-    return s;
-}
+/* A text attribute read from the library under the client's lock; the
+ * getset entry's closure names the library call. */
+struct text_attr {
+    const char *(*get)(const tw_client *c);
+};
+static const struct text_attr attr_data_plane = {tw_client_data_plane};
+static const struct text_attr attr_fabric_status = {tw_client_fabric_status};
 
-static PyObject *client_get_fabric_status(PyObject *op, void *unused)
+static PyObject *client_get_text(PyObject *op, void *closure)
 {
     ClientObject *self = (ClientObject *)op;
+    const struct text_attr *a = closure;
     if (client_enter(self) < 0)
         return NULL;
-    PyObject *s = PyUnicode_FromString(tw_client_fabric_status(self->c));
+    PyObject *s = PyUnicode_FromString(a->get(self->c));
     client_leave(self);
     return s;
 }
@@ -1178,11 +1177,12 @@ static PyMethodDef client_methods[] = {
 
 static PyGetSetDef client_getset[] = {
     {"closed", client_get_closed, NULL, "True once close() ran.", NULL},
-    {"data_plane", client_get_data_plane, NULL,
+    {"data_plane", client_get_text, NULL,
      "Which data plane moved the last get or put ('inline tcp', 'rdma pull (tcp;ofi_rxm)' ...).",
-     NULL},
-    {"fabric_status", client_get_fabric_status, NULL,
-     "The RDMA state of the connection ('rdma PROVIDER' or 'inline: REASON').", NULL},
+     (void *)&attr_data_plane},
+    {"fabric_status", client_get_text, NULL,
+     "The RDMA state of the connection ('rdma PROVIDER' or 'inline: REASON').",
+     (void *)&attr_fabric_status},
     {"max_inflight", client_get_max_inflight, NULL,
      "Requests the batch calls keep in flight (negotiated).", NULL},
     {NULL}};

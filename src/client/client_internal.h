@@ -193,6 +193,10 @@ struct tw_client {
      * the engine waits on the plane's event fd while any is in flight). */
     size_t rdma_inflight;
     struct tw__rdma_req *rdma_ready;
+    /* Pull puts whose RDMA_DONE we wait for while the server reads our
+     * memory: their reads count as progress in the socket waits (conn.c
+     * wait_fd, fabric.h "Target-side activity"). */
+    unsigned target_watch;
     int want_rdma;           /* the fabric option named providers (not "none") */
     int push_policy;         /* enum tw_push_policy */
     uint64_t rdma_min_bytes; /* puts below this go inline (option) */

@@ -37,15 +37,49 @@ void tw__client_seterr(struct tw_client *c, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Waits for events on the socket. Returns 0, TW_ETIMEDOUT or -errno. */
+/* How often a wait for a frame looks at the server's reads of our memory
+ * (below). */
+#define TARGET_LOOK_MS 100
+
+/* Waits for events on the socket. Returns 0, TW_ETIMEDOUT or -errno.
+ * timeout_ms is the longest time without progress. While the server pulls
+ * a put of ours (c->target_watch) no frame comes until its RDMA_DONE, so
+ * its reads of our memory count as progress too where the data plane can
+ * see them (fabric.h, "Target-side activity"): the wait then looks every
+ * TARGET_LOOK_MS and restarts its timeout whenever they moved. */
 static int wait_fd(struct tw_client *c, short events, int timeout_ms)
 {
     struct pollfd p = {.fd = c->fd, .events = events};
+    uint64_t last_ns = tw__now_ns(), seen = 0;
+    int watch = timeout_ms > 0 && (events & POLLIN) && c->target_watch > 0 && c->fab;
+    if (watch)
+        seen = tw__fabric_target_events(c->fab);
     for (;;) {
-        int n = poll(&p, 1, timeout_ms > 0 ? timeout_ms : -1);
+        int slice = timeout_ms > 0 ? timeout_ms : -1;
+        if (watch) {
+            uint64_t idle_ms = (tw__now_ns() - last_ns) / 1000000ull;
+            uint64_t left = idle_ms < (uint64_t)timeout_ms ? (uint64_t)timeout_ms - idle_ms : 0;
+            slice = left < TARGET_LOOK_MS ? (int)left : TARGET_LOOK_MS;
+        }
+        int n = poll(&p, 1, slice);
         if (n > 0)
             return 0;
         if (n == 0) {
+            if (watch) {
+                uint64_t ev = tw__fabric_target_events(c->fab);
+                if (ev != seen) {
+                    seen = ev;
+                    last_ns = tw__now_ns();
+                    continue;
+                }
+                if (tw__now_ns() - last_ns < (uint64_t)timeout_ms * 1000000ull)
+                    continue;
+                tw__client_seterr(c,
+                                  "no progress from the server within %d ms (no frame, and no "
+                                  "rdma read of our memory)",
+                                  timeout_ms);
+                return TW_ETIMEDOUT;
+            }
             tw__client_seterr(c, "no progress from the server within %d ms", timeout_ms);
             return TW_ETIMEDOUT;
         }

@@ -26,9 +26,7 @@ int tw_device_alloc(const char *device, size_t len, void **out)
         return 0;
     }
     const struct tw_cuda_api *cu;
-    int rc = tw__cuda_get(&cu, NULL, 0);
-    if (rc == 0)
-        rc = tw__cuda_use_device(d.ordinal, NULL, 0);
+    int rc = tw__cuda_enter(d.ordinal, &cu, NULL, 0);
     if (rc)
         return rc == TW_EINVAL ? TW_EDEVICE : rc;
     CUdeviceptr p = 0;
@@ -46,7 +44,7 @@ void tw_device_free(void *p)
     if (!p)
         return;
     if (tw__memkind_cuda.query((uintptr_t)p, 1, &a, NULL, 0) == 0 &&
-        tw__cuda_get(&cu, NULL, 0) == 0 && tw__cuda_use_device(a.device, NULL, 0) == 0) {
+        tw__cuda_enter(a.device, &cu, NULL, 0) == 0) {
         cu->cuMemFree((CUdeviceptr)(uintptr_t)p);
         return;
     }

@@ -57,7 +57,25 @@ struct tw__rdma_req {
     int ready;
     struct tw__rdma_req *ready_next;
     struct tw_fabric_completion fc;
+    int watching; /* pull put: counted in c->target_watch */
 };
+
+/* Pull put: until RDMA_DONE the server's reads of our memory are the
+ * request's progress (conn.c wait_fd). Only where they can be seen. */
+static void watch_target(struct tw_client *c, struct tw__rdma_req *q, int on)
+{
+    if (on && !q->watching && tw__fabric_target_observable(c->fpeer)) {
+        q->watching = 1;
+        c->target_watch++;
+        tw__fabric_target_watch(c->fab, +1);
+    } else if (!on && q->watching) {
+        q->watching = 0;
+        if (c->target_watch > 0)
+            c->target_watch--;
+        if (c->fab)
+            tw__fabric_target_watch(c->fab, -1);
+    }
+}
 
 static struct tw__rdma_req *req_state(struct tw__creq *r)
 {
@@ -115,9 +133,13 @@ int tw__client_rdma_setup(struct tw_client *c, const char *provider, int timeout
     fc.node = local_node(c, node, sizeof(node));
     fc.threaded = 1;
     /* With a GPU here, ask for FI_HMEM so GPU memory can take part
-     * (GPUDirect); a provider without it opens as a host-memory rail. */
+     * (GPUDirect); a provider without it, or one that refuses to register
+     * the probe buffer, opens as a host-memory rail (fabric.h). */
     fc.hmem = c->gdr_mode != TW_GPUDIRECT_OFF && tw__cuda_device_count() > 0;
+    if (fc.hmem && tw__cuda_scratch_alloc(0, TW__HMEM_PROBE_BYTES, &fc.hmem_probe, NULL, 0) == 0)
+        fc.hmem_probe_len = TW__HMEM_PROBE_BYTES;
     rc = tw__fabric_open(&fc, &c->fab, err, sizeof(err));
+    tw__cuda_scratch_free(0, fc.hmem_probe);
     if (rc < 0) {
         c->fab = NULL;
         c->fabric = TW__FABRIC_OPEN_FAILED;
@@ -180,6 +202,7 @@ void tw__client_rdma_close(struct tw_client *c)
     c->fpeer = NULL;
     tw__fabric_close(c->fab);
     c->fab = NULL;
+    c->target_watch = 0;
 }
 
 /* Drops our registration of r->buf (revokes its key), keeping the state. */
@@ -241,6 +264,7 @@ static void forget_plane(struct tw_client *c)
             q->mr = NULL;
             q->fx = NULL;
             q->ready = 0;
+            q->watching = 0;
         }
     }
     c->rdma_ready = NULL;
@@ -273,6 +297,7 @@ static void rdma_release(struct tw_client *c, struct tw__creq *r)
     if (q->fx)
         wait_own(c, q);
     unready(c, q);
+    watch_target(c, q, 0);
     if (q->mr && q->fc.buffer_busy)
         (void)settle_busy(c, r, &q->fc); /* may close the plane */
     q = req_state(r);
@@ -520,8 +545,10 @@ static int rdma_put_start(struct tw_client *c, struct tw__creq *r)
 
 static int put_on_ready(struct tw_client *c, struct tw__creq *r)
 {
-    if (!req_state(r)->got_remote)
+    if (!req_state(r)->got_remote) {
+        watch_target(c, req_state(r), 1);
         return 0; /* pull: the server reads, then sends RDMA_DONE */
+    }
     /* Push: the server, the destination, chose it. */
     r->path.mode = TW_PATH_PUSH;
     start_xfer(c, r, TW_FABRIC_PUSH, r->len); /* ends in put_pushed */
@@ -579,6 +606,7 @@ static int rdma_on_message(struct tw_client *c, struct tw__creq *r, const struct
     case TW_TAG_RDMA_DONE:
         /* Pull: the server's reads are over; our registration can go. OK or
          * ERROR follows. */
+        watch_target(c, req_state(r), 0);
         drop_mr(req_state(r));
         if (m->u.rdma_done.status == 0)
             r->received = r->len;

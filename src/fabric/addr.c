@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/file.h"
 #include "fabric/fabric_int.h"
 
 static int hexval(char c)
@@ -27,24 +28,10 @@ static int hexval(char c)
 int tw__fabric_host_id_from(const char *path, uint8_t out[TW_HOST_ID_LEN])
 {
     char buf[64];
-    size_t got = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    while (got < sizeof(buf) - 1) {
-        ssize_t n = read(fd, buf + got, sizeof(buf) - 1 - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            int e = -errno;
-            close(fd);
-            return e;
-        }
-        if (n == 0)
-            break;
-        got += (size_t)n;
-    }
-    close(fd);
+    ssize_t n = tw__read_small_file(path, buf, sizeof(buf));
+    if (n < 0)
+        return (int)n;
+    size_t got = (size_t)n;
     /* 8-4-4-4-12 hex digits; dashes only at those places. */
     unsigned nib = 0;
     for (size_t i = 0; i < got && nib < 2 * TW_HOST_ID_LEN; i++) {
@@ -127,17 +114,11 @@ int tw__fabric_peer_gone(struct tw_fabric_peer *p, uint64_t now)
     p->stopped = 0;
     char path[64], buf[256];
     snprintf(path, sizeof(path), "/proc/%d/stat", p->pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT;
-    ssize_t n;
-    do
-        n = read(fd, buf, sizeof(buf) - 1);
-    while (n < 0 && errno == EINTR);
-    close(fd);
+    ssize_t n = tw__read_small_file(path, buf, sizeof(buf));
+    if (n == -ENOENT)
+        return 1;
     if (n <= 0)
         return 0;
-    buf[n] = '\0';
     /* "pid (comm) S ppid pgrp session tty_nr tpgid flags ...": the state
      * follows the last ')'. */
     const char *rp = strrchr(buf, ')');

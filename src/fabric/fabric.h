@@ -110,6 +110,22 @@
  * rail closes as before (its peer writes our memory itself, see
  * tw__fabric_mr_release()).
  *
+ * Kept for the life of the process: what a wedged, retired or kept rail
+ * must never hand back is not freed but owned, from tw__fabric_close() on,
+ * by the fabric module itself (plane.c), on two process-wide lists behind
+ * one mutex: the planes kept above (with their rails, transfers and the
+ * libfabric objects they hold), and every registration released with
+ * operations a shm peer never answered or a kept rail still holds
+ * (tw__fabric_mr_release() whose on_idle cannot run: the struct with its
+ * on_idle argument, i.e. the owner's buffer and, for the registration
+ * cache, its handles). Nothing on these lists is ever freed, called or
+ * reused: the process's exit releases them. They are listed so that they
+ * stay reachable (leak checkers report real leaks only; `make asan` runs
+ * without suppressions) and counted (tw__fabric_kept()). Each entry is
+ * bounded (one plane of a few KiB plus one rail's provider buffers, or one
+ * transfer's buffer) and appears only after a peer died or a link broke
+ * with operations in flight.
+ *
  * Errors: 0 or a negative tensorwire code (include/tensorwire/error.h).
  * -errno values come straight from libfabric (FI_E* equal errno values).
  * A human-readable reason is kept in the plane (tw__fabric_errmsg()) or, for
@@ -193,7 +209,19 @@ struct tw_fabric_config {
                           it) */
     uint64_t spin_ns;  /* mover polling after activity; 0 = TW_FABRIC_DEFAULT_SPIN_NS
                           (or TW_FABRIC_SPIN_US) */
+    /* With hmem: len bytes of CUDA device `device` memory (the caller's,
+     * only used during tw__fabric_open) that each rail opened with FI_HMEM
+     * must register; a rail that refuses is reopened without FI_HMEM.
+     * FI_HMEM has a cost where it buys nothing (libfabric's shm turns
+     * cross-memory attach off for host memory on such an endpoint). NULL:
+     * FI_HMEM is kept unproved. */
+    void *hmem_probe; /* TW__HMEM_PROBE_BYTES is the size callers use */
+    size_t hmem_probe_len;
+    int hmem_probe_device;
 };
+
+/* Size of the CUDA buffer callers pass as hmem_probe (one GPU page). */
+#define TW__HMEM_PROBE_BYTES ((size_t)64 * 1024)
 
 /* Opens a data plane. On failure returns a negative code (TW_ENOFABRIC when
  * no provider could be opened, or with "none") and writes why, for every
@@ -329,8 +357,10 @@ void tw__fabric_mr_deregister(struct tw_fabric_mr *mr);
  * the registration, else when the last abandoned operation drained (or at
  * tw__fabric_close(): on tcp the closed sockets guarantee nothing arrives
  * any more; on shm the peer writes our memory itself, so a buffer whose
- * operations were never answered is NOT handed back at close and stays
- * allocated). Free or reuse the buffer in on_idle, never before, when a
+ * operations were never answered is NOT handed back at close: on_idle
+ * never runs and the registration with its arg moves to the process-wide
+ * kept list, see "Kept for the life of the process"). Free or reuse the
+ * buffer in on_idle, never before, when a
  * completion had buffer_busy set. on_idle runs on any thread with the
  * plane's lock held: it must not call tw__fabric_* functions. */
 void tw__fabric_mr_release(struct tw_fabric_mr *mr, void (*on_idle)(void *arg), void *arg);
@@ -481,6 +511,37 @@ struct tw_fabric_stats {
     unsigned threads_abandoned; /* mover threads left inside a wedged call */
 };
 void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st);
+
+/* --- Target-side activity ---------------------------------------------
+ *
+ * A peer that reads or writes our registered memory produces no completion
+ * here, so an owner waiting for the peer's word that it finished (a client
+ * whose put the server pulls, waiting for RDMA_DONE) sees no progress of
+ * its own. On rails with a CQ wait fd (tcp;ofi_rxm) the peer's requests
+ * make that fd readable before our progress serves them: while watched,
+ * the mover looks at the wait fds (poll, no wait) before each poll round
+ * and after each sleep and counts every look that found one readable. A
+ * counter that moves means the peer is still asking for bytes. Rails
+ * without a wait fd (shm), and NIC-offloaded RMA (verbs, efa: the NIC
+ * serves reads without any call of ours), give no such signal. */
+
+/* 1 when target-side activity on the peer's rail is observable (its rail
+ * has a CQ wait fd and a mover thread runs), else 0. */
+int tw__fabric_target_observable(const struct tw_fabric_peer *peer);
+/* Starts (+1) or stops (-1) watching; the looks cost one poll() per mover
+ * round, only while someone watches. */
+void tw__fabric_target_watch(struct tw_fabric *fab, int delta);
+/* The count of looks that found target-side activity (monotonic). */
+uint64_t tw__fabric_target_events(struct tw_fabric *fab);
+
+/* What the fabric module keeps for the rest of the process ("Kept for the
+ * life of the process" above), summed over every plane ever closed. */
+struct tw_fabric_kept {
+    unsigned planes; /* closed planes kept (abandoned thread or kept rail) */
+    unsigned mrs;    /* registrations never handed back */
+    uint64_t bytes;  /* their registered bytes */
+};
+void tw__fabric_kept(struct tw_fabric_kept *out);
 
 /* Test hook: while paused, the mover thread makes no progress (a stalled
  * peer). Only meaningful on threaded planes. */

@@ -83,7 +83,8 @@ struct tw_fabric_rail {
     uint64_t next_key; /* next requested key when !FI_MR_PROV_KEY; never reused */
     size_t max_msg;    /* ep_attr->max_msg_size */
     int is_shm;
-    int hmem; /* opened with FI_HMEM: may register device memory (mr.c) */
+    int hmem;           /* opened with FI_HMEM: may register device memory (mr.c) */
+    char hmem_why[160]; /* FI_HMEM asked but dropped: the refused CUDA probe */
     /* Retired: no new peers, no new transfers (a replacement rail of the
      * same provider is opened in another slot); transfers already running
      * continue. Wedged (implies retired): a libfabric call on this rail
@@ -141,7 +142,8 @@ struct tw_fabric_mr {
     int quiet;
     unsigned exposed;
     void *on_idle_arg;
-    struct tw_fabric_link node; /* fab->mrs, or fab->idle_mrs while closing */
+    struct tw_fabric_link node; /* fab->mrs, fab->idle_mrs while closing, or the
+                                   process-wide kept list (tw__fabric_mr_keep) */
 };
 
 /* One RMA operation slot; fi_context2 first: libfabric may use it. */
@@ -240,6 +242,11 @@ struct tw_fabric {
     uint64_t zombies_checked_ns; /* last look for orphans (xfer.c) */
     void (*call_hook)(void *arg, unsigned rail); /* tests: runs inside the call window */
     void *call_hook_arg;
+    /* Target-side activity (tw__fabric_target_watch()): while watched > 0
+     * the mover looks at the rails' CQ wait fds before each poll round and
+     * counts in target_events every look that found one readable. */
+    unsigned target_watch;
+    uint64_t target_events;
     int wake_fd;  /* eventfd: wakes the mover (submit, cancel, close) */
     int event_fd; /* eventfd: completions queued for the owner's loop */
     /* event_fd holds a count (written once when fab->done went from empty
@@ -305,6 +312,15 @@ void tw__fabric_mr_quiet(struct tw_fabric_mr *mr);
 void tw__fabric_mr_expose(struct tw_fabric_mr *mr, int delta);
 void tw__fabric_mrs_close_locked(struct tw_fabric *fab);
 void tw__fabric_mrs_idle_run(struct tw_fabric *fab);
+
+/* plane.c */
+/* Moves a released registration whose memory an unanswered operation may
+ * still touch (keep_on_close) onto the process-lifetime kept list instead
+ * of freeing it: its on_idle never runs, and the owner's on_idle argument
+ * (e.g. the registration cache's handles and the buffer they name) stays
+ * reachable from it. Clears m->rail, m->mr and m->desc (the rail may close
+ * and its plane be freed). Called without fab->lock. */
+void tw__fabric_mr_keep(struct tw_fabric_mr *m);
 
 /* xfer.c */
 /* Polls the usable rails and advances transfers; the lock is dropped

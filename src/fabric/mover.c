@@ -166,6 +166,59 @@ static long involuntary_switches(void)
     return ru.ru_nivcsw;
 }
 
+int tw__fabric_target_observable(const struct tw_fabric_peer *peer)
+{
+    struct tw_fabric *fab = peer->rail->fab;
+    pthread_mutex_lock(&fab->lock);
+    int ok = fab->threaded && peer->rail->wait_fd >= 0;
+    pthread_mutex_unlock(&fab->lock);
+    return ok;
+}
+
+void tw__fabric_target_watch(struct tw_fabric *fab, int delta)
+{
+    pthread_mutex_lock(&fab->lock);
+    if (delta > 0)
+        fab->target_watch++;
+    else if (fab->target_watch > 0)
+        fab->target_watch--;
+    pthread_mutex_unlock(&fab->lock);
+    if (delta > 0)
+        tw__fabric_mover_wake(fab);
+}
+
+uint64_t tw__fabric_target_events(struct tw_fabric *fab)
+{
+    pthread_mutex_lock(&fab->lock);
+    uint64_t n = fab->target_events;
+    pthread_mutex_unlock(&fab->lock);
+    return n;
+}
+
+/* While watched: whether a usable rail's CQ wait fd is readable now (the
+ * peer sent something our progress has not consumed yet). Drops the lock
+ * around poll(). */
+static void look_target_locked(struct tw_fabric *fab)
+{
+    struct pollfd pfd[TW_FABRIC_MAX_RAILS];
+    nfds_t n = 0;
+    for (unsigned i = 0; i < fab->nrails && n < TW_FABRIC_MAX_RAILS; i++) {
+        struct tw_fabric_rail *r = &fab->rails[i];
+        if (r->info && r->wait_fd >= 0 && !tw__fabric_rail_wedged(r)) {
+            pfd[n].fd = r->wait_fd;
+            pfd[n].events = POLLIN;
+            n++;
+        }
+    }
+    if (n == 0)
+        return;
+    pthread_mutex_unlock(&fab->lock);
+    int ready = poll(pfd, n, 0);
+    pthread_mutex_lock(&fab->lock);
+    if (ready > 0)
+        fab->target_events++;
+}
+
 static void *mover_main(void *arg)
 {
     struct tw_fabric *fab = arg;
@@ -194,6 +247,8 @@ static void *mover_main(void *arg)
             spin_until = t < spin_off_until ? 0 : t + fab->spin_ns;
             continue;
         }
+        if (fab->target_watch)
+            look_target_locked(fab);
         int got = tw__fabric_progress_locked(fab);
         if (got < 0)
             return NULL; /* abandoned by the watchdog; lock not held */
@@ -220,9 +275,14 @@ static void *mover_main(void *arg)
                 int woke = ppoll(pfd, n, &nap, NULL);
                 if (pfd[0].revents & POLLIN)
                     drain_fd(fab->wake_fd);
+                int rail_ready = 0;
+                for (nfds_t i = 1; i < n; i++)
+                    rail_ready |= (pfd[i].revents & POLLIN) != 0;
                 pthread_mutex_lock(&fab->lock);
                 fab->mover_asleep = 0;
                 ivcsw = involuntary_switches();
+                if (rail_ready && fab->target_watch)
+                    fab->target_events++;
                 /* Woken by traffic or a submit: a peer working with us
                  * sends its next request soon, so poll for a while
                  * instead of paying a wake-up for each one. */

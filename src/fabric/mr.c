@@ -113,7 +113,9 @@ static int register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigne
                                "device memory registration: the %s rail was opened without "
                                "FI_HMEM (%s)",
                                r->addr.provider,
-                               fab->hmem ? "the provider has none" : "the plane did not ask");
+                               r->hmem_why[0] ? r->hmem_why
+                               : fab->hmem    ? "the provider has none"
+                                              : "the plane did not ask");
     if (len && !addr)
         return tw__fabric_fail(fab, TW_EINVAL, "registration of %zu bytes at NULL", len);
 
@@ -306,8 +308,12 @@ void tw__fabric_mrs_idle_run(struct tw_fabric *fab)
     while (!link_empty(&fab->idle_mrs)) {
         struct tw_fabric_mr *m = TW_CONTAINER_OF(fab->idle_mrs.next, struct tw_fabric_mr, node);
         link_del(&m->node);
-        if (!m->keep_on_close)
-            m->on_idle(m->on_idle_arg);
+        if (m->keep_on_close) {
+            /* Not handed back: kept, reachable, for the process's life. */
+            tw__fabric_mr_keep(m);
+            continue;
+        }
+        m->on_idle(m->on_idle_arg);
         free(m);
     }
 }

@@ -126,7 +126,8 @@ void tw__fabric_mrcache_release(struct tw_fabric_mrcache *mc, struct tw_fabric_m
  * more (see the header comment). on_idle runs on any thread, possibly
  * before this returns, under the plane's lock: it must not call
  * tw__fabric_* functions. On tw__fabric_close() with shm operations never
- * answered, it is not called (the memory stays the provider's). */
+ * answered, it is not called (the memory stays the provider's; the handle
+ * and arg stay reachable from the fabric module's kept list, fabric.h). */
 void tw__fabric_mrcache_release_busy(struct tw_fabric_mrcache *mc, struct tw_fabric_mrc *h,
                                      void (*on_idle)(void *arg), void *arg);
 

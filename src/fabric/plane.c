@@ -12,10 +12,40 @@
 #include "common/errbuf.h"
 #include "fabric/fabric_int.h"
 
-/* Planes closed while a thread was still inside a wedged call (see
- * tw__fabric_close()). */
+/* What the fabric module keeps for the rest of the process (fabric.h,
+ * "Kept for the life of the process"): planes closed while a thread was
+ * still inside a wedged call or a kept rail's provider held operations
+ * (tw__fabric_close()), and registrations whose memory an unanswered
+ * operation may still touch (tw__fabric_mr_keep()). Never freed. */
 static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct tw_fabric *kept_planes;
+static unsigned kept_nplanes;
+static struct tw_fabric_link kept_mrs = {&kept_mrs, &kept_mrs};
+static unsigned kept_nmrs;
+static uint64_t kept_bytes;
+
+void tw__fabric_mr_keep(struct tw_fabric_mr *m)
+{
+    /* The rail (and perhaps the plane) it pointed into may be freed: only
+     * the memory and the owner's on_idle argument matter from now on. */
+    m->rail = NULL;
+    m->mr = NULL;
+    m->desc = NULL;
+    pthread_mutex_lock(&kept_lock);
+    link_add_tail(&kept_mrs, &m->node);
+    kept_nmrs++;
+    kept_bytes += m->len;
+    pthread_mutex_unlock(&kept_lock);
+}
+
+void tw__fabric_kept(struct tw_fabric_kept *out)
+{
+    pthread_mutex_lock(&kept_lock);
+    out->planes = kept_nplanes;
+    out->mrs = kept_nmrs;
+    out->bytes = kept_bytes;
+    pthread_mutex_unlock(&kept_lock);
+}
 
 int tw__fabric_fail(struct tw_fabric *fab, int code, const char *fmt, ...)
 {
@@ -209,6 +239,7 @@ void tw__fabric_close(struct tw_fabric *fab)
         pthread_mutex_lock(&kept_lock);
         fab->kept_next = kept_planes;
         kept_planes = fab;
+        kept_nplanes++;
         pthread_mutex_unlock(&kept_lock);
         return;
     }

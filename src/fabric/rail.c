@@ -328,9 +328,10 @@ void tw__fabric_rails_describe_locked(struct tw_fabric *fab)
         int first = 1;
         for (unsigned k = 0; k < fab->nrails; k++)
             if (fab->rails[k].info && !fab->rails[k].retired && !fab->rails[k].hmem) {
-                append(fab->describe, sizeof(fab->describe), "%s%s",
+                append(fab->describe, sizeof(fab->describe), "%s%s%s%s%s",
                        first ? "; host memory only (no FI_HMEM): " : ", ",
-                       fab->rails[k].addr.provider);
+                       fab->rails[k].addr.provider, fab->rails[k].hmem_why[0] ? " (" : "",
+                       fab->rails[k].hmem_why, fab->rails[k].hmem_why[0] ? ")" : "");
                 first = 0;
             }
     }
@@ -372,6 +373,51 @@ static void list_available(int hmem, char *buf, size_t len)
         fi_freeinfo(list);
     }
     fi_freeinfo(hints);
+}
+
+/* FI_HMEM is not free: libfabric's shm turns cross-memory attach (CMA) off
+ * on an endpoint with FI_HMEM, so host memory moves through its bounce
+ * buffers instead (seen on a GPU host: RDMA push over shm at 0.6x). A rail
+ * keeps FI_HMEM only when it really registers CUDA memory: 1 when `r`
+ * refuses cfg->hmem_probe (the reason in why), 0 when it registers it. */
+static int refuses_cuda(struct tw_fabric_rail *r, const struct tw_fabric_config *cfg, char *why,
+                        size_t whylen)
+{
+    struct tw_fabric_mr *m = NULL;
+    int rc = tw__fabric_mr_register_on(r, cfg->hmem_probe, cfg->hmem_probe_len,
+                                       TW_FABRIC_LOCAL_READ | TW_FABRIC_LOCAL_WRITE, TW_FABRIC_CUDA,
+                                       cfg->hmem_probe_device, &m);
+    if (rc < 0) {
+        snprintf(why, whylen, "%s", tw__fabric_errmsg(r->fab));
+        return 1;
+    }
+    tw__fabric_mr_deregister(m);
+    return 0;
+}
+
+/* Closes `r` (opened with FI_HMEM, no peer yet) and opens the same provider
+ * without it in the same slot, keeping r->hmem_why. 0 or a negative code
+ * (why says). */
+static int reopen_plain(struct tw_fabric_rail *r, const char *want, const char *node, char *why,
+                        size_t whylen)
+{
+    struct tw_fabric *fab = r->fab;
+    unsigned pref = r->pref;
+    char hmem_why[sizeof(r->hmem_why)];
+    snprintf(hmem_why, sizeof(hmem_why), "%s", r->hmem_why);
+    tw__fabric_rail_close(r);
+    struct fi_info *info = NULL;
+    int ret = select_info(want, node, 0, &info, why, whylen);
+    if (ret == 0)
+        ret = open_rail(r, info, why, whylen);
+    if (ret)
+        return ret;
+    pthread_mutex_init(&r->io, NULL);
+    r->fab = fab;
+    r->hmem = 0;
+    r->pref = pref;
+    snprintf(r->hmem_why, sizeof(r->hmem_why), "%s", hmem_why);
+    return 0;
 }
 
 int tw__fabric_rails_open(struct tw_fabric *fab, const struct tw_fabric_config *cfg, char *err,
@@ -447,8 +493,13 @@ int tw__fabric_rails_open(struct tw_fabric *fab, const struct tw_fabric_config *
                 r->fab = fab;
                 r->hmem = hmem;
                 r->pref = fab->nrails;
-                fab->nrails++;
-                continue;
+                if (hmem && cfg->hmem_probe &&
+                    refuses_cuda(r, cfg, r->hmem_why, sizeof(r->hmem_why)))
+                    ret = reopen_plain(r, names[i], cfg->node, why, sizeof(why));
+                if (ret == 0) {
+                    fab->nrails++;
+                    continue;
+                }
             }
         }
         last = ret;

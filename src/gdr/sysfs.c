@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "tensorwire/error.h"
 
 int tw__sysfs_init(struct tw_sysfs *fs, const char *root)
@@ -38,24 +39,10 @@ int tw__sysfs_read(const struct tw_sysfs *fs, const char *path, char *buf, size_
     char full[TW_SYSFS_PATH_MAX];
     if (cap == 0 || full_path(fs, path, full, sizeof(full)) < 0)
         return TW_EINVAL;
-    int fd = open(full, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    size_t len = 0;
-    while (len + 1 < cap) {
-        ssize_t r = read(fd, buf + len, cap - 1 - len);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            int err = -errno;
-            close(fd);
-            return err;
-        }
-        if (r == 0)
-            break;
-        len += (size_t)r;
-    }
-    close(fd);
+    ssize_t n = tw__read_small_file(full, buf, cap);
+    if (n < 0)
+        return (int)n;
+    size_t len = (size_t)n;
     while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == ' ' || buf[len - 1] == '\t'))
         len--;
     buf[len] = '\0';

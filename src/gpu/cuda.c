@@ -5,9 +5,11 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "gpu/cuda.h"
 #include "tensorwire/error.h"
 
@@ -109,10 +111,30 @@ int tw__cuda_to_err(CUresult r)
     }
 }
 
+int tw__cuda_fail(CUresult r, char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        char what[256], buf[128];
+        va_list ap;
+        va_start(ap, fmt);
+        tw__errbuf_vset(what, sizeof(what), fmt, ap);
+        va_end(ap);
+        tw__errbuf_set(err, errlen, "%s: %s", what, tw__cuda_strerror(r, buf, sizeof(buf)));
+    }
+    return tw__cuda_to_err(r);
+}
+
+int tw__cuda_enter(int ordinal, const struct tw_cuda_api **api, char *err, size_t errlen)
+{
+    int rc = tw__cuda_get(api, err, errlen);
+    if (rc == 0)
+        rc = tw__cuda_use_device(ordinal, err, errlen);
+    return rc;
+}
+
 int tw__cuda_use_device(int ordinal, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    char buf[128];
     int rc = tw__cuda_get(&cu, err, errlen);
     if (rc)
         return rc;
@@ -130,21 +152,14 @@ int tw__cuda_use_device(int ordinal, char *err, size_t errlen)
             r = cu->cuDevicePrimaryCtxRetain(&ctx, dev);
         if (r != CUDA_SUCCESS) {
             pthread_mutex_unlock(&ctx_lock);
-            if (err && errlen)
-                snprintf(err, errlen, "CUDA device %d: primary context: %s", ordinal,
-                         tw__cuda_strerror(r, buf, sizeof(buf)));
-            return tw__cuda_to_err(r);
+            return tw__cuda_fail(r, err, errlen, "CUDA device %d: primary context", ordinal);
         }
         primary_ctx[ordinal] = ctx;
     }
     pthread_mutex_unlock(&ctx_lock);
     CUresult r = cu->cuCtxSetCurrent(ctx);
-    if (r != CUDA_SUCCESS) {
-        if (err && errlen)
-            snprintf(err, errlen, "cuCtxSetCurrent(device %d): %s", ordinal,
-                     tw__cuda_strerror(r, buf, sizeof(buf)));
-        return tw__cuda_to_err(r);
-    }
+    if (r != CUDA_SUCCESS)
+        return tw__cuda_fail(r, err, errlen, "cuCtxSetCurrent(device %d)", ordinal);
     return 0;
 }
 
@@ -159,24 +174,39 @@ int tw__cuda_device_count(void)
     return n < TW_CUDA_MAX_DEVICES ? n : TW_CUDA_MAX_DEVICES;
 }
 
+int tw__cuda_scratch_alloc(int ordinal, size_t len, void **out, char *err, size_t errlen)
+{
+    const struct tw_cuda_api *cu;
+    *out = NULL;
+    int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
+    if (rc)
+        return rc;
+    CUdeviceptr p = 0;
+    CUresult r = cu->cuMemAlloc(&p, len);
+    if (r != CUDA_SUCCESS)
+        return tw__cuda_fail(r, err, errlen, "cuMemAlloc(%zu) on cuda:%d", len, ordinal);
+    *out = (void *)(uintptr_t)p;
+    return 0;
+}
+
+void tw__cuda_scratch_free(int ordinal, void *p)
+{
+    const struct tw_cuda_api *cu;
+    if (p && tw__cuda_enter(ordinal, &cu, NULL, 0) == 0)
+        cu->cuMemFree((CUdeviceptr)(uintptr_t)p);
+}
+
 int tw__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, char *err,
                       size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    char buf[128];
-    int rc = tw__cuda_get(&cu, err, errlen);
-    if (rc == 0)
-        rc = tw__cuda_use_device(ordinal, err, errlen);
+    int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
     if (rc)
         return rc;
     size_t f = 0, t = 0;
     CUresult r = cu->cuMemGetInfo(&f, &t);
-    if (r != CUDA_SUCCESS) {
-        if (err && errlen)
-            snprintf(err, errlen, "cuMemGetInfo(device %d): %s", ordinal,
-                     tw__cuda_strerror(r, buf, sizeof(buf)));
-        return tw__cuda_to_err(r);
-    }
+    if (r != CUDA_SUCCESS)
+        return tw__cuda_fail(r, err, errlen, "cuMemGetInfo(device %d)", ordinal);
     *free_bytes = f;
     *total_bytes = t;
     return 0;

@@ -174,9 +174,32 @@ int tw__cuda_to_err(CUresult r);
  */
 int tw__cuda_use_device(int ordinal, char *err, size_t errlen);
 
+/*
+ * tw__cuda_get, then tw__cuda_use_device(ordinal): on 0, *api is the table
+ * and `ordinal`'s primary context is current on the calling thread. Returns
+ * 0 or a negative code with the reason in err (may be NULL).
+ */
+int tw__cuda_enter(int ordinal, const struct tw_cuda_api **api, char *err, size_t errlen);
+
+/*
+ * The failure of a driver call: writes "<fmt ...>: <tw__cuda_strerror(r)>"
+ * into err (may be NULL) and returns tw__cuda_to_err(r).
+ */
+__attribute__((format(printf, 4, 5))) int tw__cuda_fail(CUresult r, char *err, size_t errlen,
+                                                        const char *fmt, ...);
+
 /* Number of visible CUDA devices (0 when there is no driver: that is not an
  * error here, so callers can treat "no GPU" and "no driver" alike). */
 int tw__cuda_device_count(void);
+
+/*
+ * len bytes of device memory on GPU `ordinal` (cuMemAlloc in its primary
+ * context) for short-lived internal use such as registration probes; the
+ * caller frees it with tw__cuda_scratch_free(). Returns 0 or a negative
+ * code with the reason in err.
+ */
+int tw__cuda_scratch_alloc(int ordinal, size_t len, void **out, char *err, size_t errlen);
+void tw__cuda_scratch_free(int ordinal, void *p);
 
 /*
  * Free and total memory of device `ordinal` (through its primary context,

@@ -103,18 +103,12 @@ static int cuda_copy_to_host(void *dst, uintptr_t src, size_t len, const struct 
                              char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    int rc = tw__cuda_get(&cu, err, errlen);
-    if (rc == 0)
-        rc = tw__cuda_use_device(attr->device, err, errlen);
+    int rc = tw__cuda_enter(attr->device, &cu, err, errlen);
     if (rc)
         return rc;
     CUresult r = cu->cuMemcpyDtoH(dst, (CUdeviceptr)src, len);
-    if (r != CUDA_SUCCESS) {
-        char buf[128];
-        if (err && errlen)
-            snprintf(err, errlen, "cuMemcpyDtoH: %s", tw__cuda_strerror(r, buf, sizeof(buf)));
-        return tw__cuda_to_err(r);
-    }
+    if (r != CUDA_SUCCESS)
+        return tw__cuda_fail(r, err, errlen, "cuMemcpyDtoH");
     return 0;
 }
 
@@ -122,18 +116,12 @@ static int cuda_copy_from_host(uintptr_t dst, const void *src, size_t len,
                                const struct tw_mem_attr *attr, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    int rc = tw__cuda_get(&cu, err, errlen);
-    if (rc == 0)
-        rc = tw__cuda_use_device(attr->device, err, errlen);
+    int rc = tw__cuda_enter(attr->device, &cu, err, errlen);
     if (rc)
         return rc;
     CUresult r = cu->cuMemcpyHtoD((CUdeviceptr)dst, src, len);
-    if (r != CUDA_SUCCESS) {
-        char buf[128];
-        if (err && errlen)
-            snprintf(err, errlen, "cuMemcpyHtoD: %s", tw__cuda_strerror(r, buf, sizeof(buf)));
-        return tw__cuda_to_err(r);
-    }
+    if (r != CUDA_SUCCESS)
+        return tw__cuda_fail(r, err, errlen, "cuMemcpyHtoD");
     return 0;
 }
 
@@ -141,21 +129,15 @@ static int cuda_export_dmabuf(uintptr_t addr, size_t len, const struct tw_mem_at
                               uint64_t *offset, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    int rc = tw__cuda_get(&cu, err, errlen);
-    if (rc == 0)
-        rc = tw__cuda_use_device(attr->device, err, errlen);
+    int rc = tw__cuda_enter(attr->device, &cu, err, errlen);
     if (rc)
         return rc;
     int out = -1;
     CUresult r = cu->cuMemGetHandleForAddressRange(&out, (CUdeviceptr)addr, len,
                                                    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
-    if (r != CUDA_SUCCESS) {
-        char buf[128];
-        if (err && errlen)
-            snprintf(err, errlen, "cuMemGetHandleForAddressRange(%#lx, %zu, DMA_BUF_FD): %s",
-                     (unsigned long)addr, len, tw__cuda_strerror(r, buf, sizeof(buf)));
-        return tw__cuda_to_err(r);
-    }
+    if (r != CUDA_SUCCESS)
+        return tw__cuda_fail(r, err, errlen, "cuMemGetHandleForAddressRange(%#lx, %zu, DMA_BUF_FD)",
+                             (unsigned long)addr, len);
     *fd = out;
     *offset = 0;
     return 0;

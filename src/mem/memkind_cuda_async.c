@@ -9,34 +9,20 @@
  * and events belong to one context and the caller's thread may have served
  * another device just before.
  */
-#include <stdio.h>
 
 #include "gpu/cuda.h"
 #include "mem/memkind.h"
 #include "tensorwire/error.h"
 
-/* Resolves the driver and makes `device` current; 0 or a negative code. */
-static int enter(int device, const struct tw_cuda_api **cu, char *err, size_t errlen)
-{
-    int rc = tw__cuda_get(cu, err, errlen);
-    if (rc == 0)
-        rc = tw__cuda_use_device(device, err, errlen);
-    return rc;
-}
-
 static int fail(CUresult r, const char *what, int device, char *err, size_t errlen)
 {
-    char buf[128];
-    if (err && errlen)
-        snprintf(err, errlen, "%s (cuda:%d): %s", what, device,
-                 tw__cuda_strerror(r, buf, sizeof(buf)));
-    return tw__cuda_to_err(r);
+    return tw__cuda_fail(r, err, errlen, "%s (cuda:%d)", what, device);
 }
 
 static int cuda_pin(int device, void *p, size_t len, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    int rc = enter(device, &cu, err, errlen);
+    int rc = tw__cuda_enter(device, &cu, err, errlen);
     if (rc)
         return rc;
     /* PORTABLE: one pool serves transfers of every device. */
@@ -47,14 +33,14 @@ static int cuda_pin(int device, void *p, size_t len, char *err, size_t errlen)
 static void cuda_unpin(int device, void *p)
 {
     const struct tw_cuda_api *cu;
-    if (p && enter(device, &cu, NULL, 0) == 0)
+    if (p && tw__cuda_enter(device, &cu, NULL, 0) == 0)
         cu->cuMemHostUnregister(p);
 }
 
 static int cuda_stream_create(int device, void **stream, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    int rc = enter(device, &cu, err, errlen);
+    int rc = tw__cuda_enter(device, &cu, err, errlen);
     if (rc)
         return rc;
     CUstream s = NULL;
@@ -68,14 +54,14 @@ static int cuda_stream_create(int device, void **stream, char *err, size_t errle
 static void cuda_stream_destroy(int device, void *stream)
 {
     const struct tw_cuda_api *cu;
-    if (stream && enter(device, &cu, NULL, 0) == 0)
+    if (stream && tw__cuda_enter(device, &cu, NULL, 0) == 0)
         cu->cuStreamDestroy((CUstream)stream);
 }
 
 static int cuda_stream_wait(int device, void *stream, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    int rc = enter(device, &cu, err, errlen);
+    int rc = tw__cuda_enter(device, &cu, err, errlen);
     if (rc)
         return rc;
     CUresult r = cu->cuStreamSynchronize((CUstream)stream);
@@ -85,7 +71,7 @@ static int cuda_stream_wait(int device, void *stream, char *err, size_t errlen)
 static int cuda_event_create(int device, void **event, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    int rc = enter(device, &cu, err, errlen);
+    int rc = tw__cuda_enter(device, &cu, err, errlen);
     if (rc)
         return rc;
     CUevent e = NULL;
@@ -99,7 +85,7 @@ static int cuda_event_create(int device, void **event, char *err, size_t errlen)
 static void cuda_event_destroy(int device, void *event)
 {
     const struct tw_cuda_api *cu;
-    if (event && enter(device, &cu, NULL, 0) == 0)
+    if (event && tw__cuda_enter(device, &cu, NULL, 0) == 0)
         cu->cuEventDestroy((CUevent)event);
 }
 
@@ -107,7 +93,7 @@ static int cuda_copy_to_host_async(void *stream, void *dst, uintptr_t src, size_
                                    const struct tw_mem_attr *attr, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    int rc = enter(attr->device, &cu, err, errlen);
+    int rc = tw__cuda_enter(attr->device, &cu, err, errlen);
     if (rc)
         return rc;
     CUresult r = cu->cuMemcpyDtoHAsync(dst, (CUdeviceptr)src, len, (CUstream)stream);
@@ -118,7 +104,7 @@ static int cuda_copy_from_host_async(void *stream, uintptr_t dst, const void *sr
                                      const struct tw_mem_attr *attr, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    int rc = enter(attr->device, &cu, err, errlen);
+    int rc = tw__cuda_enter(attr->device, &cu, err, errlen);
     if (rc)
         return rc;
     CUresult r = cu->cuMemcpyHtoDAsync((CUdeviceptr)dst, src, len, (CUstream)stream);
@@ -128,7 +114,7 @@ static int cuda_copy_from_host_async(void *stream, uintptr_t dst, const void *sr
 static int cuda_event_record(int device, void *event, void *stream, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    int rc = enter(device, &cu, err, errlen);
+    int rc = tw__cuda_enter(device, &cu, err, errlen);
     if (rc)
         return rc;
     CUresult r = cu->cuEventRecord((CUevent)event, (CUstream)stream);
@@ -138,7 +124,7 @@ static int cuda_event_record(int device, void *event, void *stream, char *err, s
 static int cuda_event_query(int device, void *event, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    int rc = enter(device, &cu, err, errlen);
+    int rc = tw__cuda_enter(device, &cu, err, errlen);
     if (rc)
         return rc;
     CUresult r = cu->cuEventQuery((CUevent)event);
@@ -152,7 +138,7 @@ static int cuda_event_query(int device, void *event, char *err, size_t errlen)
 static int cuda_event_wait(int device, void *event, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    int rc = enter(device, &cu, err, errlen);
+    int rc = tw__cuda_enter(device, &cu, err, errlen);
     if (rc)
         return rc;
     CUresult r = cu->cuEventSynchronize((CUevent)event);

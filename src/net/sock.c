@@ -8,6 +8,8 @@
 #include <netinet/tcp.h>
 #include <unistd.h>
 
+#include "common/file.h"
+
 int tw__net_set_nonblocking(int fd, int on)
 {
     int fl = fcntl(fd, F_GETFL);
@@ -33,16 +35,9 @@ static pthread_once_t limits_once = PTHREAD_ONCE_INIT;
 static int read_proc_int(const char *path)
 {
     char buf[32];
-    int v = -1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (tw__read_small_file(path, buf, sizeof(buf)) <= 0)
         return -1;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    v = 0;
+    int v = 0;
     for (char *p = buf; *p >= '0' && *p <= '9'; p++) {
         if (v > (INT_MAX - 9) / 10)
             return INT_MAX;

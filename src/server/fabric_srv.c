@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "gdr/policy.h"
+#include "gpu/cuda.h"
 #include "server/log.h"
 #include "server/server.h"
 
@@ -110,8 +111,17 @@ int tw__srv_fabric_init(struct tw_srv *srv)
      * rail for host memory only: the describe line logged below names it,
      * and admission (gdr/) keeps GPU tensors off it. */
     fc.hmem = srv->store.ngpus > 0 && srv->cfg.gpudirect != TW_GDR_MODE_OFF;
+    /* ... and keep it only on rails that register the first served GPU's
+     * memory (fabric.h: FI_HMEM costs shm its cross-memory attach). */
+    int probe_dev = fc.hmem ? srv->store.gpu[0].ordinal : -1;
+    if (fc.hmem &&
+        tw__cuda_scratch_alloc(probe_dev, TW__HMEM_PROBE_BYTES, &fc.hmem_probe, NULL, 0) == 0) {
+        fc.hmem_probe_len = TW__HMEM_PROBE_BYTES;
+        fc.hmem_probe_device = probe_dev;
+    }
     char err[1024];
     rc = tw__fabric_open(&fc, &srv->fab, err, sizeof(err));
+    tw__cuda_scratch_free(probe_dev, fc.hmem_probe);
     if (rc < 0) {
         srv->fab = NULL;
         snprintf(srv->fab_why, sizeof(srv->fab_why), "%.500s", err);

@@ -2,6 +2,7 @@
  * run from the server's event loop (metrics.h). */
 #include "server/metrics.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <stdio.h>
@@ -16,6 +17,60 @@
 #include "server/log.h"
 #include "server/server.h"
 #include "tensorwire/error.h"
+
+/* libmicrohttpd is loaded with dlopen when --metrics is given, so a host
+ * without it runs tensorwired (metrics.h). <microhttpd.h> gives the types;
+ * the functions used are resolved here, in one place, into `mhd`. */
+#define TW_MHD_LIBRARY "libmicrohttpd.so.12"
+#define TW_MHD_SYMBOLS(X)                                                                          \
+    X(start_daemon, MHD_start_daemon)                                                              \
+    X(stop_daemon, MHD_stop_daemon)                                                                \
+    X(get_daemon_info, MHD_get_daemon_info)                                                        \
+    X(run, MHD_run)                                                                                \
+    X(get_timeout, MHD_get_timeout)                                                                \
+    X(create_response_from_buffer, MHD_create_response_from_buffer)                                \
+    X(add_response_header, MHD_add_response_header)                                                \
+    X(queue_response, MHD_queue_response)                                                          \
+    X(destroy_response, MHD_destroy_response)
+
+static struct {
+#define TW_MHD_FIELD(field, sym) __typeof__(sym) *field;
+    TW_MHD_SYMBOLS(TW_MHD_FIELD)
+#undef TW_MHD_FIELD
+} mhd;
+static int mhd_loaded;
+
+/* Loads the library once (loop thread only); it stays loaded for the
+ * process's life. Returns 0 or TW_EINTERNAL with why in errbuf. */
+static int mhd_load(char *errbuf, size_t errlen)
+{
+    if (mhd_loaded)
+        return 0;
+    void *lib = dlopen(TW_MHD_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *why = dlerror();
+        snprintf(errbuf, errlen,
+                 "--metrics needs %s (libmicrohttpd, e.g. Debian's libmicrohttpd12), which "
+                 "cannot be loaded: %s",
+                 TW_MHD_LIBRARY, why ? why : "dlopen failed");
+        return TW_EINTERNAL;
+    }
+#define TW_MHD_RESOLVE(field, sym)                                                                 \
+    *(void **)&mhd.field = dlsym(lib, #sym);                                                       \
+    if (!mhd.field) {                                                                              \
+        snprintf(errbuf, errlen, "--metrics: %s lacks %s", TW_MHD_LIBRARY, #sym);                  \
+        goto out_close_lib;                                                                        \
+    }
+    TW_MHD_SYMBOLS(TW_MHD_RESOLVE)
+#undef TW_MHD_RESOLVE
+    mhd_loaded = 1;
+    return 0;
+
+out_close_lib:
+    memset(&mhd, 0, sizeof(mhd));
+    dlclose(lib);
+    return TW_EINTERNAL;
+}
 
 static const double bucket_le[TW_METRICS_BUCKETS] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
@@ -223,37 +278,37 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
         status = MHD_HTTP_METHOD_NOT_ALLOWED;
-        r = MHD_create_response_from_buffer(sizeof(bad_method) - 1, (void *)bad_method,
+        r = mhd.create_response_from_buffer(sizeof(bad_method) - 1, (void *)bad_method,
                                             MHD_RESPMEM_PERSISTENT);
     } else if (strcmp(url, "/metrics") != 0) {
         status = MHD_HTTP_NOT_FOUND;
-        r = MHD_create_response_from_buffer(sizeof(not_found) - 1, (void *)not_found,
+        r = mhd.create_response_from_buffer(sizeof(not_found) - 1, (void *)not_found,
                                             MHD_RESPMEM_PERSISTENT);
     } else if (tw__metrics_render(srv, &body, &len) != 0) {
         return MHD_NO; /* out of memory: drop the connection */
     } else {
         status = MHD_HTTP_OK;
-        r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+        r = mhd.create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
         if (!r)
             free(body);
     }
     if (!r)
         return MHD_NO;
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+    mhd.add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                             status == MHD_HTTP_OK ? "text/plain; version=0.0.4; charset=utf-8"
                                                   : "text/plain; charset=utf-8");
-    enum MHD_Result ret = MHD_queue_response(conn, status, r);
-    MHD_destroy_response(r);
+    enum MHD_Result ret = mhd.queue_response(conn, status, r);
+    mhd.destroy_response(r);
     return ret;
 }
 
 static void run_mhd(struct tw_srv *srv)
 {
     struct tw_srv_metrics *m = &srv->metrics;
-    if (MHD_run(m->mhd) != MHD_YES)
+    if (mhd.run(m->mhd) != MHD_YES)
         TW_LOGW("metrics: MHD_run failed");
     MHD_UNSIGNED_LONG_LONG ms;
-    if (MHD_get_timeout(m->mhd, &ms) == MHD_YES)
+    if (mhd.get_timeout(m->mhd, &ms) == MHD_YES)
         tw__loop_timer_start(&srv->loop, &m->timer, ms ? (uint64_t)ms : 1);
     else
         tw__loop_timer_stop(&srv->loop, &m->timer);
@@ -289,6 +344,9 @@ int tw__metrics_start(struct tw_srv *srv, char *errbuf, size_t errlen)
 
     if (!srv->cfg.metrics[0])
         return 0;
+    rc = mhd_load(errbuf, errlen);
+    if (rc < 0)
+        return rc;
     rc = tw__net_parse_hostport(srv->cfg.metrics, &sa, &salen, why, sizeof(why));
     if (rc < 0) {
         snprintf(errbuf, errlen, "--metrics %s: %s", srv->cfg.metrics, why);
@@ -305,7 +363,7 @@ int tw__metrics_start(struct tw_srv *srv, char *errbuf, size_t errlen)
     socklen_t blen = sizeof(bound);
     if (tw__net_local_addr(lfd, &bound, &blen) == 0)
         tw__net_addr_format((const struct sockaddr *)&bound, m->bound, sizeof(m->bound));
-    m->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, srv,
+    m->mhd = mhd.start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, srv,
                               MHD_OPTION_LISTEN_SOCKET, lfd, MHD_OPTION_CONNECTION_LIMIT,
                               (unsigned)TW_METRICS_MAX_CLIENTS, MHD_OPTION_CONNECTION_TIMEOUT,
                               (unsigned)TW_METRICS_TIMEOUT_S, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
@@ -315,7 +373,7 @@ int tw__metrics_start(struct tw_srv *srv, char *errbuf, size_t errlen)
         rc = TW_EINTERNAL;
         goto out_close_listener;
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(m->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    const union MHD_DaemonInfo *info = mhd.get_daemon_info(m->mhd, MHD_DAEMON_INFO_EPOLL_FD);
     if (!info) {
         snprintf(errbuf, errlen, "--metrics: libmicrohttpd has no epoll fd");
         rc = TW_EINTERNAL;
@@ -332,7 +390,7 @@ int tw__metrics_start(struct tw_srv *srv, char *errbuf, size_t errlen)
     return 0;
 
 out_stop_daemon:
-    MHD_stop_daemon(m->mhd); /* closes the listener it was given too */
+    mhd.stop_daemon(m->mhd); /* closes the listener it was given too */
     m->mhd = NULL;
     return rc;
 out_close_listener:
@@ -347,6 +405,6 @@ void tw__metrics_stop(struct tw_srv *srv)
         return;
     tw__loop_io_del(&srv->loop, &m->io);
     tw__loop_timer_stop(&srv->loop, &m->timer);
-    MHD_stop_daemon(m->mhd);
+    mhd.stop_daemon(m->mhd);
     m->mhd = NULL;
 }

@@ -9,6 +9,13 @@
  * any lock. At most TW_METRICS_MAX_CLIENTS scrapers at once, each cut after
  * TW_METRICS_TIMEOUT_S without progress: a scraper cannot hold the server.
  *
+ * libmicrohttpd is not linked: tw__metrics_start() dlopens
+ * libmicrohttpd.so.12 (and resolves the few functions used, metrics.c)
+ * the first time --metrics is given, and fails with a message naming the
+ * library when it cannot be loaded; without --metrics it is never loaded,
+ * so tensorwired runs on hosts that lack it. Once loaded it stays loaded
+ * until the process exits.
+ *
  * Ownership: struct tw_srv_metrics lives inside struct tw_srv;
  * tw__metrics_start() creates the HTTP daemon, tw__metrics_stop() (also
  * safe when it never started) frees it. Both on the loop thread.

@@ -90,20 +90,13 @@ static uint64_t hash_name(const uint8_t *s, size_t n)
 static int cuda_devmem_alloc(int ordinal, size_t len, void **p, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    int rc = tw__cuda_get(&cu, err, errlen);
-    if (rc == 0)
-        rc = tw__cuda_use_device(ordinal, err, errlen);
+    int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
     if (rc)
         return rc;
     CUdeviceptr d = 0;
     CUresult r = cu->cuMemAlloc(&d, len);
-    if (r != CUDA_SUCCESS) {
-        char buf[128];
-        if (err && errlen)
-            snprintf(err, errlen, "cuMemAlloc(%zu) on cuda:%d: %s", len, ordinal,
-                     tw__cuda_strerror(r, buf, sizeof(buf)));
-        return tw__cuda_to_err(r);
-    }
+    if (r != CUDA_SUCCESS)
+        return tw__cuda_fail(r, err, errlen, "cuMemAlloc(%zu) on cuda:%d", len, ordinal);
     *p = (void *)(uintptr_t)d;
     return 0;
 }
@@ -111,7 +104,7 @@ static int cuda_devmem_alloc(int ordinal, size_t len, void **p, char *err, size_
 static void cuda_devmem_free(int ordinal, void *p)
 {
     const struct tw_cuda_api *cu;
-    if (p && tw__cuda_get(&cu, NULL, 0) == 0 && tw__cuda_use_device(ordinal, NULL, 0) == 0)
+    if (p && tw__cuda_enter(ordinal, &cu, NULL, 0) == 0)
         cu->cuMemFree((CUdeviceptr)(uintptr_t)p);
 }
 
@@ -119,21 +112,14 @@ static int cuda_devmem_copy(int ordinal, void *dst, const void *src, size_t len,
                             char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    int rc = tw__cuda_get(&cu, err, errlen);
-    if (rc == 0)
-        rc = tw__cuda_use_device(ordinal, err, errlen);
+    int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
     if (rc)
         return rc;
     CUresult r = to_host ? cu->cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, len)
                          : cu->cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, len);
-    if (r != CUDA_SUCCESS) {
-        char buf[128];
-        if (err && errlen)
-            snprintf(err, errlen, "%s(%zu bytes) on cuda:%d: %s",
-                     to_host ? "cuMemcpyDtoH" : "cuMemcpyHtoD", len, ordinal,
-                     tw__cuda_strerror(r, buf, sizeof(buf)));
-        return tw__cuda_to_err(r);
-    }
+    if (r != CUDA_SUCCESS)
+        return tw__cuda_fail(r, err, errlen, "%s(%zu bytes) on cuda:%d",
+                             to_host ? "cuMemcpyDtoH" : "cuMemcpyHtoD", len, ordinal);
     return 0;
 }
 

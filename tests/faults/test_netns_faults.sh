@@ -10,13 +10,11 @@
 # the server keeps serving, and the next transfer after the link returns
 # works byte for byte.
 # Needs root and iproute2 (exit 77 = skip where namespaces cannot be made).
-set -u
-B=${TW_BUILD_DIR:?}
-S=${TW_SOURCE_DIR:?}
+. "${TW_SOURCE_DIR:?}/tests/lib-test.sh"
 . "$S/tests/faults/netns.sh"
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root"; exit 77; }
 command -v ip >/dev/null && command -v tc >/dev/null || { echo "SKIP: needs iproute2"; exit 77; }
-W=$(mktemp -d "${TMPDIR:-/tmp}/tw-faults.XXXXXX")
+tw_test_workdir faults
 SP=""
 cleanup() {
     [ -n "$SP" ] && kill "$SP" 2>/dev/null
@@ -25,24 +23,13 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 ns_setup || { echo "SKIP: cannot create network namespaces here"; exit 77; }
-FAILS=0
-fail() {
-    echo "FAIL: $*" >&2
-    FAILS=$((FAILS + 1))
-}
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
 # The wrapper writes the server's own pid (ip netns exec forks).
 ns_s sh -c 'echo $$ >"$0"; exec "$@"' "$W/server.pid" "$B/tensorwired" --listen "$ADDR_S:0" \
     --fabric tcp --transfer-timeout 6 --idle-timeout 60 >"$W/server.log" 2>&1 &
-A=""
-i=0
-while [ $i -lt 100 ] && [ -z "$A" ]; do
-    A=$(sed -n 's/^listening on //p' "$W/server.log")
-    [ -n "$A" ] || sleep 0.1
-    i=$((i + 1))
-done
-[ -n "$A" ] || { echo "server did not start: $(cat "$W/server.log")"; exit 1; }
+A=$(tw_server_wait_listening "$W/server.log") ||
+    { echo "server did not start: $(cat "$W/server.log")"; exit 1; }
 SP=$(cat "$W/server.pid")
 RDMA=0
 grep -q "rails: .*tcp" "$W/server.log" && RDMA=1
@@ -158,6 +145,43 @@ if [ $RDMA -eq 1 ]; then
     # "Closing with operations outstanding").
     echo "case link cut mid-get, rdma tcp"
     cut_case cut_get_rdma get tcp gets 120
+
+    # A pull put (the server reads the client's memory) slower than the
+    # client's --timeout but moving: 8 MB at 16 Mbit/s takes about 4 s,
+    # --timeout is 1.5 s without progress. No frame comes until the
+    # server's RDMA_DONE; the server's reads of the client's memory are the
+    # progress (src/client/conn.c wait_fd), so the put succeeds.
+    echo "case rdma tcp pull put slower than the client's timeout"
+    head -c 8000000 "$W/big.bin" >"$W/mid.bin"
+    ns_throttle 16mbit
+    t0=$(now_ms)
+    cli --timeout 1500 --fabric tcp --rdma-min-bytes 0 put -v slowpull "$W/mid.bin" --dtype u8 \
+        --shape 8000000 >"$W/out" 2>"$W/err" || fail "slow pull put: $(cat "$W/err")"
+    el=$(($(now_ms) - t0))
+    ns_unthrottle
+    echo "  slow pull put: $el ms: $(cat "$W/out" "$W/err" | tr '\n' ' ' | head -c 200)"
+    [ $el -gt 2500 ] || fail "slow pull put: $el ms, not slower than the 1.5 s timeout"
+    grep -q "rdma pull" "$W/out" "$W/err" || fail "slow pull put: not an rdma pull put"
+    cli get --raw slowpull "$W/got.bin" >"$W/err" 2>&1 || fail "slow pull put: get: $(cat "$W/err")"
+    cmp -s "$W/mid.bin" "$W/got.bin" || fail "slow pull put: bytes differ"
+    # The same put with the link cut once it is under way: no read moves,
+    # so the client gives up with TIMEOUT about 1.5 s later.
+    echo "case rdma tcp pull put, link cut: TIMEOUT within about the timeout"
+    before=$(stat_of rdma_xfers_active)
+    ns_throttle 16mbit
+    cli --timeout 1500 --fabric tcp --rdma-min-bytes 0 put cutpull "$W/mid.bin" --dtype u8 \
+        --shape 8000000 >"$W/out" 2>"$W/err" &
+    cp=$!
+    wait_for rdma_xfers_active $((${before:-0} + 1)) 10 || fail "cut pull put: not seen under way"
+    ns_cut
+    t0=$(now_ms)
+    wait $cp
+    expect_failed cut_pull_put $? "$t0" 6
+    grep -q TIMEOUT "$W/err" || fail "cut pull put: want TIMEOUT: $(cat "$W/err")"
+    ns_restore
+    ns_unthrottle
+    settle 120 cut_pull_put
+    in_ls cutpull && fail "cut pull put: a partial put became visible"
 else
     echo "note: no rdma tcp plane in the namespace; rdma cases not run"
 fi
@@ -198,7 +222,4 @@ roundtrip
 [ $RDMA -eq 1 ] && roundtrip --fabric tcp --rdma-min-bytes 0
 kill -0 "$SP" 2>/dev/null || fail "server died"
 
-[ $FAILS -eq 0 ] && echo "PASS" && exit 0
-echo "--- server log (last 40 lines):" >&2
-tail -n 40 "$W/server.log" >&2
-exit 1
+tw_test_end PASS 40

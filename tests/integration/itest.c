@@ -28,16 +28,7 @@ uint64_t itest_now_ms(void)
 
 void itest_fill(uint8_t *p, size_t n, uint32_t seed)
 {
-    uint64_t x = 0x9E3779B97F4A7C15ull ^ seed;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
-    for (; i < n; i++)
-        p[i] = (uint8_t)(x >> (8 * (i & 7)));
+    tw_test_fill(p, n, seed);
 }
 
 void itest_server_start(struct itest_server *s, const char *const *args)
@@ -168,6 +159,44 @@ void itc_close(struct itc *c)
 uint64_t itc_id(struct itc *c)
 {
     return c->next_id++;
+}
+
+void itc_msg(struct tw_msg *m, uint32_t tag, uint64_t id)
+{
+    memset(m, 0, sizeof(*m));
+    m->hdr.tag = tag;
+    m->hdr.request_id = id;
+}
+
+uint64_t itc_send_put(struct itc *c, const struct tw_descriptor *d, uint32_t flags)
+{
+    struct tw_msg m;
+    uint64_t id = itc_id(c);
+    itc_msg(&m, TW_TAG_TENSOR_PUT, id);
+    m.u.tensor_put.flags = flags;
+    m.u.tensor_put.desc = *d;
+    itc_send(c, &m);
+    return id;
+}
+
+uint64_t itc_send_get(struct itc *c, const char *name, uint32_t flags)
+{
+    struct tw_msg m;
+    uint64_t id = itc_id(c);
+    itc_msg(&m, TW_TAG_TENSOR_REQUEST, id);
+    m.u.tensor_request.flags = flags;
+    m.u.tensor_request.name.ptr = (const uint8_t *)name;
+    m.u.tensor_request.name.len = (uint32_t)strlen(name);
+    itc_send(c, &m);
+    return id;
+}
+
+void itc_send_error(struct itc *c, uint64_t id, uint32_t code)
+{
+    struct tw_msg m;
+    itc_msg(&m, TW_TAG_ERROR, id);
+    m.u.error.code = code;
+    itc_send(c, &m);
 }
 
 int itc_send_raw(struct itc *c, const void *buf, size_t len)
@@ -406,14 +435,8 @@ int itc_put(struct itc *c, const char *name, uint8_t dtype, uint8_t ndim, const 
 int itc_get(struct itc *c, const char *name, uint8_t **out, uint64_t *out_len,
             struct tw_descriptor *desc_out)
 {
-    struct tw_msg m, r;
-    uint64_t id = itc_id(c);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_REQUEST;
-    m.hdr.request_id = id;
-    m.u.tensor_request.name.ptr = (const uint8_t *)name;
-    m.u.tensor_request.name.len = (uint32_t)strlen(name);
-    itc_send(c, &m);
+    struct tw_msg r;
+    uint64_t id = itc_send_get(c, name, 0);
     int rc = expect_reply(c, id, TW_TAG_TENSOR_INFO, &r);
     if (rc)
         return rc;

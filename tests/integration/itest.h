@@ -65,6 +65,18 @@ void itc_expect_error(struct itc *c, uint64_t id, uint32_t code);
 void itc_expect_error_text(struct itc *c, uint64_t id, uint32_t code, char *text, size_t len);
 
 uint64_t itc_id(struct itc *c);
+/* Zeroes *m and sets its tag and request id: the start of every message a
+ * test builds by hand. */
+void itc_msg(struct tw_msg *m, uint32_t tag, uint64_t id);
+/* Sends TENSOR_PUT(d, flags) under a fresh id and returns the id; reads
+ * nothing (the caller expects PUT_ACCEPT or an ERROR). d's views must stay
+ * valid for the call only. */
+uint64_t itc_send_put(struct itc *c, const struct tw_descriptor *d, uint32_t flags);
+/* Sends TENSOR_REQUEST(name, flags) under a fresh id and returns the id;
+ * reads nothing. */
+uint64_t itc_send_get(struct itc *c, const char *name, uint32_t flags);
+/* Sends the client's ERROR(code) for request id (e.g. CANCELLED). */
+void itc_send_error(struct itc *c, uint64_t id, uint32_t code);
 
 /* Synchronous operations. Return 0 or the wire error code the server
  * answered (positive); fail the test on anything unexpected. */

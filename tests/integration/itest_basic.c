@@ -140,15 +140,12 @@ static void test_request_errors(void)
     TW_ASSERT_OK(itc_handshake(&c, NULL));
 
     /* A GPU device tag: this server keeps tensors in host memory. */
-    uint64_t id = itc_id(&c);
+    struct tw_descriptor gd;
     uint64_t shape[1] = {4};
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_PUT;
-    m.hdr.request_id = id;
-    itest_desc(&m.u.tensor_put.desc, "gpu", TW_DTYPE_F32, 1, shape);
-    m.u.tensor_put.desc.device_tag.ptr = (const uint8_t *)"cuda:7";
-    m.u.tensor_put.desc.device_tag.len = 6;
-    itc_send(&c, &m);
+    itest_desc(&gd, "gpu", TW_DTYPE_F32, 1, shape);
+    gd.device_tag.ptr = (const uint8_t *)"cuda:7";
+    gd.device_tag.len = 6;
+    uint64_t id = itc_send_put(&c, &gd, 0);
     itc_expect_error(&c, id, TW_WIRE_DEVICE_UNAVAILABLE);
 
     /* A wrong CRC: nothing is stored. */
@@ -238,13 +235,7 @@ static void test_busy_inflight(void)
     struct tw_msg m;
     uint64_t ids[3];
     for (int i = 0; i < 3; i++) {
-        ids[i] = itc_id(&c);
-        memset(&m, 0, sizeof(m));
-        m.hdr.tag = TW_TAG_TENSOR_REQUEST;
-        m.hdr.request_id = ids[i];
-        m.u.tensor_request.name.ptr = (const uint8_t *)"big";
-        m.u.tensor_request.name.len = 3;
-        itc_send(&c, &m);
+        ids[i] = itc_send_get(&c, "big", 0);
     }
     /* Drain everything: two full GETs and one BUSY, in any interleaving. */
     uint64_t got[2] = {0, 0};
@@ -290,13 +281,7 @@ static void test_readers_keep_old_version(void)
     TW_ASSERT_OK(itc_handshake(&r, NULL));
     TW_ASSERT_OK(itc_handshake(&w, NULL));
     TW_ASSERT_EQ(itc_put(&w, "ver", TW_DTYPE_U8, 1, shape, v1, len, 0), 0);
-    uint64_t id = itc_id(&r);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_REQUEST;
-    m.hdr.request_id = id;
-    m.u.tensor_request.name.ptr = (const uint8_t *)"ver";
-    m.u.tensor_request.name.len = 3;
-    itc_send(&r, &m);
+    itc_send_get(&r, "ver", 0);
     TW_ASSERT_OK(itc_recv(&r, &m)); /* TENSOR_INFO: the GET has started */
     TW_ASSERT_EQ(m.hdr.tag, TW_TAG_TENSOR_INFO);
     TW_ASSERT_EQ(itc_put(&w, "ver", TW_DTYPE_U8, 1, shape, v2, len, 0), 0);

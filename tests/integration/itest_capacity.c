@@ -38,22 +38,15 @@ static void test_capacity(void)
     TW_ASSERT_EQ_U64(itc_stat_value(&a, "reserved_bytes"), 0);
 
     /* An accepted but unfinished put reserves its bytes. */
-    uint64_t id = itc_id(&a);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_PUT;
-    m.hdr.request_id = id;
-    itest_desc(&m.u.tensor_put.desc, "pending", TW_DTYPE_U8, 1, shape);
-    itc_send(&a, &m);
+    struct tw_descriptor d;
+    itest_desc(&d, "pending", TW_DTYPE_U8, 1, shape);
+    uint64_t id = itc_send_put(&a, &d, 0);
     TW_ASSERT_OK(itc_recv(&a, &m));
     TW_ASSERT_EQ(m.hdr.tag, TW_TAG_PUT_ACCEPT);
     TW_ASSERT_EQ(itc_put(&b, "other", TW_DTYPE_U8, 1, shape, data, len, 0),
                  TW_WIRE_CAPACITY_EXCEEDED);
     /* Cancelling it (client ERROR) releases the reservation. */
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_ERROR;
-    m.hdr.request_id = id;
-    m.u.error.code = TW_WIRE_CANCELLED;
-    itc_send(&a, &m);
+    itc_send_error(&a, id, TW_WIRE_CANCELLED);
     TW_ASSERT_EQ(itc_ping(&a), 0);
     TW_ASSERT_EQ_U64(itc_stat_value(&a, "reserved_bytes"), 0);
     TW_ASSERT_EQ(itc_put(&b, "other", TW_DTYPE_U8, 1, shape, data, len, 0), 0);

@@ -76,13 +76,7 @@ static void *worker(void *arg)
     uint64_t got[PER_THREAD] = {0};
     int finished = 0;
     for (int i = 0; i < PER_THREAD; i++) {
-        ids[i] = itc_id(&c);
-        memset(&m, 0, sizeof(m));
-        m.hdr.tag = TW_TAG_TENSOR_REQUEST;
-        m.hdr.request_id = ids[i];
-        m.u.tensor_request.name.ptr = (const uint8_t *)names[i];
-        m.u.tensor_request.name.len = (uint32_t)strlen(names[i]);
-        itc_send(&c, &m);
+        ids[i] = itc_send_get(&c, names[i], 0);
     }
     while (finished < PER_THREAD) {
         TW_ASSERT_OK(itc_recv(&c, &m));
@@ -119,13 +113,7 @@ static void test_concurrent(void)
     itc_connect(&stalled, &srv);
     TW_ASSERT_OK(itc_handshake(&stalled, NULL));
     TW_ASSERT_EQ(itc_put(&stalled, "stalled", TW_DTYPE_U8, 1, shape, bigdata, big, 0), 0);
-    uint64_t sid = itc_id(&stalled);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_REQUEST;
-    m.hdr.request_id = sid;
-    m.u.tensor_request.name.ptr = (const uint8_t *)"stalled";
-    m.u.tensor_request.name.len = 7;
-    itc_send(&stalled, &m);
+    uint64_t sid = itc_send_get(&stalled, "stalled", 0);
 
     pthread_t th[THREADS];
     uint64_t t0 = itest_now_ms();

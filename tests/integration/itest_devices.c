@@ -16,19 +16,22 @@
 
 static struct itest_server srv;
 
+/* Sends TENSOR_PUT of "t" (4 f32) on device `tag`; returns its id. */
+static uint64_t send_put_on(struct itc *c, const char *tag)
+{
+    struct tw_descriptor d;
+    uint64_t shape[1] = {4};
+    itest_desc(&d, "t", TW_DTYPE_F32, 1, shape);
+    d.device_tag.ptr = (const uint8_t *)tag;
+    d.device_tag.len = (uint32_t)strlen(tag);
+    return itc_send_put(c, &d, 0);
+}
+
 /* Sends a put of 4 bytes to `tag` and expects ERROR(DEVICE_UNAVAILABLE)
  * whose message contains every string of want (NULL-terminated). */
 static void expect_refused(struct itc *c, const char *tag, const char *const *want)
 {
-    struct tw_msg m;
-    uint64_t id = itc_id(c), shape[1] = {4};
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_PUT;
-    m.hdr.request_id = id;
-    itest_desc(&m.u.tensor_put.desc, "t", TW_DTYPE_F32, 1, shape);
-    m.u.tensor_put.desc.device_tag.ptr = (const uint8_t *)tag;
-    m.u.tensor_put.desc.device_tag.len = (uint32_t)strlen(tag);
-    itc_send(c, &m);
+    uint64_t id = send_put_on(c, tag);
     char msg[512];
     itc_expect_error_text(c, id, TW_WIRE_DEVICE_UNAVAILABLE, msg, sizeof(msg));
     for (; *want; want++)
@@ -116,14 +119,7 @@ static void test_default_gpu(void)
     TW_ASSERT_EQ_U64(itc_stat_value(&c, "device.cuda0.stored_bytes"), 0);
     /* A put to a served GPU goes on (staged through host memory). */
     struct tw_msg m;
-    uint64_t id = itc_id(&c), shape[1] = {4};
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_PUT;
-    m.hdr.request_id = id;
-    itest_desc(&m.u.tensor_put.desc, "t", TW_DTYPE_F32, 1, shape);
-    m.u.tensor_put.desc.device_tag.ptr = (const uint8_t *)"cuda:0";
-    m.u.tensor_put.desc.device_tag.len = 6;
-    itc_send(&c, &m);
+    uint64_t id = send_put_on(&c, "cuda:0");
     TW_ASSERT_EQ(itc_recv(&c, &m), 0);
     TW_ASSERT_EQ(m.hdr.tag, TW_TAG_PUT_ACCEPT);
     TW_ASSERT_EQ_U64(m.hdr.request_id, id);

@@ -80,13 +80,7 @@ static void test_sigterm_in_flight(void)
     TW_ASSERT_EQ(itc_put(&g, "big", TW_DTYPE_U8, 1, shape, data, len, 0), 0);
     free(data);
     struct tw_msg m;
-    uint64_t gid = itc_id(&g);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_REQUEST;
-    m.hdr.request_id = gid;
-    m.u.tensor_request.name.ptr = (const uint8_t *)"big";
-    m.u.tensor_request.name.len = 3;
-    itc_send(&g, &m);
+    uint64_t gid = itc_send_get(&g, "big", 0);
     /* p: a put with half its bytes sent. */
     uint64_t pid = itc_id(&p);
     start_put(&p, pid, "partial", 1u << 20, 512u << 10);

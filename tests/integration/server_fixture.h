@@ -197,16 +197,4 @@ static inline tw_client *tw_test_connect(const struct tw_test_server *s)
     return c;
 }
 
-/* Deterministic bytes (xorshift32) that differ with seed and position. */
-static inline void tw_test_fill(uint8_t *p, size_t n, uint32_t seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        p[i] = (uint8_t)x;
-    }
-}
-
 #endif

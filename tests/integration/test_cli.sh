@@ -4,17 +4,11 @@
 # "tensorwire: CMD NAME: CODE: message", 2 usage), npy rejections, auth with a
 # token file, capacity, and bench --json fields.
 # Needs TW_BUILD_DIR and TW_SOURCE_DIR (set by CTest). Exit 77 = skip.
-set -u
-B=${TW_BUILD_DIR:?}
-S=${TW_SOURCE_DIR:?}
-. "$S/scripts/lib-server.sh"
-TW="$B/tensorwire"
-[ -x "$B/tensorwired" ] || { echo "SKIP: tensorwired not built"; exit 77; }
-command -v python3 >/dev/null || { echo "SKIP: python3 missing"; exit 77; }
-W=$(mktemp -d "${TMPDIR:-/tmp}/tw-cli-test.XXXXXX")
-cleanup() { tw_server_stop >/dev/null 2>&1; rm -rf "$W"; }
-trap cleanup EXIT INT TERM
-FAILS=0
+. "${TW_SOURCE_DIR:?}/tests/lib-test.sh"
+tw_test_need tensorwired
+tw_test_need_cmd python3
+tw_test_workdir cli-test
+# Each failure shows the end of the server's log.
 fail() {
     echo "FAIL: $*" >&2
     FAILS=$((FAILS + 1))
@@ -354,8 +348,4 @@ expect 0 "$TW" $A --fabric tcp --gpudirect off --gpudirect-max-distance sys ls
 expect 1 "$TW" $A --fabric tcp --gpudirect require ls && grep_err "gpudirect require: "
 tw_server_stop
 
-if [ "$FAILS" -ne 0 ]; then
-    echo "$FAILS failure(s)" >&2
-    exit 1
-fi
-echo "all CLI cases passed"
+tw_test_end "all CLI cases passed"

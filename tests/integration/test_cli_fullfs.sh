@@ -5,14 +5,10 @@
 # old file byte for byte and no temporary behind. The tmpfs lives in a
 # private mount namespace (unshare -m), so nothing stays mounted if the test
 # dies. Needs root (CI runs as root); exit 77 when it cannot mount.
-set -u
-B=${TW_BUILD_DIR:?}
-S=${TW_SOURCE_DIR:?}
-TW="$B/tensorwire"
-[ -x "$B/tensorwired" ] || { echo "SKIP: tensorwired not built"; exit 77; }
-command -v unshare >/dev/null || { echo "SKIP: unshare missing"; exit 77; }
-W=$(mktemp -d "${TMPDIR:-/tmp}/tw-cli-fullfs.XXXXXX")
-trap 'rm -rf "$W"' EXIT INT TERM
+. "${TW_SOURCE_DIR:?}/tests/lib-test.sh"
+tw_test_need tensorwired
+tw_test_need_cmd unshare
+tw_test_workdir cli-fullfs
 mkdir "$W/small"
 if ! unshare -m sh -c "mount -t tmpfs -o size=1m tw-test '$W/small'" 2>"$W/err"; then
     echo "SKIP: cannot mount a tmpfs in a private namespace: $(cat "$W/err")"
@@ -20,13 +16,10 @@ if ! unshare -m sh -c "mount -t tmpfs -o size=1m tw-test '$W/small'" 2>"$W/err";
 fi
 export TW B S W TW_BUILD_DIR TW_SOURCE_DIR
 exec unshare -m sh -c '
-set -u
-. "$S/scripts/lib-server.sh"
+. "$S/tests/lib-test.sh"
 mount --make-rprivate / 2>/dev/null
 mount -t tmpfs -o size=1m tw-test "$W/small" || exit 1
-trap "tw_server_stop >/dev/null 2>&1; umount \"$W/small\"" EXIT
-FAILS=0
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+trap "tw_server_stop >/dev/null 2>&1; umount \"$W/small\"; rm -rf \"$W\"" EXIT
 head -c 4194304 /dev/zero >"$W/z4"
 printf "the old contents\n" >"$W/old"
 cp "$W/old" "$W/small/dst.npy"
@@ -47,6 +40,5 @@ head -c 65536 /dev/zero >"$W/z64k"
 "$TW" $A put t64k "$W/z64k" --dtype u8 --shape 65536 || fail "put t64k"
 "$TW" $A get t64k "$W/small/dst.npy" --raw || fail "get t64k"
 cmp -s "$W/small/dst.npy" "$W/z64k" || fail "the small get wrote other bytes"
-[ "$FAILS" -eq 0 ] || { echo "$FAILS failure(s)" >&2; exit 1; }
-echo "all full-filesystem cases passed"
+tw_test_end "all full-filesystem cases passed"
 '

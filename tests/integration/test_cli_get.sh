@@ -6,25 +6,15 @@
 # with the data segment limited to 48 MiB, where a malloc'd buffer cannot);
 # a directory as destination is refused before any byte moves.
 # Needs TW_BUILD_DIR and TW_SOURCE_DIR (set by CTest). Exit 77 = skip.
-set -u
-B=${TW_BUILD_DIR:?}
-S=${TW_SOURCE_DIR:?}
-. "$S/scripts/lib-server.sh"
-TW="$B/tensorwire"
-[ -x "$B/tensorwired" ] || { echo "SKIP: tensorwired not built"; exit 77; }
-W=$(mktemp -d "${TMPDIR:-/tmp}/tw-cli-get.XXXXXX")
+. "${TW_SOURCE_DIR:?}/tests/lib-test.sh"
+tw_test_need tensorwired
+tw_test_workdir cli-get
 CLI_PID=
 cleanup() {
     [ -n "$CLI_PID" ] && kill -CONT "$CLI_PID" 2>/dev/null
-    tw_server_stop >/dev/null 2>&1
-    rm -rf "$W"
+    tw_test_cleanup
 }
 trap cleanup EXIT INT TERM
-FAILS=0
-fail() {
-    echo "FAIL: $*" >&2
-    FAILS=$((FAILS + 1))
-}
 # old_intact: dst still holds the old bytes, and nothing else is in $W/d.
 old_intact() {
     cmp -s "$W/d/dst.npy" "$W/old" || fail "$1: the old file changed"
@@ -141,8 +131,4 @@ fi
 rm -f "$W/d/big.npy"
 tw_server_stop
 
-if [ "$FAILS" -ne 0 ]; then
-    echo "$FAILS failure(s)" >&2
-    exit 1
-fi
-echo "all get cases passed"
+tw_test_end "all get cases passed"

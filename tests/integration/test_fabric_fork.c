@@ -31,15 +31,6 @@ struct hello { /* child -> parent, after the parent's address */
     struct tw_fabric_rkey src, dst;
 };
 
-static void fill(uint8_t *p, size_t n, unsigned seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        p[i] = (uint8_t)(x >> 24);
-    }
-}
-
 static void xwrite(int fd, const void *p, size_t n)
 {
     const char *c = p;
@@ -81,7 +72,7 @@ static void child_main(int sock)
                                peer_addr.addr_len, &p))
         _exit(4);
     uint8_t *src = malloc(REGION), *dst = calloc(1, REGION);
-    fill(src, REGION, 1);
+    tw_test_fill(src, REGION, 1);
     struct tw_fabric_mr *ms, *md;
     if (tw__fabric_mr_register(p, src, REGION, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &ms) ||
         tw__fabric_mr_register(p, dst, REGION, TW_FABRIC_REMOTE_WRITE, TW_FABRIC_HOST, 0, &md))
@@ -103,7 +94,7 @@ static void child_main(int sock)
             continue;
         }
         uint8_t *want = malloc(REGION);
-        fill(want, REGION, 2);
+        tw_test_fill(want, REGION, 2);
         char ok = memcmp(want, dst, REGION) == 0 ? 'y' : 'n';
         free(want);
         xwrite(sock, &ok, 1);
@@ -215,7 +206,7 @@ static void pull_and_push(void)
     if (ret)
         TW_FAIL("pull: %s: %s", tw_strerror_name(ret), cc.msg);
     TW_ASSERT_MEM_EQ(buf, want, REGION);
-    fill(buf, REGION, 2);
+    tw_test_fill(buf, REGION, 2);
     struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PUSH,
                                     .peer = c.peer,
                                     .local = lmr,
@@ -387,7 +378,7 @@ int main(void)
     buf = malloc(REGION);
     want = malloc(REGION);
     TW_ASSERT(buf && want);
-    fill(want, REGION, 1);
+    tw_test_fill(want, REGION, 1);
     /* Any peer handle on the rail will do to register the local region. */
     struct child boot;
     spawn(plane, &boot);

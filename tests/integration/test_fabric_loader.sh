@@ -7,14 +7,7 @@
 #     logs why it has no fabric, and serves inline; the CLI with
 #     --fabric tcp still moves bytes (inline fallback).
 # Needs TW_BUILD_DIR and TW_SOURCE_DIR (set by CTest). Exit 77 = skip.
-set -u
-B=${TW_BUILD_DIR:?}
-S=${TW_SOURCE_DIR:?}
-FAILS=0
-fail() {
-    echo "FAIL: $*" >&2
-    FAILS=$((FAILS + 1))
-}
+. "${TW_SOURCE_DIR:?}/tests/lib-test.sh"
 
 echo "case no NEEDED libfabric"
 command -v readelf >/dev/null || { echo "SKIP: readelf missing"; exit 77; }
@@ -41,10 +34,7 @@ if [ "${1:-}" != "--inside" ]; then
     exit 1
 fi
 
-W=$(mktemp -d "${TMPDIR:-/tmp}/tw-loader-test.XXXXXX")
-. "$S/scripts/lib-server.sh"
-cleanup() { tw_server_stop >/dev/null 2>&1; rm -rf "$W"; }
-trap cleanup EXIT INT TERM
+tw_test_workdir loader-test
 : >"$W/empty.so"
 if ! mount --bind "$W/empty.so" "$(readlink -f "$TW_LIBFABRIC_PATH")" 2>"$W/mount.err"; then
     echo "SKIP: cannot bind-mount over libfabric: $(cat "$W/mount.err")"
@@ -66,7 +56,4 @@ cmp -s "$W/in.bin" "$W/back.bin" || fail "bytes differ after the round trip"
 "$B/tensorwire" -s "$TW_SERVER_ADDR" --fabric tcp -v get --raw t "$W/back.bin" >"$W/out" 2>&1
 grep -q "libfabric" "$W/out" || echo "note: get -v does not name libfabric: $(cat "$W/out")"
 
-[ $FAILS -eq 0 ] && exit 0
-echo "--- server log:" >&2
-cat "$W/server.log" >&2
-exit 1
+tw_test_end PASS 200

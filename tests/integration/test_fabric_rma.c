@@ -49,15 +49,6 @@ static void close_all(struct tw_fabric *c, struct tw_fabric *s)
     tw__fabric_close(s);
 }
 
-static void fill(uint8_t *p, size_t n, unsigned seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        p[i] = (uint8_t)(x >> 24);
-    }
-}
-
 static uint64_t deadline_in_ms(unsigned ms)
 {
     return tw__now_ns() + (uint64_t)ms * 1000000ull;
@@ -117,6 +108,39 @@ static void hmem_per_rail(void)
         TW_ASSERT(strstr(tw__fabric_errmsg(b), "FI_HMEM") != NULL);
     }
     TW_ASSERT(strstr(tw__fabric_describe(a), "host memory only") == NULL);
+
+    /* FI_HMEM is kept only where the probe buffer registers as CUDA memory.
+     * Host memory named CUDA never does (no libfabric here registers it:
+     * without CUDA support the iface is refused, with it the pointer is not
+     * device memory), so every rail reopens plain and says why. */
+    static char probe[4096];
+    struct tw_fabric_config proved = hmem;
+    proved.hmem_probe = probe;
+    proved.hmem_probe_len = sizeof(probe);
+    struct tw_fabric *p = NULL;
+    TW_ASSERT_OK(tw__fabric_open(&proved, &p, err, sizeof(err)));
+    fprintf(stderr, "  hmem probed: %s\n", tw__fabric_describe(p));
+    const struct tw_fabric_addr *pp;
+    unsigned np = tw__fabric_local_addrs(p, &pp);
+    TW_ASSERT_EQ(np, na);
+    host_only = strstr(tw__fabric_describe(p), "host memory only");
+    TW_ASSERT(host_only != NULL);
+    for (unsigned i = 0; i < np; i++) {
+        TW_ASSERT_STR_EQ(pp[i].provider, pa[i].provider);
+        TW_ASSERT(strstr(host_only, pp[i].provider) != NULL);
+        static char page[4096];
+        struct tw_fabric_mr *mr = NULL;
+        TW_ASSERT_ERR(tw__fabric_mr_register_rail(p, i, page, sizeof(page), TW_FABRIC_REMOTE_READ,
+                                                  TW_FABRIC_CUDA, 0, &mr),
+                      TW_EDEVICE);
+    }
+    /* The reopened rails move host memory. */
+    static char hostbuf[4096];
+    struct tw_fabric_mr *hm = NULL;
+    TW_ASSERT_OK(tw__fabric_mr_register_rail(p, 0, hostbuf, sizeof(hostbuf), TW_FABRIC_REMOTE_READ,
+                                             TW_FABRIC_HOST, -1, &hm));
+    tw__fabric_mr_deregister(hm);
+    tw__fabric_close(p);
     tw__fabric_close(b);
     tw__fabric_close(a);
 }
@@ -248,7 +272,7 @@ static void move_bytes(size_t n, size_t off)
 {
     uint8_t *src = malloc(n + off + 1), *dst = malloc(n + off + 1);
     TW_ASSERT(src && dst);
-    fill(src, n + off + 1, (unsigned)n);
+    tw_test_fill(src, n + off + 1, (unsigned)n);
     memset(dst, 0, n + off + 1);
     struct tw_fabric_mr *rsrc, *ldst;
     /* Pull: server's source readable by the peer, client's buffer receives. */
@@ -276,7 +300,7 @@ static void move_bytes(size_t n, size_t off)
     tw__fabric_mr_deregister(ldst);
 
     /* Push: client's source written into the server's destination. */
-    fill(src, n + off + 1, (unsigned)n + 7);
+    tw_test_fill(src, n + off + 1, (unsigned)n + 7);
     memset(dst, 0, n + off + 1);
     struct tw_fabric_mr *rdst, *lsrc;
     TW_ASSERT_OK(tw__fabric_mr_register(srv_peer, dst + off, n, TW_FABRIC_REMOTE_WRITE,
@@ -352,7 +376,7 @@ static void many_in_flight(void)
     enum { N = 48, SZ = 300 * 1024 + 11 };
     uint8_t *src = malloc((size_t)N * SZ), *dst = calloc(N, SZ);
     TW_ASSERT(src && dst);
-    fill(src, (size_t)N * SZ, 99);
+    tw_test_fill(src, (size_t)N * SZ, 99);
     struct tw_fabric_mr *rsrc, *ldst;
     TW_ASSERT_OK(tw__fabric_mr_register(sp, src, (size_t)N * SZ, TW_FABRIC_REMOTE_READ,
                                         TW_FABRIC_HOST, 0, &rsrc));
@@ -665,7 +689,7 @@ static void pull_regions(struct tw_fabric_peer *sp, struct tw_fabric_peer *cp, s
     *src = malloc(n);
     *dst = calloc(1, n);
     TW_ASSERT(*src && *dst);
-    fill(*src, n, seed);
+    tw_test_fill(*src, n, seed);
     TW_ASSERT_OK(
         tw__fabric_mr_register(sp, *src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, rsrc));
     TW_ASSERT_OK(
@@ -829,7 +853,7 @@ static void old_key_rejected(void)
     static uint8_t dst[64 * 1024];
     uint8_t *src = malloc(n), *orig = malloc(n);
     TW_ASSERT(src && orig);
-    fill(src, n, 11);
+    tw_test_fill(src, n, 11);
     memcpy(orig, src, n);
     int is_tcp = strncmp(tw__fabric_peer_provider(cli_peer), "tcp", 3) == 0;
     struct tw_fabric_mr *rsrc, *ldst;
@@ -851,7 +875,7 @@ static void old_key_rejected(void)
 
     for (int op = TW_FABRIC_PULL; op <= TW_FABRIC_PUSH; op++) {
         d.op = (enum tw_fabric_op)op;
-        fill(dst, n, 12 + (unsigned)op);
+        tw_test_fill(dst, n, 12 + (unsigned)op);
         uint8_t before = dst[0];
         d.deadline_ns = deadline_in_ms(500);
         int ret = tw__fabric_xfer_run(cli, &d, &c);

@@ -26,21 +26,6 @@ static tw_client *connect_default(void)
     return tw_test_connect(&srv);
 }
 
-/* Like tw_test_fill, a word at a time (GiB-sized buffers). */
-static void fill(uint8_t *p, size_t n, uint32_t seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        memcpy(p + i, &x, 4);
-    }
-    for (; i < n; i++)
-        p[i] = (uint8_t)(x >> (8 * (i & 3)));
-}
-
 /* A device buffer holding n bytes of src (n >= 1). */
 static void *dev_from(const uint8_t *src, size_t n)
 {
@@ -68,7 +53,7 @@ static void round_trip(tw_client *c, size_t n, const char *srv_dev, int put_gpu,
     char name[96];
     uint8_t *src = malloc(n), *back = malloc(n + 1);
     TW_ASSERT(src && back);
-    fill(src, n, (uint32_t)(n * 7 + put_gpu * 3 + get_gpu));
+    tw_test_fill(src, n, (uint32_t)(n * 7 + put_gpu * 3 + get_gpu));
     snprintf(name, sizeof(name), "gpu/%zu/%s/%d%d", n, srv_dev, put_gpu, get_gpu);
     struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {n}}, got;
     snprintf(d.device_tag, sizeof(d.device_tag), "%s", srv_dev);
@@ -133,7 +118,7 @@ static void test_device_batch(void)
     struct tw_batch_item *items = calloc(n, sizeof(*items));
     char(*names)[48] = calloc(n, sizeof(*names));
     TW_ASSERT(host && back && items && names);
-    fill(host, blk * n, 99);
+    tw_test_fill(host, blk * n, 99);
     uint8_t *dsrc = dev_from(host, blk * n), *ddst = NULL;
     for (size_t i = 0; i < n; i++) {
         snprintf(names[i], sizeof(names[i]), "kv/%zu", i);
@@ -182,8 +167,8 @@ static void test_realloc_same_address(void)
     const size_t n = 8u << 20;
     uint8_t *a = malloc(n), *b = malloc(n), *back = malloc(n);
     struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {n}};
-    fill(a, n, 1);
-    fill(b, n, 2);
+    tw_test_fill(a, n, 1);
+    tw_test_fill(b, n, 2);
     TW_ASSERT_OK(tw_put(c, "re/a", &d, a, n));
     TW_ASSERT_OK(tw_put(c, "re/b", &d, b, n));
     void *d1 = NULL, *d2 = NULL;
@@ -213,7 +198,7 @@ static void test_range_leaves_allocation(void)
     tw_client *c = connect_default();
     const size_t n = 1u << 20;
     uint8_t *h = malloc(2 * n);
-    fill(h, 2 * n, 5);
+    tw_test_fill(h, 2 * n, 5);
     void *dv = dev_from(h, n);
     struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {2 * n}};
     TW_ASSERT_ERR(tw_put(c, "bad/span", &d, dv, 2 * n), TW_EINVAL);

@@ -3,21 +3,41 @@
 # check the values against it, and check the page with `promtool check
 # metrics` (Prometheus' own parser and linter). Also: 404 off /metrics,
 # 405 for POST, a bad --metrics address is a start-up error (exit 1).
+# libmicrohttpd is loaded only for --metrics: tensorwired does not list it
+# as NEEDED, and with the library made unloadable (an empty file
+# bind-mounted over it in a private mount namespace; root and unshare,
+# else that part is noted and skipped) tensorwired starts and serves
+# without --metrics, and --metrics fails at start naming the library.
 # Needs TW_BUILD_DIR and TW_SOURCE_DIR (set by CTest). Exit 77 = skip.
-set -u
-B=${TW_BUILD_DIR:?}
-S=${TW_SOURCE_DIR:?}
-. "$S/scripts/lib-server.sh"
-TW="$B/tensorwire"
-command -v curl >/dev/null || { echo "SKIP: curl missing"; exit 77; }
-W=$(mktemp -d "${TMPDIR:-/tmp}/tw-metrics-test.XXXXXX")
-cleanup() { tw_server_stop >/dev/null 2>&1; rm -rf "$W"; }
-trap cleanup EXIT INT TERM
-FAILS=0
-fail() {
-    echo "FAIL: $*" >&2
-    FAILS=$((FAILS + 1))
-}
+. "${TW_SOURCE_DIR:?}/tests/lib-test.sh"
+if [ "${1:-}" = "--without-mhd" ]; then
+    # Inside a private mount namespace (see the end of this file).
+    W=$(mktemp -d "${TMPDIR:-/tmp}/tw-metrics-nomhd.XXXXXX")
+    trap 'tw_server_stop >/dev/null 2>&1; rm -rf "$W"' EXIT INT TERM
+    : >"$W/empty.so"
+    mount --bind "$W/empty.so" "$(readlink -f "$TW_MHD_PATH")" 2>"$W/mount.err" || {
+        echo "SKIP: cannot bind-mount over libmicrohttpd: $(cat "$W/mount.err")"
+        exit 77
+    }
+    rc=0
+    tw_server_start "$B" "$W" --fabric none || exit 1
+    head -c 3000 /dev/urandom >"$W/small.bin"
+    "$TW" -s "$TW_SERVER_ADDR" put small "$W/small.bin" --dtype u8 --shape 3000 >"$W/out" 2>&1 ||
+        { echo "FAIL: put without libmicrohttpd: $(cat "$W/out")" >&2; rc=1; }
+    "$TW" -s "$TW_SERVER_ADDR" get --raw small "$W/back.bin" >"$W/out" 2>&1 &&
+        cmp -s "$W/small.bin" "$W/back.bin" ||
+        { echo "FAIL: get without libmicrohttpd: $(cat "$W/out")" >&2; rc=1; }
+    tw_server_stop >/dev/null 2>&1
+    "$B/tensorwired" --listen 127.0.0.1:0 --fabric none --metrics 127.0.0.1:0 >"$W/m.log" 2>&1
+    mrc=$?
+    echo "  --metrics without the library: exit $mrc: $(tail -n 1 "$W/m.log")"
+    [ $mrc -eq 1 ] || { echo "FAIL: --metrics without libmicrohttpd exited $mrc" >&2; rc=1; }
+    grep -q "libmicrohttpd.so.12" "$W/m.log" ||
+        { echo "FAIL: the error does not name libmicrohttpd.so.12" >&2; rc=1; }
+    exit $rc
+fi
+tw_test_need_cmd curl
+tw_test_workdir metrics-test
 # metric NAME_WITH_LABELS: its value in $W/m.txt ("" when absent).
 metric() { awk -v k="$1" '$1 == k { print $2 }' "$W/m.txt"; }
 expect_metric() {
@@ -28,6 +48,24 @@ scrape() {
     curl -sS --max-time 10 -o "$W/m.txt" -w '%{http_code} %{content_type}' \
         "http://$MADDR/metrics" >"$W/code" 2>"$W/curl.err" || fail "curl: $(cat "$W/curl.err")"
 }
+
+echo "case libmicrohttpd not linked"
+if command -v readelf >/dev/null; then
+    readelf -d "$B/tensorwired" | grep NEEDED | grep -q microhttpd &&
+        fail "tensorwired links libmicrohttpd: $(readelf -d "$B/tensorwired" | grep NEEDED | tr '\n' ' ')"
+else
+    echo "note: readelf missing; NEEDED not checked"
+fi
+
+echo "case without libmicrohttpd: serves, and --metrics names the library"
+MHD=$(ldconfig -p 2>/dev/null | sed -n 's/.*libmicrohttpd\.so\.12 (libc6,x86-64) => //p' | head -n 1)
+if [ -n "$MHD" ] && command -v unshare >/dev/null && [ "$(id -u)" -eq 0 ]; then
+    TW_MHD_PATH=$MHD unshare --mount --propagation private sh "$0" --without-mhd
+    rc=$?
+    [ $rc -eq 0 ] || [ $rc -eq 77 ] || fail "without libmicrohttpd: exit $rc"
+else
+    echo "note: needs root, unshare and an installed libmicrohttpd.so.12; not run"
+fi
 
 echo "case bad address is a start-up error"
 "$B/tensorwired" --listen 127.0.0.1:0 --fabric none --metrics nohost >"$W/bad.log" 2>&1
@@ -95,7 +133,4 @@ else
     [ $FAILS -eq 0 ] && exit 77
 fi
 
-[ $FAILS -eq 0 ] && echo PASS && exit 0
-echo "--- server log:" >&2
-cat "$W/server.log" >&2
-exit 1
+tw_test_end PASS 200

@@ -743,19 +743,52 @@ static void raw_peer_close(struct itc *rc, struct tw_fabric *fab, struct tw_fabr
     itc_close(rc);
 }
 
+static void send_register(struct itc *rc, uint64_t id, const struct tw_fabric_mr *mr)
+{
+    struct tw_msg m;
+    struct tw_fabric_rkey k = tw__fabric_mr_rkey(mr);
+    itc_msg(&m, TW_TAG_RDMA_REGISTER, id);
+    m.u.rdma_register.rkey = k.key;
+    m.u.rdma_register.remote_addr = k.remote_addr;
+    m.u.rdma_register.length = k.length;
+    itc_send(rc, &m);
+}
+
+static void send_tag(struct itc *rc, uint32_t tag, uint64_t id)
+{
+    struct tw_msg m;
+    itc_msg(&m, tag, id);
+    itc_send(rc, &m);
+}
+
+/* The peer's RDMA_DONE(status 0, bytes) for request id. */
+static void send_done(struct itc *rc, uint64_t id, uint64_t bytes)
+{
+    struct tw_msg m;
+    itc_msg(&m, TW_TAG_RDMA_DONE, id);
+    m.u.rdma_done.bytes = bytes;
+    itc_send(rc, &m);
+}
+
+static uint64_t send_rdma_put(struct itc *rc, const char *name, uint64_t len)
+{
+    struct tw_msg m;
+    struct tw_descriptor d;
+    uint64_t shape[1] = {len};
+    itest_desc(&d, name, TW_DTYPE_U8, 1, shape);
+    uint64_t id = itc_send_put(rc, &d, TW_XFER_WANT_RDMA);
+    TW_ASSERT_EQ(itc_recv(rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_PUT_ACCEPT);
+    TW_ASSERT_EQ(m.u.put_accept.data_plane, TW_DP_RDMA);
+    return id;
+}
+
 /* A raw peer's get with WANT_RDMA up to the source's registration:
  * TENSOR_INFO(rdma) and RDMA_REGISTER (its key in *key). Returns the id. */
 static uint64_t raw_get_registered(struct itc *rc, const char *name, struct tw_fabric_rkey *key)
 {
     struct tw_msg m;
-    uint64_t id = itc_id(rc);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_REQUEST;
-    m.hdr.request_id = id;
-    m.u.tensor_request.flags = TW_XFER_WANT_RDMA;
-    m.u.tensor_request.name.ptr = (const uint8_t *)name;
-    m.u.tensor_request.name.len = (uint32_t)strlen(name);
-    itc_send(rc, &m);
+    uint64_t id = itc_send_get(rc, name, TW_XFER_WANT_RDMA);
     TW_ASSERT_EQ(itc_recv(rc, &m), 0);
     TW_ASSERT_EQ(m.hdr.tag, TW_TAG_TENSOR_INFO);
     TW_ASSERT_EQ(m.u.tensor_info.data_plane, TW_DP_RDMA);
@@ -770,12 +803,8 @@ static uint64_t raw_get_registered(struct itc *rc, const char *name, struct tw_f
 /* The same, then RDMA_READY sent: the peer pulls. */
 static uint64_t raw_get_ready(struct itc *rc, const char *name, struct tw_fabric_rkey *key)
 {
-    struct tw_msg m;
     uint64_t id = raw_get_registered(rc, name, key);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_RDMA_READY;
-    m.hdr.request_id = id;
-    itc_send(rc, &m);
+    send_tag(rc, TW_TAG_RDMA_READY, id);
     return id;
 }
 
@@ -802,39 +831,18 @@ static void test_rdma_only_below_threshold(void)
         tw__fabric_mr_register(peer, got, LEN, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &mr), 0);
 
     /* GET: TENSOR_INFO(rdma) and RDMA_REGISTER, then a pull. */
-    struct tw_msg m;
     struct tw_fabric_rkey key;
     uint64_t id = raw_get_ready(&rc, "small", &key);
     TW_ASSERT_EQ(key.length, LEN);
     TW_ASSERT_EQ(raw_read(fab, peer, mr, &key, LEN, 10000), 0);
     TW_ASSERT(memcmp(got, data, LEN) == 0);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_RDMA_DONE;
-    m.hdr.request_id = id;
-    m.u.rdma_done.bytes = LEN;
-    itc_send(&rc, &m);
+    send_done(&rc, id, LEN);
     TW_ASSERT_EQ(itc_ping(&rc), 0);
 
     /* PUT below the threshold: PUT_ACCEPT names the RDMA plane. The peer
      * then cancels it (ERROR for its id) and the connection goes on. */
-    struct tw_descriptor d;
-    uint64_t shape[1] = {LEN};
-    itest_desc(&d, "small2", TW_DTYPE_U8, 1, shape);
-    id = itc_id(&rc);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_PUT;
-    m.hdr.request_id = id;
-    m.u.tensor_put.flags = TW_XFER_WANT_RDMA;
-    m.u.tensor_put.desc = d;
-    itc_send(&rc, &m);
-    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
-    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_PUT_ACCEPT);
-    TW_ASSERT_EQ(m.u.put_accept.data_plane, TW_DP_RDMA);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_ERROR;
-    m.hdr.request_id = id;
-    m.u.error.code = TW_WIRE_CANCELLED;
-    itc_send(&rc, &m);
+    id = send_rdma_put(&rc, "small2", LEN);
+    itc_send_error(&rc, id, TW_WIRE_CANCELLED);
     TW_ASSERT_EQ(itc_ping(&rc), 0);
 
     raw_peer_close(&rc, fab, peer, mr);
@@ -858,7 +866,6 @@ static void test_old_key_rejected(void)
 
     /* The raw peer: handshake with bit 2, OFFER, ACCEPT. */
     struct itc rc;
-    struct tw_msg m;
     struct tw_fabric_peer *peer;
     struct tw_fabric *fab =
         raw_peer_connect(&rc, &s, TW_CAP_INLINE_DATA | TW_CAP_RDMA_DATA_PLANE, &peer);
@@ -880,11 +887,7 @@ static void test_old_key_rejected(void)
     TW_ASSERT(memcmp(got, v1, LEN) == 0);
 
     /* The get ends: the server releases version 1 and its key. */
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_RDMA_DONE;
-    m.hdr.request_id = id;
-    m.u.rdma_done.bytes = LEN;
-    itc_send(&rc, &m);
+    send_done(&rc, id, LEN);
     TW_ASSERT_EQ(itc_ping(&rc), 0); /* the server has handled RDMA_DONE */
     uint64_t t0 = itest_now_ms();
     while (stat_of(c, "reserved_bytes") != 0 && itest_now_ms() - t0 < 5000)
@@ -909,47 +912,6 @@ static void test_old_key_rejected(void)
     tw_close(c);
     TW_ASSERT(itest_server_alive(&s));
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
-}
-
-static void send_register(struct itc *rc, uint64_t id, const struct tw_fabric_mr *mr)
-{
-    struct tw_msg m;
-    struct tw_fabric_rkey k = tw__fabric_mr_rkey(mr);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_RDMA_REGISTER;
-    m.hdr.request_id = id;
-    m.u.rdma_register.rkey = k.key;
-    m.u.rdma_register.remote_addr = k.remote_addr;
-    m.u.rdma_register.length = k.length;
-    itc_send(rc, &m);
-}
-
-static void send_tag(struct itc *rc, uint32_t tag, uint64_t id)
-{
-    struct tw_msg m;
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = tag;
-    m.hdr.request_id = id;
-    itc_send(rc, &m);
-}
-
-static uint64_t send_rdma_put(struct itc *rc, const char *name, uint64_t len)
-{
-    struct tw_msg m;
-    struct tw_descriptor d;
-    uint64_t shape[1] = {len};
-    itest_desc(&d, name, TW_DTYPE_U8, 1, shape);
-    uint64_t id = itc_id(rc);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_PUT;
-    m.hdr.request_id = id;
-    m.u.tensor_put.flags = TW_XFER_WANT_RDMA;
-    m.u.tensor_put.desc = d;
-    itc_send(rc, &m);
-    TW_ASSERT_EQ(itc_recv(rc, &m), 0);
-    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_PUT_ACCEPT);
-    TW_ASSERT_EQ(m.u.put_accept.data_plane, TW_DP_RDMA);
-    return id;
 }
 
 /*
@@ -1004,11 +966,7 @@ static void test_push_sequence_on_wire(void)
     d.length = LEN;
     d.deadline_ns = tw__now_ns() + 20000ull * 1000000ull;
     TW_ASSERT_EQ(tw__fabric_xfer_run(fab, &d, &fc), 0);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_RDMA_DONE;
-    m.hdr.request_id = id;
-    m.u.rdma_done.bytes = LEN;
-    itc_send(&rc, &m);
+    send_done(&rc, id, LEN);
     TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
     TW_ASSERT_EQ(m.hdr.tag, TW_TAG_OK);
     TW_ASSERT_EQ(m.hdr.request_id, id);
@@ -1076,54 +1034,20 @@ static void test_stalled_peer(void)
     }
     const char *args[] = {"--fabric", TW_TEST_PROVIDER, "--transfer-timeout", "1", NULL};
     itest_server_start(&s, args);
-    struct tw_fabric_config cfg = {
-        .provider = TW_TEST_PROVIDER, .node = "127.0.0.1", .threaded = 1};
-    struct tw_fabric *fab;
-    char err[1024];
-    TW_ASSERT_EQ(tw__fabric_open(&cfg, &fab, err, sizeof(err)), 0);
     struct itc rc;
-    struct tw_msg m;
-    itc_connect(&rc, &s);
-    TW_ASSERT_EQ(itc_handshake_caps(&rc, NULL, TW_CAP_INLINE_DATA | TW_CAP_RDMA_DATA_PLANE), 0);
-    const struct tw_fabric_addr *addrs;
-    unsigned n = tw__fabric_local_addrs(fab, &addrs);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_RDMA_ENDPOINT;
-    m.u.rdma_endpoint.status = TW_EP_OFFER;
-    tw__fabric_plane_host_id(fab, m.u.rdma_endpoint.host_id);
-    m.u.rdma_endpoint.count = (uint8_t)n;
-    for (unsigned i = 0; i < n; i++)
-        tw__fabric_addr_view(&addrs[i], &m.u.rdma_endpoint.entries[i]);
-    itc_send(&rc, &m);
-    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
-    TW_ASSERT_EQ(m.u.rdma_endpoint.status, TW_EP_ACCEPT);
     struct tw_fabric_peer *peer;
-    TW_ASSERT_EQ(tw__fabric_peer_insert_entry(fab, &m.u.rdma_endpoint.entries[0], &peer), 0);
+    struct tw_fabric *fab =
+        raw_peer_connect(&rc, &s, TW_CAP_INLINE_DATA | TW_CAP_RDMA_DATA_PLANE, &peer);
     uint8_t *src = malloc(LEN);
     itest_fill(src, LEN, 5);
     struct tw_fabric_mr *mr;
     TW_ASSERT_EQ(
         tw__fabric_mr_register(peer, src, LEN, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &mr), 0);
 
-    uint64_t id = itc_id(&rc), shape[1] = {LEN};
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_PUT;
-    m.hdr.request_id = id;
-    m.u.tensor_put.flags = TW_XFER_WANT_RDMA;
-    itest_desc(&m.u.tensor_put.desc, "stalled", TW_DTYPE_U8, 1, shape);
-    itc_send(&rc, &m);
-    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
-    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_PUT_ACCEPT);
-    TW_ASSERT_EQ(m.u.put_accept.data_plane, TW_DP_RDMA);
+    uint64_t id = send_rdma_put(&rc, "stalled", LEN);
     tw__fabric_pause(fab, 1); /* we stop serving the server's reads */
-    struct tw_fabric_rkey k = tw__fabric_mr_rkey(mr);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_RDMA_REGISTER;
-    m.hdr.request_id = id;
-    m.u.rdma_register.rkey = k.key;
-    m.u.rdma_register.remote_addr = k.remote_addr;
-    m.u.rdma_register.length = LEN;
-    itc_send(&rc, &m);
+    send_register(&rc, id, mr);
+    struct tw_msg m;
     TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
     TW_ASSERT_EQ(m.hdr.tag, TW_TAG_RDMA_READY);
 
@@ -1148,10 +1072,7 @@ static void test_stalled_peer(void)
     TW_ASSERT_EQ(stat_of(c, "rdma_mrs_open"), 0);
     TW_ASSERT_EQ(stat_of(c, "reserved_bytes"), stat_of(c, "stored_bytes"));
     TW_ASSERT_EQ(stat_of(c, "reserved_bytes"), sizeof(data));
-    tw__fabric_mr_deregister(mr);
-    tw__fabric_peer_remove(peer);
-    tw__fabric_close(fab);
-    itc_close(&rc);
+    raw_peer_close(&rc, fab, peer, mr);
     free(src);
     tw_close(c);
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
@@ -1170,60 +1091,24 @@ static void test_shutdown_mid_transfer(void)
     }
     const char *args[] = {"--fabric", TW_TEST_PROVIDER, "--shutdown-grace", "1", NULL};
     itest_server_start(&s, args);
-    struct tw_fabric_config cfg = {
-        .provider = TW_TEST_PROVIDER, .node = "127.0.0.1", .threaded = 1};
-    struct tw_fabric *fab;
-    char err[1024];
-    TW_ASSERT_EQ(tw__fabric_open(&cfg, &fab, err, sizeof(err)), 0);
     struct itc rc;
-    struct tw_msg m;
-    itc_connect(&rc, &s);
-    TW_ASSERT_EQ(itc_handshake_caps(&rc, NULL, TW_CAP_INLINE_DATA | TW_CAP_RDMA_DATA_PLANE), 0);
-    const struct tw_fabric_addr *addrs;
-    unsigned n = tw__fabric_local_addrs(fab, &addrs);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_RDMA_ENDPOINT;
-    m.u.rdma_endpoint.status = TW_EP_OFFER;
-    tw__fabric_plane_host_id(fab, m.u.rdma_endpoint.host_id);
-    m.u.rdma_endpoint.count = (uint8_t)n;
-    for (unsigned i = 0; i < n; i++)
-        tw__fabric_addr_view(&addrs[i], &m.u.rdma_endpoint.entries[i]);
-    itc_send(&rc, &m);
-    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
-    TW_ASSERT_EQ(m.u.rdma_endpoint.status, TW_EP_ACCEPT);
     struct tw_fabric_peer *peer;
-    TW_ASSERT_EQ(tw__fabric_peer_insert_entry(fab, &m.u.rdma_endpoint.entries[0], &peer), 0);
+    struct tw_fabric *fab =
+        raw_peer_connect(&rc, &s, TW_CAP_INLINE_DATA | TW_CAP_RDMA_DATA_PLANE, &peer);
     uint8_t *src = calloc(1, LEN);
     struct tw_fabric_mr *mr;
     TW_ASSERT_EQ(
         tw__fabric_mr_register(peer, src, LEN, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST, 0, &mr), 0);
-    uint64_t id = itc_id(&rc), shape[1] = {LEN};
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_TENSOR_PUT;
-    m.hdr.request_id = id;
-    m.u.tensor_put.flags = TW_XFER_WANT_RDMA;
-    itest_desc(&m.u.tensor_put.desc, "cut", TW_DTYPE_U8, 1, shape);
-    itc_send(&rc, &m);
-    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
-    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_PUT_ACCEPT);
+    uint64_t id = send_rdma_put(&rc, "cut", LEN);
     tw__fabric_pause(fab, 1);
-    struct tw_fabric_rkey k = tw__fabric_mr_rkey(mr);
-    memset(&m, 0, sizeof(m));
-    m.hdr.tag = TW_TAG_RDMA_REGISTER;
-    m.hdr.request_id = id;
-    m.u.rdma_register.rkey = k.key;
-    m.u.rdma_register.remote_addr = k.remote_addr;
-    m.u.rdma_register.length = LEN;
-    itc_send(&rc, &m);
+    send_register(&rc, id, mr);
+    struct tw_msg m;
     TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
     TW_ASSERT_EQ(m.hdr.tag, TW_TAG_RDMA_READY);
     usleep(50000); /* the server's reads are posted and stalled */
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
     tw__fabric_pause(fab, 0);
-    tw__fabric_mr_deregister(mr);
-    tw__fabric_peer_remove(peer);
-    tw__fabric_close(fab);
-    itc_close(&rc);
+    raw_peer_close(&rc, fab, peer, mr);
     free(src);
 }
 

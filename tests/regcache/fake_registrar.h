@@ -21,7 +21,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include "common/clock.h"
 #include "mem/memkind.h"
 #include "mem/regcache.h"
 #include "tensorwire/error.h"
@@ -198,6 +200,38 @@ static inline const struct tw_memkind_ops *fake_cuda_ops(void)
     fake_cuda_kind.copy_from_host = NULL;
     fake_cuda_kind.export_dmabuf = NULL;
     return &fake_cuda_kind;
+}
+
+/* For the stress workers: releases the region in *held and clears the
+ * slot. Returns 1 when its registration was still alive, 0 when it was
+ * deregistered while referenced (what the cache must never do). */
+static inline int fake_release_held(struct tw_regcache *cache, struct tw_regcache_region **held)
+{
+    struct fake_handle *h = tw__regcache_region_handle(*held);
+    int alive = atomic_load(&h->alive) == 1;
+    tw__regcache_release(cache, *held);
+    *held = NULL;
+    return alive;
+}
+
+/* Runs n threads of fn (argument 1..n) for about `seconds`, then sets *stop
+ * and joins them. */
+static inline void fake_run_workers(void *(*fn)(void *), int n, unsigned seconds, _Atomic int *stop)
+{
+    pthread_t t[16];
+    if (n > 16)
+        n = 16;
+    for (int i = 0; i < n; i++)
+        if (pthread_create(&t[i], NULL, fn, (void *)(uintptr_t)(i + 1)) != 0) {
+            fprintf(stderr, "pthread_create failed\n");
+            exit(1);
+        }
+    uint64_t t0 = tw__now_ms();
+    while (tw__now_ms() - t0 < seconds * 1000ull)
+        usleep(10000);
+    atomic_store(stop, 1);
+    for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
 }
 
 #endif

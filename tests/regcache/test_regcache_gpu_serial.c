@@ -15,7 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/clock.h"
 #include "mem/regcache.h"
 #include "regcache/fake_registrar.h"
 #include "tw_test.h"
@@ -89,11 +88,8 @@ static void *worker(void *arg)
         unsigned x = (unsigned)rand_r(&seed);
         int slot = (int)(x % 3);
         if (held[slot]) {
-            struct fake_handle *h = tw__regcache_region_handle(held[slot]);
-            if (atomic_load(&h->alive) != 1)
+            if (!fake_release_held(cache, &held[slot]))
                 TW_FAIL("a referenced GPU registration was deregistered");
-            tw__regcache_release(cache, held[slot]);
-            held[slot] = NULL;
             continue;
         }
         switch ((x >> 4) % 8) {
@@ -128,15 +124,7 @@ static void gpu_range_serialized(void)
     struct tw_regcache_config cfg = {.max_entries = 8, .max_gpu_bytes = 4 * GPU_LEN};
     cfg.memkinds[TW_MEMKIND_CUDA] = fake_cuda_ops();
     TW_ASSERT_OK(tw__regcache_create(&cfg, &serial_ops, &fr, &cache));
-    pthread_t t[THREADS];
-    for (int i = 0; i < THREADS; i++)
-        TW_ASSERT_EQ(pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(i + 1)), 0);
-    uint64_t t0 = tw__now_ms();
-    while (tw__now_ms() - t0 < SECONDS * 1000)
-        usleep(10000);
-    atomic_store(&stop, 1);
-    for (int i = 0; i < THREADS; i++)
-        pthread_join(t[i], NULL);
+    fake_run_workers(worker, THREADS, SECONDS, &stop);
     struct tw_regcache_stats s;
     tw__regcache_stats(cache, &s);
     fprintf(stderr, "gpu reg/dereg calls=%ld overlapping=%ld stale=%llu invalidations=%llu\n",

@@ -11,7 +11,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/clock.h"
 #include "mem/regcache.h"
 #include "regcache/fake_registrar.h"
 #include "tensorwire/mem.h"
@@ -38,11 +37,8 @@ static void *worker(void *arg)
         unsigned x = (unsigned)rand_r(&seed);
         int slot = (int)(x % 4);
         if (held[slot]) {
-            struct fake_handle *h = tw__regcache_region_handle(held[slot]);
-            if (atomic_load(&h->alive) != 1)
+            if (!fake_release_held(cache, &held[slot]))
                 atomic_fetch_add(&dead_in_use, 1);
-            tw__regcache_release(cache, held[slot]);
-            held[slot] = NULL;
             continue;
         }
         switch ((x >> 4) % 16) {
@@ -117,16 +113,9 @@ static void stress_lookup_release_invalidate(void)
     cfg.memkinds[TW_MEMKIND_CUDA] = fake_cuda_ops();
     TW_ASSERT_OK(tw__regcache_create(&cfg, &fake_registrar_ops, &fr, &cache));
 
-    pthread_t t[THREADS], u;
-    for (int i = 0; i < THREADS; i++)
-        TW_ASSERT_EQ(pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(i + 1)), 0);
+    pthread_t u;
     TW_ASSERT_EQ(pthread_create(&u, NULL, unregisterer, NULL), 0);
-    uint64_t t0 = tw__now_ms();
-    while (tw__now_ms() - t0 < SECONDS * 1000)
-        usleep(10000);
-    atomic_store(&stop, 1);
-    for (int i = 0; i < THREADS; i++)
-        pthread_join(t[i], NULL);
+    fake_run_workers(worker, THREADS, SECONDS, &stop);
     pthread_join(u, NULL);
 
     struct tw_regcache_stats s;

@@ -3,18 +3,11 @@
 
 #include "server/store.h"
 #include "tw_test.h"
+#include "tw_test_gpu.h"
 
 static void desc(struct tw_descriptor *d, const char *name, uint64_t n)
 {
-    memset(d, 0, sizeof(*d));
-    d->dtype = TW_DTYPE_U8;
-    d->ndim = 1;
-    d->shape[0] = n;
-    d->byte_length = n;
-    d->name.ptr = (const uint8_t *)name;
-    d->name.len = (uint32_t)strlen(name);
-    d->device_tag.ptr = (const uint8_t *)"cpu";
-    d->device_tag.len = 3;
+    tw_test_desc_u8(d, name, "cpu", n);
 }
 
 static void test_versions_and_capacity(void)

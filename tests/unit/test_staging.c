@@ -161,7 +161,7 @@ static void test_round_trips(void)
             for (unsigned depth = 2; depth <= 5; depth += 3) {
                 for (int blocking = 0; blocking < 2; blocking++) {
                     unsigned hold = blocking ? depth - 1 : 0;
-                    tw_test_pattern(src, n, (uint32_t)(n + depth + pending));
+                    tw_test_fill(src, n, (uint32_t)(n + depth + pending));
                     memcpy(dev, src, n);
                     memset(host, 0, max);
                     long before = fake.copies;
@@ -200,7 +200,7 @@ static void test_injected_failures(void)
     const size_t n = 6 * CHUNK + 100; /* 7 chunks */
     uint8_t *src = malloc(n), *dev = malloc(n), *host = malloc(n);
     TW_ASSERT(src && dev && host);
-    tw_test_pattern(src, n, 7);
+    tw_test_fill(src, n, 7);
     fake_reset();
     struct tw_staging_pool *pool;
     char err[256];
@@ -247,8 +247,8 @@ static void test_shared_pool(void)
     const size_t n = 9 * CHUNK + 1;
     uint8_t *a = malloc(n), *b = malloc(n), *ha = calloc(1, n), *hb = calloc(1, n);
     TW_ASSERT(a && b && ha && hb);
-    tw_test_pattern(a, n, 1);
-    tw_test_pattern(b, n, 2);
+    tw_test_fill(a, n, 1);
+    tw_test_fill(b, n, 2);
     fake_reset();
     struct tw_staging_pool *pool;
     char err[256];

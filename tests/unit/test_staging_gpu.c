@@ -110,7 +110,7 @@ static void test_device(const struct tw_cuda_api *cu_api, int ordinal)
         size_t n = sizes[i];
         uint32_t crc;
         char why[256];
-        tw_test_pattern(src, n, (uint32_t)n);
+        tw_test_fill(src, n, (uint32_t)n);
         uint32_t want = tw__crc32c(0, src, n);
         /* host -> device through the pipe, then device -> host through it. */
         TW_ASSERT_OK(run_pipe(pool, &tw__memkind_cuda, TW_STAGING_TO_DEVICE, d1, src, n, &crc, why,
@@ -136,7 +136,7 @@ static void test_device(const struct tw_cuda_api *cu_api, int ordinal)
     failing_kind = tw__memkind_cuda;
     failing_kind.async = &failing_async;
     size_t n = 12 * chunk;
-    tw_test_pattern(src, n, 99);
+    tw_test_fill(src, n, 99);
     TW_ASSERT_EQ(cu->cuMemcpyHtoD(d2, src, n), CUDA_SUCCESS);
     for (int dir = TW_STAGING_TO_HOST; dir <= TW_STAGING_TO_DEVICE; dir++) {
         uint32_t crc;
