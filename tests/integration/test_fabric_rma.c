@@ -442,8 +442,8 @@ static void many_small_batched(void)
     uint8_t *ssrc = malloc((size_t)N * SZ), *sdst = calloc(N, SZ);
     uint8_t *csrc = malloc((size_t)N * SZ), *cdst = calloc(N, SZ);
     TW_ASSERT(ssrc && sdst && csrc && cdst);
-    fill(ssrc, (size_t)N * SZ, 7);
-    fill(csrc, (size_t)N * SZ, 8);
+    tw_test_fill(ssrc, (size_t)N * SZ, 7);
+    tw_test_fill(csrc, (size_t)N * SZ, 8);
     struct tw_fabric_mr *rsrc, *rdst, *lsrc, *ldst;
     TW_ASSERT_OK(tw__fabric_mr_register(sp, ssrc, (size_t)N * SZ, TW_FABRIC_REMOTE_READ,
                                         TW_FABRIC_HOST, 0, &rsrc));
