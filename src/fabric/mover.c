@@ -157,6 +157,7 @@ static int must_spin_locked(const struct tw_fabric *fab)
  * this thread; if there were any, the mover sleeps as soon as it is idle
  * (no window) for SPIN_BACKOFF_NS, then tries the window again. */
 #define SPIN_BACKOFF_NS 100000000ull
+#define TARGET_LOOK_EVERY_NS 1000000ull
 
 static long involuntary_switches(void)
 {
@@ -227,6 +228,7 @@ static void *mover_main(void *arg)
      * (preempted while awake) until spin_off_until. */
     uint64_t spin_until = 0, spin_off_until = 0;
     long ivcsw = involuntary_switches(); /* at the last wake-up */
+    uint64_t last_look_ns = 0;           /* target-side activity (look_target_locked) */
     pthread_mutex_lock(&fab->lock);
     const unsigned gen = fab->gen;
     while (!fab->stop && gen == fab->gen) {
@@ -247,8 +249,17 @@ static void *mover_main(void *arg)
             spin_until = t < spin_off_until ? 0 : t + fab->spin_ns;
             continue;
         }
-        if (fab->target_watch)
-            look_target_locked(fab);
+        /* The watcher (conn.c wait_fd) asks every 100 ms whether the count
+         * moved: one look a millisecond is plenty, and a poll() on every
+         * round cost a system call per round while a batch of pull puts
+         * ran. */
+        if (fab->target_watch) {
+            uint64_t t = tw__now_ns();
+            if (t - last_look_ns >= TARGET_LOOK_EVERY_NS) {
+                last_look_ns = t;
+                look_target_locked(fab);
+            }
+        }
         int got = tw__fabric_progress_locked(fab);
         if (got < 0)
             return NULL; /* abandoned by the watchdog; lock not held */
