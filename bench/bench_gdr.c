@@ -22,9 +22,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpu/cuda.h"
 #include "tensorwire/client.h"
-#include "tools/raw_fabric.h"
+#include "bench_raw_cuda.h"
 #include "bench_util.h"
 
 static const char *const path_keys[] = {"path_inline",    "path_inline_staged", "path_rdma_pull",
@@ -119,19 +118,9 @@ int main(int argc, char **argv)
     int ord = strncmp(dev, "cuda:", 5) == 0 ? atoi(dev + 5) : -1;
     const struct tw_cuda_api *cu = NULL;
     CUdeviceptr dbuf = 0;
-    char err[512] = "";
-    if (ord < 0 || tw__cuda_get(&cu, err, sizeof(err)) < 0 ||
-        tw__cuda_use_device(ord, err, sizeof(err)) < 0 || cu->cuMemAlloc(&dbuf, n) != 0) {
-        printf("raw loop: no CUDA buffer (%s)\n", ord < 0 ? "not a cuda device" : err);
-        return bad;
-    }
     struct tw_raw_fabric *r;
-    if (tw_raw_fabric_open_cuda(prov, src, -1, n, (void *)(uintptr_t)dbuf, ord, &r, err,
-                                sizeof(err)) != 0) {
-        printf("raw loop on CUDA memory: %s\n", err);
-        cu->cuMemFree(dbuf);
+    if (tw_bench_raw_cuda_open(prov, src, n, ord, 0, &cu, &dbuf, &r) != 0)
         return bad;
-    }
     double rw[100], rr[100];
     for (int i = 0; i < reps; i++) {
         uint64_t ns;
@@ -152,8 +141,7 @@ int main(int argc, char **argv)
     printf("raw fi_read  %s->host: %8.2f ms  %6.2f GB/s\n", dev, mrr * 1e3, gb / mrr);
     printf("ratio put/raw write %.2f, get/raw read %.2f (throughput, >= 0.9 wanted)\n", mrw / mp,
            mrr / mg);
-    tw_raw_fabric_close(r);
-    cu->cuMemFree(dbuf);
+    tw_bench_raw_cuda_close(cu, dbuf, r);
     free(src);
     free(dst);
     free(tp);

@@ -127,7 +127,10 @@ static int ep_open(struct raw_ep *e, const char *prov, const char *shm_name, voi
                             .iface = cuda_device >= 0 ? FI_HMEM_CUDA : FI_HMEM_SYSTEM};
     if (cuda_device >= 0)
         ma.device.cuda = cuda_device;
-    if ((step = "fi_mr_regattr", rc = fi_mr_regattr(e->domain, &ma, 0, &e->mr)))
+    /* Device memory as libfabric classifies it (src/fabric/mr.c does the
+     * same): shm then moves it by CUDA IPC from the initiator's side. */
+    uint64_t mr_flags = cuda_device >= 0 ? FI_HMEM_DEVICE_ONLY : 0;
+    if ((step = "fi_mr_regattr", rc = fi_mr_regattr(e->domain, &ma, mr_flags, &e->mr)))
         goto out_close;
     if (e->info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
         if ((step = "fi_mr_bind", rc = fi_mr_bind(e->mr, &e->ep->fid, 0)) ||

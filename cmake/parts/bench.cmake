@@ -54,3 +54,9 @@ tw_add_bench(bench_gdr_lookup ${CMAKE_SOURCE_DIR}/bench/bench_gdr_lookup.c LIBS 
 tw_add_bench(bench_gdr ${CMAKE_SOURCE_DIR}/bench/bench_gdr.c ${CMAKE_SOURCE_DIR}/tools/raw_fabric.c
              LIBS tw_core)
 target_include_directories(bench_gdr PRIVATE ${CMAKE_SOURCE_DIR})
+
+# GPUDirect into and out of the client's own GPU memory vs staging and a raw
+# fi_write loop into CUDA memory (same provider and size), one run.
+tw_add_bench(bench_gdr_client ${CMAKE_SOURCE_DIR}/bench/bench_gdr_client.c
+             ${CMAKE_SOURCE_DIR}/tools/raw_fabric.c LIBS tw_core)
+target_include_directories(bench_gdr_client PRIVATE ${CMAKE_SOURCE_DIR})

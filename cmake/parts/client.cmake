@@ -52,6 +52,14 @@ foreach(prov tcp shm)
                     "integration;fabric;gpu")
 endforeach()
 
+# The same over shm with the client's push policy auto (issue 12): where a
+# libfabric registers CUDA memory (admitted), gets into the client's GPU
+# and puts from it are gdr (no staging); elsewhere they stage.
+add_test(NAME test_gpu_staging_shm_auto COMMAND test_gpu_staging)
+set_tests_properties(test_gpu_staging_shm_auto PROPERTIES TIMEOUT 600
+  LABELS "integration;fabric;gpu" SKIP_RETURN_CODE 77
+  ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=shm;TW_TEST_PUSH=auto")
+
 # The client's staging planes with a fake CUDA memory kind (no GPU needed):
 # inline and over RDMA tcp / shm.
 tw_add_test(test_client_staging ${CMAKE_SOURCE_DIR}/tests/integration/test_client_staging.c
@@ -60,3 +68,18 @@ foreach(prov tcp shm)
   tw_add_fabric_run(test_client_staging_${prov} test_client_staging ${prov} never 120
                     "integration;fabric")
 endforeach()
+
+# The client's GPUDirect rows (issue 12) with a fake CUDA kind and a
+# stand-in verdict (no GPU needed): gdr push get, gdr put, refused ->
+# staging with the reason, flush order and failure, inline answer ->
+# staging. Over RDMA tcp / shm only (exits 77 without a fabric).
+tw_add_test(test_client_gdr ${CMAKE_SOURCE_DIR}/tests/integration/test_client_gdr.c
+            TIMEOUT 120 LABELS integration)
+set_tests_properties(test_client_gdr PROPERTIES SKIP_RETURN_CODE 77)
+foreach(prov tcp shm)
+  add_test(NAME test_client_gdr_${prov} COMMAND test_client_gdr)
+  set_tests_properties(test_client_gdr_${prov} PROPERTIES TIMEOUT 120
+    LABELS "integration;fabric" SKIP_RETURN_CODE 77
+    ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=auto")
+endforeach()
+add_dependencies(test_client_gdr tensorwired)

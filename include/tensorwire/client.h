@@ -198,10 +198,11 @@ struct tw_client_options {
 
 enum tw_gpudirect_mode { TW_GPUDIRECT_AUTO = 0, TW_GPUDIRECT_OFF = 1, TW_GPUDIRECT_REQUIRE = 2 };
 
-/* TW_PUSH_AUTO: push only into GPU destinations admitted for GPUDirect
- * (none yet: host buffers are pulled); TW_PUSH_ALWAYS: let the server write
- * into our buffer whenever bit 3 was negotiated; TW_PUSH_NEVER: do not
- * announce bit 3. */
+/* TW_PUSH_AUTO: the server writes only into our GPU buffers admitted for
+ * GPUDirect ("gdr push"; host buffers are pulled); TW_PUSH_ALWAYS: let the
+ * server write into our buffer whenever bit 3 was negotiated; TW_PUSH_NEVER:
+ * do not announce bit 3 (an admitted GPU buffer is then read by us, "gdr
+ * pull"). */
 enum tw_push_policy { TW_PUSH_AUTO = 0, TW_PUSH_ALWAYS = 1, TW_PUSH_NEVER = 2 };
 
 /* Writes the defaults into the first size bytes of opts (nothing beyond)
@@ -246,7 +247,10 @@ TW_EXTERN void tw_close(tw_client *c);
 TW_EXTERN const char *tw_client_last_error_message(const tw_client *c);
 
 /* Which data plane moved the bytes of the last successful get or put on c:
- * "rdma pull (tcp;ofi_rxm)", "rdma push (shm)", "inline tcp", or, on a
+ * "rdma pull (tcp;ofi_rxm)", "rdma push (shm)", "gdr push (shm)" (GPU
+ * memory here moved by the plane with no host copy), "rdma pull (shm) +
+ * staging (not GPUDirect: REASON)" (GPU memory here that was not admitted),
+ * "inline tcp", or, on a
  * connection with RDMA, "inline tcp (below the rdma threshold)" (a put
  * smaller than rdma_min_bytes) or "inline tcp (the server chose inline)"
  * (the server answered a request for RDMA with the inline plane, e.g. a

@@ -318,8 +318,16 @@ const char *tw_client_data_plane(const tw_client *c)
     if (!c || !c->have_last_path)
         return "";
     struct tw_client *m = (struct tw_client *)c;
-    return tw__path_format(&c->last_path, c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL,
-                           m->plane_text, sizeof(m->plane_text));
+    tw__path_format(&c->last_path, c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL,
+                    m->plane_text, sizeof(m->plane_text));
+    /* GPU memory that could have moved by GPUDirect and did not: say why
+     * ("rdma pull (shm) + staging (not GPUDirect: cuda:0 on shm:
+     * provider_hmem: ...)"). */
+    if (c->last_path.reason == TW_PATH_R_STAGED_NO_GPUDIRECT && c->gdr_why[0]) {
+        size_t n = strlen(m->plane_text);
+        snprintf(m->plane_text + n, sizeof(m->plane_text) - n, " (not GPUDirect: %s)", c->gdr_why);
+    }
+    return m->plane_text;
 }
 
 const char *tw_client_fabric_status(const tw_client *c)

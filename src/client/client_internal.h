@@ -47,6 +47,8 @@ enum tw__op {
 struct tw__creq;
 struct tw_client;
 struct tw__rdma_req;
+struct tw_fabric_mrcache;
+struct tw__client_gdr_fake;
 
 /*
  * A data plane moves the bytes of one transfer once the control plane has
@@ -208,7 +210,7 @@ struct tw_client {
     /* Text handed out by tw_client_fabric_status / tw_client_data_plane,
      * made from the codes above when asked. */
     char fabric_text[384];
-    char plane_text[128];
+    char plane_text[384];
     /* Staging (dp_staging.c): one host buffer kept between requests, so a
      * repeated large transfer of GPU memory neither faults in nor pins
      * fresh pages. NULL when none is kept. */
@@ -221,7 +223,30 @@ struct tw_client {
     int gdr_mode;         /* enum tw_gpudirect_mode */
     int gdr_max_distance; /* enum tw_pcie_dist */
     struct tw_gdr_table *gdr;
-    int gdr_row; /* fpeer's provider in gdr, -1 when none */
+    int gdr_row;  /* fpeer's provider in gdr, -1 when none */
+    int fab_hmem; /* the plane was opened with FI_HMEM (CUDA registrations possible) */
+    /* Registration cache of the plane for this process's GPU memory (made
+     * on the first gdr transfer, destroyed with the plane). */
+    struct tw_fabric_mrcache *mrc;
+    /* Why the last refused verdict on GPU memory was a refusal, for
+     * tw_client_data_plane ("" before the first). */
+    char gdr_why[256];
+    /* Tests only (NULL otherwise): stands in for the admission table and
+     * the CUDA flush, so CI runs the gdr rows with host memory behind a
+     * fake CUDA memory kind. */
+    const struct tw__client_gdr_fake *gdr_fake;
+};
+
+/* A test's stand-in for GPUDirect admission (c->gdr_fake). */
+struct tw__client_gdr_fake {
+    int admitted;     /* verdict for every GPU buffer */
+    int flush_needed; /* call flush() before a get into GPU memory completes */
+    /* Called instead of cuFlushGPUDirectRDMAWrites; 0 or a negative code. */
+    int (*flush)(void *arg, int device);
+    void *arg;
+    /* The fake device memory is host memory: register it without
+     * FI_HMEM_CUDA (through the same cache and code path). */
+    int register_as_host;
 };
 
 /* --- dp_staging.c ------------------------------------------------------ */
@@ -311,13 +336,26 @@ struct tw_gdr_table;
  * this process is admitted on the accepted endpoint's provider. */
 int tw__client_gdr_setup(struct tw_client *c, const struct tw_client_options *o);
 void tw__client_gdr_free(struct tw_client *c);
+/* GPUDirect verdict for r's buffer on this connection (the `gdr` input of
+ * tw__path_decide): NOT_EVALUATED for host memory or without an endpoint;
+ * the first GPU buffer builds the verdict table (facts gathered once per
+ * process). A refusal leaves its reason in c->gdr_why. */
+enum tw_path_gdr tw__client_gdr_verdict(struct tw_client *c, const struct tw__creq *r);
+/* Before a get into GPU memory that the plane wrote (gdr) is reported
+ * complete: cuFlushGPUDirectRDMAWrites on its device where the GPU needs it
+ * (docs/protocol.md §10). 0, or a negative code with the reason in err. */
+int tw__client_gdr_flush(struct tw_client *c, const struct tw__creq *r, char *err, size_t errlen);
+/* The memory kind to register r's GPU buffer as (TW_MEMKIND_CUDA; host for
+ * a test's fake device memory). */
+enum tw_memkind tw__client_gdr_hint(const struct tw_client *c);
+/* The plane's registration cache, made on first use. 0 or -ENOMEM. */
+int tw__client_gdr_cache(struct tw_client *c);
 /* Closes the plane (tw_close). */
 void tw__client_rdma_close(struct tw_client *c);
 
 /* Chooses the path of get or put r (tw__path_decide over this connection)
  * and stores it in r->path; returns the plane to ask for, NULL when no
  * plane can move it. */
-const struct tw__client_dp_ops *tw__client_pick_data_plane(const struct tw_client *c,
-                                                           struct tw__creq *r);
+const struct tw__client_dp_ops *tw__client_pick_data_plane(struct tw_client *c, struct tw__creq *r);
 
 #endif

@@ -8,14 +8,27 @@
  * fails leaves the connection inline-only with the reason kept for -v.
  *
  * Get (the client is the destination): on the server's RDMA_REGISTER either
- * pull (register the buffer LOCAL_READ, RDMA_READY, fi_read it all with
- * tw__fabric_xfer_run, RDMA_DONE) or push when bit 3 was negotiated and the
+ * pull (register the buffer LOCAL_READ, RDMA_READY, fi_read it all,
+ * asynchronously: see below, RDMA_DONE) or push when bit 3 was negotiated and the
  * push policy is "always" (register REMOTE_WRITE, RDMA_REGISTER +
  * RDMA_READY, and on the server's RDMA_DONE revoke the key first, then
  * check). Put (the client is the source): register REMOTE_READ (+
  * LOCAL_WRITE), RDMA_REGISTER; then the server's RDMA_READY (pull: wait for
  * its RDMA_DONE and OK) or its RDMA_REGISTER + RDMA_READY (push: fi_write,
  * RDMA_DONE, wait for OK).
+ *
+ * GPU memory (r->path.gdr: admitted for GPUDirect, gdr_client.c) is
+ * registered the same way but through the plane's registration cache with
+ * the CUDA interface (fabric/mrcache.h), so the NIC (or shm's CUDA IPC)
+ * moves it with no host copy: a get into it is `gdr push` (our RDMA_REGISTER
+ * is the second one, the server writes) or `gdr pull` (we read); a put from
+ * it is read by the server or pushed by us, as the server chooses. Such a
+ * registration is dropped and its region invalidated when the transfer
+ * ends: the library cannot know when the caller frees or reuses its GPU
+ * memory, so no key to it outlives the request (docs/protocol.md §10). A
+ * get into GPU memory is flushed (cuFlushGPUDirectRDMAWrites where the GPU
+ * needs it) and, with a checksum, read back for the CRC before it is
+ * reported complete.
  *
  * Transfers are asynchronous: the request's own fi_read (pull get) or
  * fi_write (push put) is submitted to the plane and the engine goes on
@@ -41,13 +54,17 @@
 #include <unistd.h>
 
 #include "client/client_internal.h"
+#include "fabric/mrcache.h"
 #include "gpu/cuda.h"
 
 /* Per-request state (r->dp_state), made by get_start / put_start and freed
  * by rdma_release when the request ends. */
 struct tw__rdma_req {
     struct tw__creq *r;
-    struct tw_fabric_mr *mr;      /* our registration of r->buf, or NULL */
+    struct tw_fabric_mr *mr;   /* our registration of host r->buf, or NULL */
+    struct tw_fabric_mrc *mrc; /* gdr: our registration of GPU r->buf, or NULL */
+    const void *gbuf;          /* gdr: the registered GPU range */
+    size_t glen;
     struct tw_fabric_rkey remote; /* the server's region */
     int got_remote;               /* put: the server registered its destination (push) */
     /* Our transfer (pull get, push put) while the plane holds it; NULL
@@ -140,6 +157,9 @@ int tw__client_rdma_setup(struct tw_client *c, const char *provider, int timeout
         fc.hmem_probe_len = TW__HMEM_PROBE_BYTES;
     rc = tw__fabric_open(&fc, &c->fab, err, sizeof(err));
     tw__cuda_scratch_free(0, fc.hmem_probe);
+    /* The plane asked for FI_HMEM; whether the accepted rail has it is
+     * proven by the admission probe on that rail (gdr_client.c). */
+    c->fab_hmem = rc == 0 && fc.hmem;
     if (rc < 0) {
         c->fab = NULL;
         c->fabric = TW__FABRIC_OPEN_FAILED;
@@ -197,6 +217,12 @@ out_close:
 
 void tw__client_rdma_close(struct tw_client *c)
 {
+    /* With a handle still out (a plane closed under an undrained transfer)
+     * the cache cannot go: it is left behind, like the plane's registrations
+     * that tw__fabric_close frees. */
+    if (c->mrc && tw__fabric_mrcache_destroy(c->mrc) != 0)
+        c->mrc = NULL;
+    c->mrc = NULL;
     if (c->fpeer)
         tw__fabric_peer_remove(c->fpeer);
     c->fpeer = NULL;
@@ -205,11 +231,46 @@ void tw__client_rdma_close(struct tw_client *c)
     c->target_watch = 0;
 }
 
-/* Drops our registration of r->buf (revokes its key), keeping the state. */
-static void drop_mr(struct tw__rdma_req *q)
+/* Drops our registration of r->buf (revokes its key), keeping the state.
+ * A GPU registration's cached region goes too (see the top). */
+static void drop_mr(struct tw_client *c, struct tw__rdma_req *q)
 {
     tw__fabric_mr_deregister(q->mr);
     q->mr = NULL;
+    if (q->mrc) {
+        tw__fabric_mrcache_release(c->mrc, q->mrc);
+        tw__fabric_mrcache_invalidate(c->mrc, q->gbuf, q->glen);
+        q->mrc = NULL;
+    }
+}
+
+/* Registers r->buf (len bytes) with access: host memory directly, GPU
+ * memory (r->path.gdr) through the plane's cache. 0, or a negative code
+ * with the reason in why. */
+static int reg_buf(struct tw_client *c, struct tw__creq *r, size_t len, unsigned access, char *why,
+                   size_t whylen)
+{
+    struct tw__rdma_req *q = req_state(r);
+    if (!r->path.gdr) {
+        int rc = tw__fabric_mr_register(c->fpeer, r->buf, len, access, TW_FABRIC_HOST, 0, &q->mr);
+        if (rc < 0)
+            snprintf(why, whylen, "%s", tw__fabric_errmsg(c->fab));
+        return rc;
+    }
+    int rc = tw__client_gdr_cache(c);
+    if (rc < 0) {
+        snprintf(why, whylen, "no registration cache: %s", tw_strerror(rc));
+        return rc;
+    }
+    rc = tw__fabric_mrcache_acquire_peer(c->mrc, c->fpeer, r->buf, len, access,
+                                         tw__client_gdr_hint(c), &q->mrc, why, whylen);
+    if (rc < 0) {
+        q->mrc = NULL;
+        return rc;
+    }
+    q->gbuf = r->buf;
+    q->glen = len;
+    return 0;
 }
 
 /* ---- completions ---- */
@@ -262,6 +323,7 @@ static void forget_plane(struct tw_client *c)
         if ((o->dp == &tw__client_dp_rdma || o->dp == tw__client_dp_rdma_staged) && o->dp_state) {
             struct tw__rdma_req *q = req_state(o);
             q->mr = NULL;
+            q->mrc = NULL;
             q->fx = NULL;
             q->ready = 0;
             q->watching = 0;
@@ -298,11 +360,11 @@ static void rdma_release(struct tw_client *c, struct tw__creq *r)
         wait_own(c, q);
     unready(c, q);
     watch_target(c, q, 0);
-    if (q->mr && q->fc.buffer_busy)
+    if ((q->mr || q->mrc) && q->fc.buffer_busy)
         (void)settle_busy(c, r, &q->fc); /* may close the plane */
     q = req_state(r);
     if (q)
-        drop_mr(q);
+        drop_mr(c, q);
     free(q);
     r->dp_state = NULL;
 }
@@ -317,7 +379,8 @@ static int queue_simple(struct tw_client *c, struct tw__creq *r, uint32_t tag)
 
 static int queue_register(struct tw_client *c, struct tw__creq *r, uint64_t length)
 {
-    struct tw_fabric_rkey k = tw__fabric_mr_rkey(req_state(r)->mr);
+    struct tw__rdma_req *q = req_state(r);
+    struct tw_fabric_rkey k = q->mrc ? tw__fabric_mrc_rkey(q->mrc) : tw__fabric_mr_rkey(q->mr);
     struct tw_msg m = {
         .hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_RDMA_REGISTER, .request_id = r->id}};
     m.u.rdma_register.rkey = k.key;
@@ -359,8 +422,13 @@ static int settle_busy(struct tw_client *c, struct tw__creq *r,
     int idle = 0;
     struct tw__rdma_req *q = req_state(r);
     struct tw_fabric_mr *mr = q->mr;
+    struct tw_fabric_mrc *mrc = q->mrc;
     q->mr = NULL;
-    tw__fabric_mr_release(mr, idle_flag, &idle);
+    q->mrc = NULL;
+    if (mrc)
+        tw__fabric_mrcache_release_busy(c->mrc, mrc, idle_flag, &idle);
+    else
+        tw__fabric_mr_release(mr, idle_flag, &idle);
     for (int i = 0; i < 2000 && !__atomic_load_n(&idle, __ATOMIC_ACQUIRE); i++)
         usleep(1000);
     if (__atomic_load_n(&idle, __ATOMIC_ACQUIRE))
@@ -391,7 +459,12 @@ static void start_xfer(struct tw_client *c, struct tw__creq *r, enum tw_fabric_o
     memset(&d, 0, sizeof(d));
     d.op = op;
     d.peer = c->fpeer;
-    d.local = q->mr;
+    if (q->mrc) {
+        d.local = tw__fabric_mrc_mr(q->mrc);
+        d.local_offset = tw__fabric_mrc_offset(q->mrc);
+    } else {
+        d.local = q->mr;
+    }
     d.remote = q->remote;
     d.length = len;
     d.stall_ns = stall_ns(c);
@@ -410,11 +483,33 @@ static void start_xfer(struct tw_client *c, struct tw__creq *r, enum tw_fabric_o
     record(c, &fc);
 }
 
+/* The bytes of a get are in r->buf (our registration already dropped):
+ * make GPU memory that the plane wrote visible (§10), check the CRC, end
+ * the request. */
 static int check_get(struct tw_client *c, struct tw__creq *r)
 {
+    char err[200] = "";
     r->received = r->expect;
+    if (r->path.gdr) {
+        int rc = tw__client_gdr_flush(c, r, err, sizeof(err));
+        if (rc < 0) {
+            finish_msg(c, r, rc, "'%s': making the GPU memory written by rdma visible failed: %s",
+                       err);
+            return 0;
+        }
+    }
     if (r->check_crc) {
-        r->crc = tw__crc32c(0, r->buf, (size_t)r->expect);
+        if (r->path.gdr) {
+            int rc = tw__memkind_crc32c(r->mem_ops, &r->mem, (uintptr_t)r->buf, (size_t)r->expect,
+                                        &r->crc, err, sizeof(err));
+            if (rc < 0) {
+                finish_msg(c, r, rc, "'%s': reading the GPU memory back for its CRC32C failed: %s",
+                           err);
+                return 0;
+            }
+        } else {
+            r->crc = tw__crc32c(0, r->buf, (size_t)r->expect);
+        }
         if (r->crc != r->crc_expected) {
             char d[80];
             snprintf(d, sizeof(d), "%08x, the server announced %08x", r->crc, r->crc_expected);
@@ -450,12 +545,11 @@ static int get_on_register(struct tw_client *c, struct tw__creq *r, const struct
     /* We are the destination: push or pull was decided with the plane
      * (tw__path_decide, r->path.mode). */
     int push = r->path.mode == TW_PATH_PUSH;
-    rc = tw__fabric_mr_register(c->fpeer, r->buf, (size_t)r->expect,
-                                push ? TW_FABRIC_REMOTE_WRITE : TW_FABRIC_LOCAL_READ,
-                                TW_FABRIC_HOST, 0, &q->mr);
+    char why[TW_FABRIC_ERRMSG_LEN] = "";
+    rc = reg_buf(c, r, (size_t)r->expect, push ? TW_FABRIC_REMOTE_WRITE : TW_FABRIC_LOCAL_READ, why,
+                 sizeof(why));
     if (rc < 0) {
         /* Tell the server we will not read; the request ends with it. */
-        const char *why = tw__fabric_errmsg(c->fab);
         int qrc = queue_simple(c, r, TW_TAG_RDMA_READY);
         if (!qrc)
             qrc = queue_done(c, r, TW_WIRE_INTERNAL, 0);
@@ -483,7 +577,7 @@ static int xfer_over(struct tw_client *c, struct tw__creq *r, const struct tw_fa
 {
     if (fc->buffer_busy)
         return settle_busy(c, r, fc);
-    drop_mr(req_state(r));
+    drop_mr(c, req_state(r));
     return 0;
 }
 
@@ -507,7 +601,7 @@ static int get_pulled(struct tw_client *c, struct tw__creq *r,
 static int get_on_done(struct tw_client *c, struct tw__creq *r, const struct tw_msg *m)
 {
     /* Push: revoke the write key before looking at the bytes (§10). */
-    drop_mr(req_state(r));
+    drop_mr(c, req_state(r));
     if (m->u.rdma_done.status != 0) {
         uint32_t code = m->u.rdma_done.status;
         finish_msg(c, r, code < 100 ? TW_ERR_FROM_WIRE(code) : TW_EINTERNAL,
@@ -533,11 +627,10 @@ static int rdma_put_start(struct tw_client *c, struct tw__creq *r)
     int rc = req_state_new(c, r);
     if (rc)
         return rc;
-    rc = tw__fabric_mr_register(c->fpeer, r->buf, r->len, access, TW_FABRIC_HOST, 0,
-                                &req_state(r)->mr);
+    char why[TW_FABRIC_ERRMSG_LEN] = "";
+    rc = reg_buf(c, r, r->len, access, why, sizeof(why));
     if (rc < 0) {
-        tw__client_seterr(c, "put '%s': cannot register the buffer for rdma: %s", r->name,
-                          tw__fabric_errmsg(c->fab));
+        tw__client_seterr(c, "put '%s': cannot register the buffer for rdma: %s", r->name, why);
         return rc;
     }
     return queue_register(c, r, r->len);
@@ -607,7 +700,7 @@ static int rdma_on_message(struct tw_client *c, struct tw__creq *r, const struct
         /* Pull: the server's reads are over; our registration can go. OK or
          * ERROR follows. */
         watch_target(c, req_state(r), 0);
-        drop_mr(req_state(r));
+        drop_mr(c, req_state(r));
         if (m->u.rdma_done.status == 0)
             r->received = r->len;
         return 0;

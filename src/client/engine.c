@@ -92,8 +92,7 @@ static const struct tw__client_dp_ops *dp_for_path(const struct tw_path *p)
     }
 }
 
-const struct tw__client_dp_ops *tw__client_pick_data_plane(const struct tw_client *c,
-                                                           struct tw__creq *r)
+const struct tw__client_dp_ops *tw__client_pick_data_plane(struct tw_client *c, struct tw__creq *r)
 {
     struct tw_path_in in = {
         .role = TW_PATH_CLIENT,
@@ -112,7 +111,9 @@ const struct tw__client_dp_ops *tw__client_pick_data_plane(const struct tw_clien
         .mem_local = r->mem.kind == TW_MEMKIND_CUDA ? TW_PATH_MEM_CUDA : TW_PATH_MEM_HOST,
         .mem_peer = TW_PATH_MEM_HOST,
         .push = (enum tw_path_push)c->push_policy,
-        .gdr = TW_PATH_GDR_NOT_EVALUATED, /* issue 12 */
+        /* Our GPU buffer admitted for GPUDirect on this provider: the plane
+         * registers it directly (gdr push / gdr pull), else it stages. */
+        .gdr = tw__client_gdr_verdict(c, r),
     };
     r->path = tw__path_decide(&in);
     return dp_for_path(&r->path);
@@ -520,7 +521,22 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
         }
         if (c->checksum) {
             w->flags |= TW_DESC_HAS_CRC32C;
-            w->crc32c = tw__crc32c(0, r->buf, r->len);
+            if (r->path.gdr) {
+                /* GPU memory the plane reads directly: read it back. */
+                char err[200] = "", why[300];
+                rc = tw__memkind_crc32c(r->mem_ops, &r->mem, (uintptr_t)r->buf, r->len, &w->crc32c,
+                                        err, sizeof(err));
+                if (rc) {
+                    int n = snprintf(why, sizeof(why),
+                                     "put '%s': reading the GPU buffer for its CRC32C failed: %s",
+                                     r->name, err);
+                    tw__client_engine_finish(c, r, rc, why,
+                                             (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
+                    return rc;
+                }
+            } else {
+                w->crc32c = tw__crc32c(0, r->buf, r->len);
+            }
         }
         rc = tw__descriptor_check(w);
         break;

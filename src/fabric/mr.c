@@ -24,6 +24,7 @@
 #include <sys/uio.h>
 
 #include "fabric/fabric_int.h"
+#include "gpu/cuda.h"
 
 #define ACCESS_KNOWN                                                                               \
     (TW_FABRIC_LOCAL_READ | TW_FABRIC_LOCAL_WRITE | TW_FABRIC_REMOTE_READ | TW_FABRIC_REMOTE_WRITE)
@@ -67,6 +68,32 @@ int tw__fabric_dmabuf_built(void)
 #else
     return 0;
 #endif
+}
+
+/* Build switch for A/B measurements only (docs/performance.md): 0 registers
+ * CUDA memory without FI_HMEM_DEVICE_ONLY. */
+#ifndef TW_FABRIC_HMEM_DEVICE_ONLY
+#define TW_FABRIC_HMEM_DEVICE_ONLY 1
+#endif
+
+/* FI_HMEM_DEVICE_ONLY for CUDA memory only the device reaches (device
+ * memory, not managed): libfabric's own classification of such memory
+ * (hmem_cuda.c), given explicitly since registration does not derive it.
+ * With it shm moves the buffer by CUDA IPC from the side that holds it
+ * (the initiator's local buffer) instead of bouncing it through its
+ * shared-memory SAR buffers. 0 when the driver cannot say. */
+static uint64_t cuda_device_only(void *addr)
+{
+    const struct tw_cuda_api *cu;
+    if (!TW_FABRIC_HMEM_DEVICE_ONLY || tw__cuda_get(&cu, NULL, 0) != 0)
+        return 0;
+    unsigned int memtype = 0, managed = 1;
+    CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                   CU_POINTER_ATTRIBUTE_IS_MANAGED};
+    void *data[] = {&memtype, &managed};
+    if (cu->cuPointerGetAttributes(2, which, data, (CUdeviceptr)(uintptr_t)addr) != CUDA_SUCCESS)
+        return 0;
+    return memtype == CU_MEMORYTYPE_DEVICE && !managed ? FI_HMEM_DEVICE_ONLY : 0;
 }
 
 static int register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigned access,
@@ -154,9 +181,12 @@ static int register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigne
             .context = m,
             .iface = iface == TW_FABRIC_CUDA ? FI_HMEM_CUDA : FI_HMEM_SYSTEM,
         };
-        if (iface == TW_FABRIC_CUDA)
-            attr.device.cuda = device;
         uint64_t flags = 0;
+        int by_dmabuf = 0;
+        if (iface == TW_FABRIC_CUDA) {
+            attr.device.cuda = device;
+            flags |= cuda_device_only(addr);
+        }
         /* The dma-buf branch (libfabric 1.20+ headers): the memory is named
          * by a dma-buf fd and an offset in it instead of a pointer; the
          * provider imports it (FI_MR_DMABUF). */
@@ -166,7 +196,8 @@ static int register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigne
             dmb = (struct fi_mr_dmabuf){
                 .fd = db->fd, .offset = db->offset, .len = len, .base_addr = addr};
             attr.dmabuf = &dmb;
-            flags = FI_MR_DMABUF;
+            flags |= FI_MR_DMABUF;
+            by_dmabuf = 1;
         }
 #endif
         ret = tw__fabric_io_lock(r);
@@ -178,7 +209,7 @@ static int register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigne
         if (ret) {
             tw__fabric_io_unlock(r);
             tw__fabric_fail(fab, ret, "%s: fi_mr_regattr(%zu bytes, access 0x%x%s): %s",
-                            r->addr.provider, len, access, flags ? ", FI_MR_DMABUF" : "",
+                            r->addr.provider, len, access, by_dmabuf ? ", FI_MR_DMABUF" : "",
                             fi_strerror(-ret));
             goto out_free_mr;
         }

@@ -46,6 +46,10 @@ struct tw_fabric_mrc {
     void (*on_idle)(void *arg);
     void *on_idle_arg;
     struct tw_fabric_mrc *next_busy;
+    /* Direct GPU registration: the cache whose per-device lock serializes
+     * its registration and deregistration (NULL: none), and the device. */
+    struct tw_regcache *serial_rc;
+    int serial_dev;
 };
 
 struct tw_fabric_mrcache {
@@ -208,7 +212,14 @@ static int rail_cache(struct tw_fabric_mrcache *mc, unsigned rail, struct tw_reg
     return ret;
 }
 
-/* REMOTE_WRITE and 0-byte registrations: the handle owns its MR. */
+/* REMOTE_WRITE and 0-byte registrations: the handle owns its MR. GPU
+ * memory is registered under the rail cache's per-device lock, so it takes
+ * its turn with the cache's own registrations and deregistrations of that
+ * GPU (regcache.h, seed 003). It is NOT rounded out to 64 KiB like cached
+ * regions: a remote-write key covers exactly the destination, since the
+ * rest of its GPU pages may hold other data of the same allocation (a
+ * caching allocator's other tensors) that the peer must not be able to
+ * write. */
 static int acquire_direct(struct tw_fabric_mrcache *mc, struct tw_fabric_mrc *h, const void *addr,
                           size_t len, unsigned access, enum tw_memkind hint, char *err,
                           size_t errlen)
@@ -225,10 +236,18 @@ static int acquire_direct(struct tw_fabric_mrcache *mc, struct tw_fabric_mrc *h,
         if (attr.kind == TW_MEMKIND_CUDA) {
             iface = TW_FABRIC_CUDA;
             device = attr.device;
+            ret = rail_cache(mc, h->rail->index, &h->serial_rc, err, errlen);
+            if (ret)
+                return ret;
+            h->serial_dev = device;
         }
     }
+    if (h->serial_rc)
+        tw__regcache_gpu_serial_lock(h->serial_rc, h->serial_dev, 1);
     int ret = tw__fabric_mr_register_rail(mc->fab, h->rail->index, (void *)addr, len, access, iface,
                                           device, &h->mr);
+    if (h->serial_rc)
+        tw__regcache_gpu_serial_lock(h->serial_rc, h->serial_dev, 0);
     if (ret) {
         tw__errbuf_set(err, errlen, "%s", tw__fabric_errmsg(mc->fab));
         return ret;
@@ -237,6 +256,19 @@ static int acquire_direct(struct tw_fabric_mrcache *mc, struct tw_fabric_mrc *h,
     h->offset = 0;
     atomic_fetch_add(&mc->direct, 1);
     return 0;
+}
+
+/* Deregisters a direct handle's MR (under its GPU's lock, if any). */
+static void direct_dereg(struct tw_fabric_mrc *h, void (*on_idle)(void *arg), void *arg)
+{
+    if (h->serial_rc)
+        tw__regcache_gpu_serial_lock(h->serial_rc, h->serial_dev, 1);
+    if (on_idle)
+        tw__fabric_mr_release(h->mr, on_idle, arg);
+    else
+        tw__fabric_mr_deregister(h->mr);
+    if (h->serial_rc)
+        tw__regcache_gpu_serial_lock(h->serial_rc, h->serial_dev, 0);
 }
 
 int tw__fabric_mrcache_acquire(struct tw_fabric_mrcache *mc, unsigned rail, const void *addr,
@@ -311,7 +343,7 @@ void tw__fabric_mrcache_release(struct tw_fabric_mrcache *mc, struct tw_fabric_m
         tw__fabric_mr_expose(h->mr, -1);
         tw__regcache_release(atomic_load(&h->rail->rc), h->region);
     } else {
-        tw__fabric_mr_deregister(h->mr);
+        direct_dereg(h, NULL, NULL);
     }
     free(h);
 }
@@ -323,7 +355,7 @@ void tw__fabric_mrcache_release_busy(struct tw_fabric_mrcache *mc, struct tw_fab
         return;
     atomic_fetch_add(&mc->busy_releases, 1);
     if (!h->region) {
-        tw__fabric_mr_release(h->mr, on_idle, arg);
+        direct_dereg(h, on_idle, arg);
         free(h);
         return;
     }

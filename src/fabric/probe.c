@@ -1,6 +1,7 @@
 /* libfabric inventory and the CUDA registration probe (see probe.h). */
 #include "fabric/probe.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -67,6 +68,33 @@ int tw__fabric_list_providers(struct tw_fabric_prov_desc *out, size_t cap, char 
     return n > 0x7fffffff ? 0x7fffffff : (int)n;
 }
 
+#define PROBE_ACCESS                                                                               \
+    (TW_FABRIC_REMOTE_READ | TW_FABRIC_REMOTE_WRITE | TW_FABRIC_LOCAL_READ | TW_FABRIC_LOCAL_WRITE)
+
+/* Registers [dev_ptr, dev_ptr+len) of CUDA device `device` on `rail` of fab
+ * (through the dma-buf db when not NULL) and releases it. 1 or 0 (why in
+ * detail). */
+static int reg_on_rail(struct tw_fabric *fab, unsigned rail, int device, uintptr_t dev_ptr,
+                       size_t len, const struct tw_fabric_dmabuf *db, char *detail,
+                       size_t detail_len)
+{
+    struct tw_fabric_mr *mr = NULL;
+    int rc = db ? tw__fabric_mr_register_dmabuf_rail(fab, rail, (void *)dev_ptr, len, PROBE_ACCESS,
+                                                     device, db, &mr)
+                : tw__fabric_mr_register_rail(fab, rail, (void *)dev_ptr, len, PROBE_ACCESS,
+                                              TW_FABRIC_CUDA, device, &mr);
+    if (rc < 0) {
+        snprintf(detail, detail_len, "%s: %s",
+                 db ? "dma-buf registration refused" : "registering CUDA memory failed",
+                 tw__fabric_errmsg(fab));
+        return 0;
+    }
+    tw__fabric_mr_deregister(mr);
+    snprintf(detail, detail_len, "registered %zu bytes of cuda:%d%s", len, device,
+             db ? " through a dma-buf fd" : "");
+    return 1;
+}
+
 int tw__fabric_probe_cuda_mr(const char *provider, int device, uintptr_t dev_ptr, size_t len,
                              char *detail, size_t detail_len)
 {
@@ -97,20 +125,9 @@ int tw__fabric_probe_cuda_mr(const char *provider, int device, uintptr_t dev_ptr
         snprintf(detail, detail_len, "opens, but not with FI_HMEM: %s", why);
         return 0;
     }
-    struct tw_fabric_mr *mr = NULL;
-    rc = tw__fabric_mr_register_rail(fab, 0, (void *)dev_ptr, len,
-                                     TW_FABRIC_REMOTE_READ | TW_FABRIC_REMOTE_WRITE |
-                                         TW_FABRIC_LOCAL_READ | TW_FABRIC_LOCAL_WRITE,
-                                     TW_FABRIC_CUDA, device, &mr);
-    if (rc < 0) {
-        snprintf(detail, detail_len, "registering CUDA memory failed: %s", tw__fabric_errmsg(fab));
-        tw__fabric_close(fab);
-        return 0;
-    }
-    tw__fabric_mr_deregister(mr);
+    rc = reg_on_rail(fab, 0, device, dev_ptr, len, NULL, detail, detail_len);
     tw__fabric_close(fab);
-    snprintf(detail, detail_len, "registered %zu bytes of cuda:%d", len, device);
-    return 1;
+    return rc;
 }
 
 int tw__fabric_probe_dmabuf_mr(const char *provider, int device, uintptr_t dev_ptr, size_t len,
@@ -128,19 +145,40 @@ int tw__fabric_probe_dmabuf_mr(const char *provider, int device, uintptr_t dev_p
         return rc;
     }
     struct tw_fabric_dmabuf db = {.fd = fd, .offset = offset};
-    struct tw_fabric_mr *mr = NULL;
-    rc = tw__fabric_mr_register_dmabuf_rail(fab, 0, (void *)dev_ptr, len,
-                                            TW_FABRIC_REMOTE_READ | TW_FABRIC_REMOTE_WRITE |
-                                                TW_FABRIC_LOCAL_READ | TW_FABRIC_LOCAL_WRITE,
-                                            device, &db, &mr);
-    if (rc < 0) {
-        snprintf(detail, detail_len, "dma-buf registration refused: %s", tw__fabric_errmsg(fab));
-        tw__fabric_close(fab);
+    rc = reg_on_rail(fab, 0, device, dev_ptr, len, &db, detail, detail_len);
+    tw__fabric_close(fab);
+    return rc;
+}
+
+/* The first usable rail of fab whose core provider is `provider`'s ("tcp"
+ * matches "tcp;ofi_rxm"), or -1. */
+static int rail_of(struct tw_fabric *fab, const char *provider)
+{
+    const struct tw_fabric_addr *addrs;
+    unsigned n = tw__fabric_local_addrs(fab, &addrs);
+    size_t pl = strcspn(provider, ";");
+    for (unsigned i = 0; i < n; i++) {
+        const char *a = addrs[i].provider;
+        if (strcspn(a, ";") == pl && strncmp(a, provider, pl) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+int tw__fabric_plane_probe_mr(struct tw_fabric *fab, const char *provider, int device,
+                              uintptr_t dev_ptr, size_t len, int dmabuf_fd, uint64_t offset,
+                              char *detail, size_t detail_len)
+{
+    int rail = rail_of(fab, provider);
+    if (rail < 0) {
+        snprintf(detail, detail_len, "the open rdma plane has no %s rail", provider);
+        return -ENOENT;
+    }
+    if (len == 0) {
+        snprintf(detail, detail_len, "opens (a rail of the open plane)");
         return 0;
     }
-    tw__fabric_mr_deregister(mr);
-    tw__fabric_close(fab);
-    snprintf(detail, detail_len, "registered %zu bytes of cuda:%d through a dma-buf fd", len,
-             device);
-    return 1;
+    struct tw_fabric_dmabuf db = {.fd = dmabuf_fd, .offset = offset};
+    return reg_on_rail(fab, (unsigned)rail, device, dev_ptr, len, dmabuf_fd >= 0 ? &db : NULL,
+                       detail, detail_len);
 }

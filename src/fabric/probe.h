@@ -56,4 +56,20 @@ int tw__fabric_probe_cuda_mr(const char *provider, int device, uintptr_t dev_ptr
 int tw__fabric_probe_dmabuf_mr(const char *provider, int device, uintptr_t dev_ptr, size_t len,
                                int fd, uint64_t offset, char *detail, size_t detail_len);
 
+struct tw_fabric;
+
+/*
+ * The same probes on a plane that is already open (tw__fabric_open with
+ * hmem): registers [dev_ptr, dev_ptr+len) of CUDA device `device` on that
+ * plane's first rail of `provider` (core name: "tcp" matches
+ * "tcp;ofi_rxm"), by pointer, or through the dma-buf dmabuf_fd (at offset)
+ * when it is >= 0, and releases it at once. Nothing is opened: this is the
+ * registration the data path will make, on the domain it will use.
+ * Returns 1 (registered), 0 (refused, or len 0: the rail exists; why in
+ * detail) or -ENOENT when the plane has no rail of that provider.
+ */
+int tw__fabric_plane_probe_mr(struct tw_fabric *fab, const char *provider, int device,
+                              uintptr_t dev_ptr, size_t len, int dmabuf_fd, uint64_t offset,
+                              char *detail, size_t detail_len);
+
 #endif

@@ -86,6 +86,11 @@ static struct {
 
 const struct tw_gdr_machine *tw__gdr_machine_once(const char *providers)
 {
+    return tw__gdr_machine_once_on(providers, NULL);
+}
+
+const struct tw_gdr_machine *tw__gdr_machine_once_on(const char *providers, struct tw_fabric *plane)
+{
     const char *key = providers ? providers : "";
     struct tw_gdr_machine *m = NULL;
     pthread_mutex_lock(&once_lock);
@@ -100,7 +105,7 @@ const struct tw_gdr_machine *tw__gdr_machine_once(const char *providers)
     m = malloc(sizeof(*m));
     if (!m)
         goto out_unlock;
-    tw__gdr_machine_gather(m, providers, NULL);
+    tw__gdr_machine_gather_on(m, providers, NULL, plane);
     for (int i = 0; i < ONCE_SLOTS; i++) {
         if (!once_tab[i].m) {
             snprintf(once_tab[i].providers, sizeof(once_tab[i].providers), "%s", key);

@@ -70,5 +70,10 @@ char *tw__gdr_table_why_not(const struct tw_gdr_table *t, int row, char *buf, si
  * Returns NULL only when out of memory.
  */
 const struct tw_gdr_machine *tw__gdr_machine_once(const char *providers);
+/* The same, probing CUDA registration on `plane`'s rails when the facts for
+ * that list are gathered now (tw__gdr_machine_gather_on); a list already
+ * gathered is returned as it is, however it was probed. */
+const struct tw_gdr_machine *tw__gdr_machine_once_on(const char *providers,
+                                                     struct tw_fabric *plane);
 
 #endif

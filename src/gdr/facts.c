@@ -94,7 +94,7 @@ static CUdeviceptr probe_buffer(const struct tw_cuda_api *cu, struct tw_gdr_gpu_
  * by pointer: export the probe buffer and register the fd (FI_MR_DMABUF,
  * compiled only against libfabric 1.20+ headers). */
 static void probe_dmabuf(const struct tw_cuda_api *cu, const struct tw_gdr_gpu_facts *g,
-                         CUdeviceptr buf, struct tw_gdr_provider_facts *f)
+                         CUdeviceptr buf, struct tw_gdr_provider_facts *f, struct tw_fabric *plane)
 {
     if (!tw__fabric_dmabuf_built()) {
         snprintf(f->dmabuf_detail, sizeof(f->dmabuf_detail),
@@ -114,14 +114,27 @@ static void probe_dmabuf(const struct tw_cuda_api *cu, const struct tw_gdr_gpu_f
         f->dmabuf_mr = 0;
         return;
     }
-    int rc = tw__fabric_probe_dmabuf_mr(f->name, g->ordinal, (uintptr_t)buf, PROBE_BYTES, fd, 0,
-                                        f->dmabuf_detail, sizeof(f->dmabuf_detail));
+    int rc =
+        plane ? tw__fabric_plane_probe_mr(plane, f->name, g->ordinal, (uintptr_t)buf, PROBE_BYTES,
+                                          fd, 0, f->dmabuf_detail, sizeof(f->dmabuf_detail))
+              : tw__fabric_probe_dmabuf_mr(f->name, g->ordinal, (uintptr_t)buf, PROBE_BYTES, fd, 0,
+                                           f->dmabuf_detail, sizeof(f->dmabuf_detail));
     close(fd);
     f->dmabuf_mr = rc > 0 ? 1 : 0;
 }
 
+/* The CUDA registration probe of provider p: on plane's rail of p when a
+ * plane is given (nothing opened), else by opening p. */
+static int probe_cuda(struct tw_fabric *plane, const char *p, int device, uintptr_t buf, size_t len,
+                      char *detail, size_t detail_len)
+{
+    if (plane)
+        return tw__fabric_plane_probe_mr(plane, p, device, buf, len, -1, 0, detail, detail_len);
+    return tw__fabric_probe_cuda_mr(p, device, buf, len, detail, detail_len);
+}
+
 static void gather_fabric(struct tw_gdr_machine *m, const char *providers,
-                          const struct tw_cuda_api *cu)
+                          const struct tw_cuda_api *cu, struct tw_fabric *plane)
 {
     char err[256] = "";
     /* No libfabric here: the reason is the status, and no provider is
@@ -170,17 +183,17 @@ static void gather_fabric(struct tw_gdr_machine *m, const char *providers,
                      m->ngpus ? "no probe buffer on the GPU" : "no GPU to register");
             /* Still say whether the provider exists here. */
             char why[256];
-            pi->available = tw__fabric_probe_cuda_mr(p, -1, 0, 0, why, sizeof(why)) >= 0;
+            pi->available = probe_cuda(plane, p, -1, 0, 0, why, sizeof(why)) >= 0;
             if (!pi->available)
                 snprintf(pi->facts.detail, sizeof(pi->facts.detail), "%.159s", why);
             continue;
         }
-        int rc = tw__fabric_probe_cuda_mr(p, m->gpus[0].ordinal, (uintptr_t)buf, PROBE_BYTES,
-                                          pi->facts.detail, sizeof(pi->facts.detail));
+        int rc = probe_cuda(plane, p, m->gpus[0].ordinal, (uintptr_t)buf, PROBE_BYTES,
+                            pi->facts.detail, sizeof(pi->facts.detail));
         pi->available = rc >= 0;
         pi->facts.hmem_cuda = rc > 0 ? 1 : 0;
         if (rc > 0)
-            probe_dmabuf(cu, &m->gpus[0], buf, &pi->facts);
+            probe_dmabuf(cu, &m->gpus[0], buf, &pi->facts, plane);
     }
     if (buf) {
         tw__cuda_use_device(m->gpus[0].ordinal, NULL, 0);
@@ -189,6 +202,12 @@ static void gather_fabric(struct tw_gdr_machine *m, const char *providers,
 }
 
 void tw__gdr_machine_gather(struct tw_gdr_machine *m, const char *providers, const char *sysfs_root)
+{
+    tw__gdr_machine_gather_on(m, providers, sysfs_root, NULL);
+}
+
+void tw__gdr_machine_gather_on(struct tw_gdr_machine *m, const char *providers,
+                               const char *sysfs_root, struct tw_fabric *plane)
 {
     memset(m, 0, sizeof(*m));
     struct tw_sysfs fs;
@@ -216,7 +235,7 @@ void tw__gdr_machine_gather(struct tw_gdr_machine *m, const char *providers, con
 
     int nn = tw__gdr_nics_read(&fs, m->nics, TW_GDR_MAX_NICS);
     m->nnics = nn < 0 ? 0 : (nn > TW_GDR_MAX_NICS ? TW_GDR_MAX_NICS : nn);
-    gather_fabric(m, providers, cu);
+    gather_fabric(m, providers, cu, plane);
 }
 
 int tw__gdr_machine_decide(const struct tw_gdr_machine *m, const struct tw_gdr_config *cfg, int gi,

@@ -57,6 +57,18 @@ struct tw_gdr_machine {
 void tw__gdr_machine_gather(struct tw_gdr_machine *m, const char *providers,
                             const char *sysfs_root);
 
+struct tw_fabric;
+
+/*
+ * The same, with the CUDA registration probes made on an open plane's rails
+ * (fabric/probe.h, tw__fabric_plane_probe_mr) instead of opening each
+ * provider once more: the registration the data path will make, on the
+ * domain it will use, and no second open of the provider. A provider the
+ * plane has no rail of is "not available" here. plane NULL: as above.
+ */
+void tw__gdr_machine_gather_on(struct tw_gdr_machine *m, const char *providers,
+                               const char *sysfs_root, struct tw_fabric *plane);
+
 /* The verdict for GPU index gi and provider index pi of m under cfg, with
  * the NIC closest to that GPU for NIC-backed providers. Pure. */
 int tw__gdr_machine_decide(const struct tw_gdr_machine *m, const struct tw_gdr_config *cfg, int gi,

@@ -211,3 +211,18 @@ int tw__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, 
     *total_bytes = t;
     return 0;
 }
+
+int tw__cuda_flush_gdr_writes(int ordinal, char *err, size_t errlen)
+{
+    const struct tw_cuda_api *cu;
+    int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (!cu->cuFlushGPUDirectRDMAWrites)
+        return 0; /* a driver before 11.3 has no reordering to flush */
+    CUresult r = cu->cuFlushGPUDirectRDMAWrites(CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+                                                CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER);
+    if (r != CUDA_SUCCESS)
+        return tw__cuda_fail(r, err, errlen, "cuFlushGPUDirectRDMAWrites on cuda:%d", ordinal);
+    return 0;
+}

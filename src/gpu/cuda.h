@@ -47,6 +47,7 @@ typedef enum {
     CU_POINTER_ATTRIBUTE_CONTEXT = 1,
     CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,       /* unsigned int (CUmemorytype) */
     CU_POINTER_ATTRIBUTE_BUFFER_ID = 7,         /* unsigned long long, process-unique */
+    CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,        /* unsigned int (bool) */
     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,    /* int */
     CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11, /* CUdeviceptr */
     CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,       /* size_t */
@@ -191,6 +192,16 @@ __attribute__((format(printf, 4, 5))) int tw__cuda_fail(CUresult r, char *err, s
 /* Number of visible CUDA devices (0 when there is no driver: that is not an
  * error here, so callers can treat "no GPU" and "no driver" alike). */
 int tw__cuda_device_count(void);
+
+/*
+ * Makes NIC writes already completed into device `ordinal`'s memory
+ * visible to later work on it: cuFlushGPUDirectRDMAWrites(CURRENT_CTX,
+ * TO_OWNER) through its primary context (docs/protocol.md §10). The caller
+ * decides whether the GPU needs it (gdr facts: flush_needed). A driver
+ * without the call (before CUDA 11.3) has nothing to flush: 0. Returns 0 or
+ * a negative code with the reason in err.
+ */
+int tw__cuda_flush_gdr_writes(int ordinal, char *err, size_t errlen);
 
 /*
  * len bytes of device memory on GPU `ordinal` (cuMemAlloc in its primary

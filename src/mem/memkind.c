@@ -1,8 +1,11 @@
 /* Memory kind dispatch: which table describes a pointer. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "gpu/cuda.h"
 #include "mem/memkind.h"
+#include "proto/proto.h"
 #include "tensorwire/error.h"
 
 const struct tw_memkind_ops *tw__memkind_ops(enum tw_memkind kind)
@@ -60,4 +63,31 @@ void tw__memkind_round_out(uintptr_t addr, size_t len, size_t gran, uintptr_t *s
     uintptr_t mask = (uintptr_t)gran - 1;
     *start = addr & ~mask;
     *end = (addr + len + mask) & ~mask;
+}
+
+int tw__memkind_crc32c(const struct tw_memkind_ops *k, const struct tw_mem_attr *attr,
+                       uintptr_t addr, size_t len, uint32_t *crc, char *err, size_t errlen)
+{
+    enum { PIECE = 4 << 20 };
+    uint32_t v = 0;
+    if (!k->copy_to_host) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s memory cannot be read back", k->name);
+        return TW_EDEVICE;
+    }
+    uint8_t *buf = len ? malloc(len < PIECE ? len : PIECE) : NULL;
+    if (len && !buf)
+        return -ENOMEM;
+    for (size_t off = 0; off < len; off += PIECE) {
+        size_t n = len - off < PIECE ? len - off : PIECE;
+        int rc = k->copy_to_host(buf, addr + off, n, attr, err, errlen);
+        if (rc) {
+            free(buf);
+            return rc;
+        }
+        v = tw__crc32c(v, buf, n);
+    }
+    free(buf);
+    *crc = v;
+    return 0;
 }

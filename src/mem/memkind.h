@@ -158,6 +158,13 @@ int tw__memkind_classify(const struct tw_memkind_ops *const table[TW_MEMKIND_MAX
 void tw__memkind_round_out(uintptr_t addr, size_t len, size_t gran, uintptr_t *start,
                            uintptr_t *end);
 
+/* CRC32C of [addr, addr+len) of memory of kind k that the CPU may not
+ * read directly (GPU memory): read back through k->copy_to_host in 4 MiB
+ * pieces, one extra pass (the cost the descriptor's CRC flag asks for).
+ * Returns 0 with *crc set, or the copy's code with the reason in err. */
+int tw__memkind_crc32c(const struct tw_memkind_ops *k, const struct tw_mem_attr *attr,
+                       uintptr_t addr, size_t len, uint32_t *crc, char *err, size_t errlen);
+
 #define TW_CUDA_GPU_PAGE ((size_t)64 * 1024)
 
 #endif

@@ -498,6 +498,18 @@ static pthread_mutex_t *gpu_serial_of(struct tw_regcache *c, const struct tw_mem
     return NULL;
 }
 
+void tw__regcache_gpu_serial_lock(struct tw_regcache *c, int device, int lock)
+{
+    struct tw_mem_attr a = {.kind = TW_MEMKIND_CUDA, .device = device};
+    pthread_mutex_t *serial = gpu_serial_of(c, &a);
+    if (!serial)
+        return;
+    if (lock)
+        pthread_mutex_lock(serial);
+    else
+        pthread_mutex_unlock(serial);
+}
+
 static void run_deregs(struct tw_regcache *c, struct tw_regcache_region *dead)
 {
     while (dead) {

@@ -171,6 +171,14 @@ int tw__regcache_lookup(struct tw_regcache *c, const void *addr, size_t len, uin
                         enum tw_memkind hint, struct tw_regcache_region **out, char *err,
                         size_t errlen);
 
+/* Takes (lock != 0) or drops the lock that serializes this cache's
+ * registrar calls for GPU memory of `device` (recursive; nothing for a
+ * device out of range), for a caller that registers GPU memory beside the
+ * cache (uncached remote-write registrations, fabric/mrcache.c) so those
+ * calls take their turn with the cache's own. Never with the cache lock
+ * held (it is not: the cache lock is internal). */
+void tw__regcache_gpu_serial_lock(struct tw_regcache *c, int device, int lock);
+
 /* Drop the reference from lookup. Thread-safe. */
 void tw__regcache_release(struct tw_regcache *c, struct tw_regcache_region *r);
 

@@ -13,6 +13,7 @@
  *     (inline chosen but bit 0 not negotiated: none, NO_PLANE)
  *   mode (rdma, decided by the destination owner only; needs bit 3)
  *     policy always                            push     PUSH_ALWAYS
+ *     policy auto, client GPU memory over shm  pull     PULL_SHM_GPU
  *     policy auto, GPU memory admitted         push     PUSH_GPUDIRECT
  *     policy auto, server put over shm         push     PUSH_SHM
  *     otherwise                                pull
@@ -26,6 +27,13 @@
  * good (a wedged rail, docs/testing.md). With push the copy runs in the
  * server's progress under its own lock. Throughput is the same
  * (docs/performance.md).
+ *
+ * A client get into admitted GPU memory over shm pulls under "auto": shm
+ * (libfabric 1.22, smr_select_proto) moves GPU memory by CUDA IPC only
+ * from the initiator's own device buffer; a push from a host tensor into
+ * it goes through shm's bounce buffers instead. On the H200, 1 GiB from a
+ * host tensor: pull 6.08 GB/s, push 2.37 GB/s, host staging 3.34 GB/s
+ * (docs/performance.md, "GPUDirect into the client's GPU").
  */
 #include "proto/path.h"
 
@@ -78,6 +86,9 @@ static void mode_of(const struct tw_path_in *in, struct tw_path *p)
     if (in->push == TW_PATH_PUSH_ALWAYS) {
         p->mode = TW_PATH_PUSH;
         p->reason = TW_PATH_R_PUSH_ALWAYS;
+    } else if (in->mem_local == TW_PATH_MEM_CUDA && in->gdr == TW_PATH_GDR_ADMITTED &&
+               in->role == TW_PATH_CLIENT && in->provider == TW_PATH_PROV_SHM) {
+        p->reason = TW_PATH_R_PULL_SHM_GPU; /* stays pull: the client reads */
     } else if (in->mem_local == TW_PATH_MEM_CUDA && in->gdr == TW_PATH_GDR_ADMITTED) {
         p->mode = TW_PATH_PUSH;
         p->reason = TW_PATH_R_PUSH_GPUDIRECT;
@@ -108,6 +119,10 @@ struct tw_path tw__path_decide(const struct tw_path_in *in)
 
 struct tw_path tw__path_follow_inline(struct tw_path p)
 {
+    /* GPU memory the RDMA plane would have touched directly (gdr) cannot
+     * take DATA frames: it stages like any GPU memory on the inline plane. */
+    if (p.gdr)
+        p.staging = TW_PATH_STAGING_HOST;
     p.plane = TW_PATH_PLANE_INLINE;
     p.mode = TW_PATH_PULL;
     p.gdr = 0;
@@ -142,6 +157,7 @@ const char *tw__path_reason_str(enum tw_path_reason r)
         [TW_PATH_R_PUSH_ALWAYS] = "push policy always",
         [TW_PATH_R_PUSH_SHM] = "put over shm: the client writes",
         [TW_PATH_R_PUSH_GPUDIRECT] = "GPU destination admitted for GPUDirect",
+        [TW_PATH_R_PULL_SHM_GPU] = "GPU destination over shm: the client reads by CUDA IPC",
         [TW_PATH_R_STAGED_INLINE] = "GPU memory staged through host memory for inline",
         [TW_PATH_R_STAGED_NO_GPUDIRECT] = "GPU memory not admitted for GPUDirect",
     };

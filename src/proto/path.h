@@ -80,6 +80,7 @@ enum tw_path_reason {
     TW_PATH_R_PUSH_ALWAYS,           /* push: the destination's policy is "always" */
     TW_PATH_R_PUSH_SHM,              /* push: server put over shm (policy auto) */
     TW_PATH_R_PUSH_GPUDIRECT,        /* push: GPU destination admitted for GPUDirect */
+    TW_PATH_R_PULL_SHM_GPU,          /* pull: client get into admitted GPU memory over shm */
     TW_PATH_R_STAGED_INLINE,         /* GPU memory on this side, inline plane */
     TW_PATH_R_STAGED_NO_GPUDIRECT,   /* GPU memory on this side, not admitted */
     TW_PATH_R_COUNT
@@ -115,7 +116,9 @@ struct tw_path {
 struct tw_path tw__path_decide(const struct tw_path_in *in);
 
 /* The client's request for RDMA was answered with the inline plane: the
- * path the client follows instead (staging kept, reason PEER_CHOSE_INLINE). */
+ * path the client follows instead (staging kept, reason PEER_CHOSE_INLINE;
+ * GPU memory that the RDMA plane would have used directly, gdr, stages:
+ * STAGED_INLINE). */
 struct tw_path tw__path_follow_inline(struct tw_path p);
 
 /* Maps a libfabric provider name ("tcp;ofi_rxm", "shm", "verbs;ofi_rxm")

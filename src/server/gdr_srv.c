@@ -63,7 +63,8 @@ int tw__srv_gdr_init(struct tw_srv *srv, char *err, size_t errlen)
     }
     char provs[128];
     plane_providers(srv->fab, provs, sizeof(provs));
-    const struct tw_gdr_machine *m = tw__gdr_machine_once(provs);
+    /* The CUDA registration probes run on the plane's rails. */
+    const struct tw_gdr_machine *m = tw__gdr_machine_once_on(provs, srv->fab);
     srv->gdr = m ? malloc(sizeof(*srv->gdr)) : NULL;
     if (!srv->gdr) {
         snprintf(err, errlen, "out of memory");
@@ -166,22 +167,7 @@ int tw__srv_gdr_flush(const struct tw_srv *srv, const struct tw_tensor *t, char 
     int ord = srv->store.gpu[t->gpu].ordinal;
     if (ord >= srv->gdr->ngpus || !srv->gdr->flush_needed[ord])
         return 0;
-    const struct tw_cuda_api *cu;
-    int rc = tw__cuda_get(&cu, err, errlen);
-    if (rc < 0)
-        return rc;
-    if (!cu->cuFlushGPUDirectRDMAWrites)
-        return 0; /* a driver before 11.3 has no reordering to flush */
-    rc = tw__cuda_use_device(ord, err, errlen);
-    if (rc < 0)
-        return rc;
-    CUresult r = cu->cuFlushGPUDirectRDMAWrites(CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
-                                                CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER);
-    if (r != CUDA_SUCCESS) {
-        snprintf(err, errlen, "cuFlushGPUDirectRDMAWrites: CUDA error %d", (int)r);
-        return tw__cuda_to_err(r);
-    }
-    return 0;
+    return tw__cuda_flush_gdr_writes(ord, err, errlen);
 }
 
 int tw__srv_gdr_crc(const struct tw_srv *srv, const struct tw_tensor *t, uint32_t *crc, char *err,

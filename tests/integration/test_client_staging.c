@@ -17,6 +17,7 @@
 
 #include "client/client_internal.h"
 #include "integration/server_fixture.h"
+#include "mem/fake_arena.h"
 #include "tensorwire/tensorwire.h"
 #include "tw_test.h"
 
@@ -35,21 +36,7 @@ static void arena_open(int open)
 static int fake_query(uintptr_t addr, size_t len, struct tw_mem_attr *attr, char *err,
                       size_t errlen)
 {
-    uintptr_t base = (uintptr_t)arena;
-    if (addr < base || addr >= base + ARENA_LEN)
-        return TW_EINVAL; /* not ours: host memory */
-    if (len > base + ARENA_LEN - addr) {
-        if (err && errlen)
-            snprintf(err, errlen, "range leaves the fake allocation");
-        return TW_EINVAL;
-    }
-    *attr = (struct tw_mem_attr){.kind = TW_MEMKIND_CUDA,
-                                 .flags = TW_MEM_ATTR_TRACKED,
-                                 .device = 0,
-                                 .buffer_id = 1,
-                                 .alloc_base = base,
-                                 .alloc_len = ARENA_LEN};
-    return 0;
+    return tw_test_arena_query((uintptr_t)arena, ARENA_LEN, addr, len, attr, err, errlen);
 }
 
 static int fake_to_host(void *dst, uintptr_t src, size_t len, const struct tw_mem_attr *attr,

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fabric/fabric.h"
+#include "fabric/probe.h"
 #include "tw_fabric_pair.h"
 #include "tw_test.h"
 
@@ -961,6 +962,29 @@ static void old_key_rejected(void)
     free(orig);
 }
 
+/* GPUDirect's CUDA registration probe on the open plane's rail (issue 12,
+ * tw__fabric_plane_probe_mr): a provider the plane has no rail of is
+ * -ENOENT; its own provider with len 0 says the rail exists; a CUDA
+ * registration on this plane (opened without FI_HMEM) is refused with the
+ * provider's reason, and the plane still works afterwards. */
+static void plane_probe(void)
+{
+    char detail[512];
+    TW_ASSERT_EQ(tw__fabric_plane_probe_mr(srv, "nosuch", 0, 0, 0, -1, 0, detail, sizeof(detail)),
+                 -ENOENT);
+    TW_ASSERT(strstr(detail, "no nosuch rail") != NULL);
+    TW_ASSERT_EQ(
+        tw__fabric_plane_probe_mr(srv, TW_TEST_PROVIDER, 0, 0, 0, -1, 0, detail, sizeof(detail)),
+        0);
+    static uint8_t notgpu[65536];
+    int rc = tw__fabric_plane_probe_mr(srv, TW_TEST_PROVIDER, 0, (uintptr_t)notgpu, sizeof(notgpu),
+                                       -1, 0, detail, sizeof(detail));
+    fprintf(stderr, "  CUDA registration of host memory on a plain %s plane: %d, %s\n",
+            TW_TEST_PROVIDER, rc, detail);
+    TW_ASSERT_EQ(rc, 0);
+    TW_ASSERT(strncmp(detail, "registering CUDA memory failed: ", 32) == 0);
+}
+
 int main(void)
 {
     TW_RUN(open_errors);
@@ -971,6 +995,7 @@ int main(void)
     srv = tw_test_open_plane(1, 0);
     cli = tw_test_open_plane(0, 0);
     TW_RUN(offer_rules);
+    TW_RUN(plane_probe);
     tw_test_connect_planes(cli, srv, &cli_peer, &srv_peer);
     TW_RUN(pull_push_sizes);
     TW_RUN(bad_descriptors);

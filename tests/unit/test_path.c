@@ -133,6 +133,34 @@ static const struct row rows[] = {
     {"server put into GPU memory, admitted, --push never: gdr pull", S, PUT, INL | RDMA | GDR, 1,
      P_SHM, 1, 1, 1, 8 * MIB, MIB, CUDA, HOST, NEVER, ADMITTED, RDMA_P, PULL, ST_NONE,
      TW_PATH_R_AT_THRESHOLD},
+    /* --- issue 12, client side: the client's own GPU memory (gdr_client.c) --- */
+    {"client get into GPU memory over shm, admitted, auto: gdr pull (shm's IPC)", C, GET,
+     INL | RDMA | GDR, 1, P_SHM, 1, 0, 0, 0, MIB, CUDA, HOST, AUTO, ADMITTED, RDMA_P, PULL, ST_NONE,
+     TW_PATH_R_PULL_SHM_GPU},
+    {"client get into GPU memory over shm, admitted, always: gdr push", C, GET, INL | RDMA | GDR, 1,
+     P_SHM, 1, 0, 0, 0, MIB, CUDA, HOST, ALWAYS, ADMITTED, RDMA_P, PUSH, ST_NONE,
+     TW_PATH_R_PUSH_ALWAYS},
+    {"client get into GPU memory, admitted, bit 3 not negotiated: gdr pull", C, GET, INL | RDMA, 1,
+     P_SHM, 1, 0, 0, 0, MIB, CUDA, HOST, AUTO, ADMITTED, RDMA_P, PULL, ST_NONE,
+     TW_PATH_R_SIZE_UNKNOWN},
+    {"client get into GPU memory, admitted, push always: gdr push", C, GET, INL | RDMA | GDR, 1,
+     P_TCP, 1, 0, 0, 0, MIB, CUDA, HOST, ALWAYS, ADMITTED, RDMA_P, PUSH, ST_NONE,
+     TW_PATH_R_PUSH_ALWAYS},
+    {"client get into GPU memory, --gpudirect off (refused): staging", C, GET, INL | RDMA | GDR, 1,
+     P_SHM, 1, 0, 0, 0, MIB, CUDA, HOST, AUTO, REFUSED, RDMA_P, PULL, ST_HOST,
+     TW_PATH_R_STAGED_NO_GPUDIRECT},
+    {"client get into GPU memory, retired rail: inline + staging", C, GET, INL | RDMA | GDR, 1,
+     P_SHM, 0, 0, 0, 0, MIB, CUDA, HOST, AUTO, ADMITTED, INLINE, PULL, ST_HOST,
+     TW_PATH_R_STAGED_INLINE},
+    {"client put from GPU memory, admitted: gdr, the server picks the mode", C, PUT,
+     INL | RDMA | GDR, 1, P_SHM, 1, 0, 1, 8 * MIB, MIB, CUDA, HOST, AUTO, ADMITTED, RDMA_P, PULL,
+     ST_NONE, TW_PATH_R_AT_THRESHOLD},
+    {"client put from GPU memory, refused (1.17 shm): rdma + staging", C, PUT, INL | RDMA | GDR, 1,
+     P_SHM, 1, 0, 1, 8 * MIB, MIB, CUDA, HOST, AUTO, REFUSED, RDMA_P, PULL, ST_HOST,
+     TW_PATH_R_STAGED_NO_GPUDIRECT},
+    {"client put from GPU memory, admitted, push always: the source never pushes by itself", C, PUT,
+     INL | RDMA | GDR, 1, P_NIC, 1, 0, 1, 8 * MIB, MIB, CUDA, HOST, ALWAYS, ADMITTED, RDMA_P, PULL,
+     ST_NONE, TW_PATH_R_AT_THRESHOLD},
     {"the peer's GPU memory does not change this side's path", S, GET, INL | RDMA, 1, P_TCP, 1, 1,
      1, 8 * MIB, MIB, HOST, CUDA, AUTO, UNEVAL, RDMA_P, PULL, ST_NONE, TW_PATH_R_AT_THRESHOLD},
 };
@@ -178,7 +206,12 @@ static void follow_inline(void)
     TW_ASSERT_EQ(f.mode, TW_PATH_PULL);
     TW_ASSERT_EQ(f.reason, TW_PATH_R_PEER_CHOSE_INLINE);
     p.gdr = 1;
-    TW_ASSERT_EQ(tw__path_follow_inline(p).gdr, 0); /* inline stages GPU memory */
+    /* A client gdr get answered inline: GPU memory cannot take DATA frames
+     * directly, it stages. */
+    f = tw__path_follow_inline(p);
+    TW_ASSERT_EQ(f.gdr, 0);
+    TW_ASSERT_EQ(f.staging, TW_PATH_STAGING_HOST);
+    TW_ASSERT_EQ(f.reason, TW_PATH_R_STAGED_INLINE);
     p.gdr = 0;
     p.staging = TW_PATH_STAGING_HOST;
     f = tw__path_follow_inline(p);
