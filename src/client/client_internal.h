@@ -46,6 +46,7 @@ enum tw__op {
 
 struct tw__creq;
 struct tw_client;
+struct tw__rdma_req;
 struct tw_fabric_mrcache;
 struct tw__client_gdr_fake;
 
@@ -193,6 +194,11 @@ struct tw_client {
      * sides announced bit 2 and the server ACCEPTed our OFFER. */
     struct tw_fabric *fab;
     struct tw_fabric_peer *fpeer;
+    /* Requests of the run whose fabric transfer the plane holds, and those
+     * whose completion was popped but not yet handled, in order (dp_rdma.c;
+     * the engine waits on the plane's event fd while any is in flight). */
+    size_t rdma_inflight;
+    struct tw__rdma_req *rdma_ready;
     /* Pull puts whose RDMA_DONE we wait for while the server reads our
      * memory: their reads count as progress in the socket waits (conn.c
      * wait_fd, fabric.h "Target-side activity"). */
@@ -330,6 +336,11 @@ void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int statu
  * c->fabric and c->fabric_detail; only a connection failure is returned
  * (negative). */
 int tw__client_rdma_setup(struct tw_client *c, const char *provider, int timeout_ms);
+
+/* Pops the plane's finished transfers and ends their requests (RDMA_DONE
+ * queued, bytes checked). Cheap when nothing finished (no system call).
+ * Returns 0 or a connection-fatal code. */
+int tw__client_rdma_reap(struct tw_client *c);
 
 struct tw_gdr_table;
 

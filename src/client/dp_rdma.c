@@ -8,8 +8,8 @@
  * fails leaves the connection inline-only with the reason kept for -v.
  *
  * Get (the client is the destination): on the server's RDMA_REGISTER either
- * pull (register the buffer LOCAL_READ, RDMA_READY, fi_read it all with
- * tw__fabric_xfer_run, RDMA_DONE) or push when bit 3 was negotiated and the
+ * pull (register the buffer LOCAL_READ, RDMA_READY, fi_read it all,
+ * asynchronously: see below, RDMA_DONE) or push when bit 3 was negotiated and the
  * push policy is "always" (register REMOTE_WRITE, RDMA_REGISTER +
  * RDMA_READY, and on the server's RDMA_DONE revoke the key first, then
  * check). Put (the client is the source): register REMOTE_READ (+
@@ -30,10 +30,21 @@
  * needs it) and, with a checksum, read back for the CRC before it is
  * reported complete.
  *
- * Transfers run one at a time on the caller's thread; other requests of a
- * batch stay in flight meanwhile.
+ * Transfers are asynchronous: the request's own fi_read (pull get) or
+ * fi_write (push put) is submitted to the plane and the engine goes on
+ * with the other requests of the run; tw__client_rdma_reap() pops the
+ * finished transfers (many per look, one eventfd count per burst) and ends
+ * their requests (RDMA_DONE, CRC check), and the engine waits on the
+ * socket and the plane's event fd together (engine.c). So a batch of small
+ * tensors keeps the window's worth of RDMA operations in flight, the mover
+ * posts those that arrived since its last round together, and the
+ * RDMA_DONE frames of one pass leave in one write. A request that ends
+ * while its transfer runs (the server's ERROR, a connection failure)
+ * cancels it and waits for its completion in release, so the caller's
+ * buffer is never handed back under a live operation.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,19 +59,27 @@
 
 /* Per-request state (r->dp_state), made by get_start / put_start and freed
  * by rdma_release when the request ends. */
-struct rdma_req {
+struct tw__rdma_req {
+    struct tw__creq *r;
     struct tw_fabric_mr *mr;   /* our registration of host r->buf, or NULL */
     struct tw_fabric_mrc *mrc; /* gdr: our registration of GPU r->buf, or NULL */
     const void *gbuf;          /* gdr: the registered GPU range */
     size_t glen;
     struct tw_fabric_rkey remote; /* the server's region */
     int got_remote;               /* put: the server registered its destination (push) */
-    int watching;                 /* pull put: counted in c->target_watch */
+    /* Our transfer (pull get, push put) while the plane holds it; NULL
+     * before the submit and once its completion was popped. */
+    struct tw_fabric_xfer *fx;
+    /* Popped and not yet handled: the completion, queued on c->rdma_ready. */
+    int ready;
+    struct tw__rdma_req *ready_next;
+    struct tw_fabric_completion fc;
+    int watching; /* pull put: counted in c->target_watch */
 };
 
 /* Pull put: until RDMA_DONE the server's reads of our memory are the
  * request's progress (conn.c wait_fd). Only where they can be seen. */
-static void watch_target(struct tw_client *c, struct rdma_req *q, int on)
+static void watch_target(struct tw_client *c, struct tw__rdma_req *q, int on)
 {
     if (on && !q->watching && tw__fabric_target_observable(c->fpeer)) {
         q->watching = 1;
@@ -75,7 +94,7 @@ static void watch_target(struct tw_client *c, struct rdma_req *q, int on)
     }
 }
 
-static struct rdma_req *req_state(struct tw__creq *r)
+static struct tw__rdma_req *req_state(struct tw__creq *r)
 {
     return r->dp_state;
 }
@@ -83,11 +102,12 @@ static struct rdma_req *req_state(struct tw__creq *r)
 /* Makes r's state (fresh for this transfer). */
 static int req_state_new(struct tw_client *c, struct tw__creq *r)
 {
-    struct rdma_req *q = calloc(1, sizeof(*q));
+    struct tw__rdma_req *q = calloc(1, sizeof(*q));
     if (!q) {
         tw__client_seterr(c, "'%s': out of memory for the rdma transfer state", r->name);
         return -ENOMEM;
     }
+    q->r = r;
     r->dp_state = q;
     return 0;
 }
@@ -214,7 +234,7 @@ void tw__client_rdma_close(struct tw_client *c)
 
 /* Drops our registration of r->buf (revokes its key), keeping the state.
  * A GPU registration's cached region goes too (see the top). */
-static void drop_mr(struct tw_client *c, struct rdma_req *q)
+static void drop_mr(struct tw_client *c, struct tw__rdma_req *q)
 {
     tw__fabric_mr_deregister(q->mr);
     q->mr = NULL;
@@ -231,7 +251,7 @@ static void drop_mr(struct tw_client *c, struct rdma_req *q)
 static int reg_buf(struct tw_client *c, struct tw__creq *r, size_t len, unsigned access, char *why,
                    size_t whylen)
 {
-    struct rdma_req *q = req_state(r);
+    struct tw__rdma_req *q = req_state(r);
     if (!r->path.gdr) {
         int rc = tw__fabric_mr_register(c->fpeer, r->buf, len, access, TW_FABRIC_HOST, 0, &q->mr);
         if (rc < 0)
@@ -254,13 +274,98 @@ static int reg_buf(struct tw_client *c, struct tw__creq *r, size_t len, unsigned
     return 0;
 }
 
+/* ---- completions ---- */
+
+/* Takes a popped completion to its request's state and queues it for
+ * handling (c->rdma_ready, in completion order). */
+static void record(struct tw_client *c, const struct tw_fabric_completion *fc)
+{
+    struct tw__rdma_req *q = (struct tw__rdma_req *)(uintptr_t)fc->cookie;
+    q->fx = NULL;
+    c->rdma_inflight--;
+    q->fc = *fc;
+    q->ready = 1;
+    q->ready_next = NULL;
+    struct tw__rdma_req **tail = &c->rdma_ready;
+    while (*tail)
+        tail = &(*tail)->ready_next;
+    *tail = q;
+}
+
+/* Pops every finished transfer of the plane (many per lock). */
+static void pop_all(struct tw_client *c)
+{
+    struct tw_fabric_completion fc[16];
+    size_t n;
+    while (c->fab && c->rdma_inflight &&
+           (n = tw__fabric_done_pop_many(c->fab, fc, sizeof(fc) / sizeof(fc[0]))) > 0)
+        for (size_t i = 0; i < n; i++)
+            record(c, &fc[i]);
+}
+
+static void unready(struct tw_client *c, struct tw__rdma_req *q)
+{
+    if (!q->ready)
+        return;
+    for (struct tw__rdma_req **l = &c->rdma_ready; *l; l = &(*l)->ready_next)
+        if (*l == q) {
+            *l = q->ready_next;
+            break;
+        }
+    q->ready = 0;
+}
+
+/* Forgets every request's plane objects after the plane was closed (it
+ * freed their registrations and transfers). */
+static void forget_plane(struct tw_client *c)
+{
+    for (size_t i = 0; c->run && i < c->run_n; i++) {
+        struct tw__creq *o = &c->run[i];
+        if ((o->dp == &tw__client_dp_rdma || o->dp == tw__client_dp_rdma_staged) && o->dp_state) {
+            struct tw__rdma_req *q = req_state(o);
+            q->mr = NULL;
+            q->mrc = NULL;
+            q->fx = NULL;
+            q->ready = 0;
+            q->watching = 0;
+        }
+    }
+    c->rdma_ready = NULL;
+    c->rdma_inflight = 0;
+}
+
+/* A request that ends while its transfer runs: stop the transfer and wait
+ * for its completion (bounded by the plane's drain time), handing other
+ * requests' completions popped meanwhile to c->rdma_ready. */
+static void wait_own(struct tw_client *c, struct tw__rdma_req *q)
+{
+    tw__fabric_xfer_cancel(q->fx, TW_ECANCELLED);
+    while (q->fx && c->fab) {
+        pop_all(c);
+        if (!q->fx)
+            break;
+        struct pollfd p = {.fd = tw__fabric_event_fd(c->fab), .events = POLLIN};
+        (void)poll(&p, 1, 100);
+    }
+}
+
+static int settle_busy(struct tw_client *c, struct tw__creq *r,
+                       const struct tw_fabric_completion *fc);
+
 static void rdma_release(struct tw_client *c, struct tw__creq *r)
 {
-    struct rdma_req *q = req_state(r);
+    struct tw__rdma_req *q = req_state(r);
     if (!q)
         return;
+    if (q->fx)
+        wait_own(c, q);
+    unready(c, q);
     watch_target(c, q, 0);
-    drop_mr(c, q);
+    if ((q->mr || q->mrc) && q->fc.buffer_busy)
+        (void)settle_busy(c, r, &q->fc); /* may close the plane */
+    q = req_state(r);
+    if (q)
+        drop_mr(c, q);
     free(q);
     r->dp_state = NULL;
 }
@@ -275,7 +380,7 @@ static int queue_simple(struct tw_client *c, struct tw__creq *r, uint32_t tag)
 
 static int queue_register(struct tw_client *c, struct tw__creq *r, uint64_t length)
 {
-    struct rdma_req *q = req_state(r);
+    struct tw__rdma_req *q = req_state(r);
     struct tw_fabric_rkey k = q->mrc ? tw__fabric_mrc_rkey(q->mrc) : tw__fabric_mr_rkey(q->mr);
     struct tw_msg m = {
         .hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_RDMA_REGISTER, .request_id = r->id}};
@@ -312,11 +417,11 @@ static void idle_flag(void *arg)
     __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
 }
 
-static int release_busy(struct tw_client *c, struct tw__creq *r,
-                        const struct tw_fabric_completion *fc)
+static int settle_busy(struct tw_client *c, struct tw__creq *r,
+                       const struct tw_fabric_completion *fc)
 {
     int idle = 0;
-    struct rdma_req *q = req_state(r);
+    struct tw__rdma_req *q = req_state(r);
     struct tw_fabric_mr *mr = q->mr;
     struct tw_fabric_mrc *mrc = q->mrc;
     q->mr = NULL;
@@ -330,14 +435,10 @@ static int release_busy(struct tw_client *c, struct tw__creq *r,
     if (__atomic_load_n(&idle, __ATOMIC_ACQUIRE))
         return 0;
     /* &idle is on our stack: close the plane so the callback runs (or is
-     * dropped) before we return. Closing frees every registration of the
-     * plane: forget the other requests' handles first. */
-    for (size_t i = 0; c->run && i < c->run_n; i++)
-        if (c->run[i].dp == r->dp && c->run[i].dp_state) {
-            req_state(&c->run[i])->mr = NULL;
-            req_state(&c->run[i])->mrc = NULL;
-            req_state(&c->run[i])->watching = 0;
-        }
+     * dropped) before we return. Closing frees every registration and
+     * transfer of the plane: forget the other requests' handles first
+     * (their transfers fail with the connection, below). */
+    forget_plane(c);
     tw__client_rdma_close(c);
     /* The transfer's own failure (TIMEOUT on a cut link) is what the
      * caller needs to hear; the closed plane is the consequence. */
@@ -349,28 +450,38 @@ static int release_busy(struct tw_client *c, struct tw__creq *r,
     return tw__client_conn_fail(c, fc->status < 0 ? fc->status : TW_EINTERNAL, 0);
 }
 
-static int run_xfer(struct tw_client *c, struct tw__creq *r, enum tw_fabric_op op, uint64_t len,
-                    struct tw_fabric_completion *fc)
+/* Submits r's transfer; its completion comes back through
+ * tw__client_rdma_reap(). A submit the plane refuses completes at once
+ * (queued on c->rdma_ready with that status), like a transfer that failed. */
+static void start_xfer(struct tw_client *c, struct tw__creq *r, enum tw_fabric_op op, uint64_t len)
 {
+    struct tw__rdma_req *q = req_state(r);
     struct tw_fabric_xfer_desc d;
     memset(&d, 0, sizeof(d));
     d.op = op;
     d.peer = c->fpeer;
-    if (req_state(r)->mrc) {
-        d.local = tw__fabric_mrc_mr(req_state(r)->mrc);
-        d.local_offset = tw__fabric_mrc_offset(req_state(r)->mrc);
+    if (q->mrc) {
+        d.local = tw__fabric_mrc_mr(q->mrc);
+        d.local_offset = tw__fabric_mrc_offset(q->mrc);
     } else {
-        d.local = req_state(r)->mr;
+        d.local = q->mr;
     }
-    d.remote = req_state(r)->remote;
+    d.remote = q->remote;
     d.length = len;
     d.stall_ns = stall_ns(c);
-    memset(fc, 0, sizeof(*fc));
-    int rc = tw__fabric_xfer_run(c->fab, &d, fc);
-    if (rc < 0 && !fc->msg[0])
-        snprintf(fc->msg, sizeof(fc->msg), "%s", tw_strerror(rc));
-    fc->status = rc;
-    return rc;
+    d.cookie = (uint64_t)(uintptr_t)q;
+    c->rdma_inflight++;
+    int rc = tw__fabric_xfer_submit(c->fab, &d, &q->fx);
+    if (rc == 0)
+        return;
+    struct tw_fabric_completion fc;
+    memset(&fc, 0, sizeof(fc));
+    fc.cookie = d.cookie;
+    fc.status = rc;
+    snprintf(fc.msg, sizeof(fc.msg), "%s", tw__fabric_errmsg(c->fab));
+    if (!fc.msg[0])
+        snprintf(fc.msg, sizeof(fc.msg), "%s", tw_strerror(rc));
+    record(c, &fc);
 }
 
 /* The bytes of a get are in r->buf (our registration already dropped):
@@ -428,7 +539,7 @@ static int get_on_register(struct tw_client *c, struct tw__creq *r, const struct
                           (unsigned long long)r->expect);
         return TW_EBAD_LENGTH;
     }
-    struct rdma_req *q = req_state(r);
+    struct tw__rdma_req *q = req_state(r);
     q->remote.key = m->u.rdma_register.rkey;
     q->remote.remote_addr = m->u.rdma_register.remote_addr;
     q->remote.length = m->u.rdma_register.length;
@@ -457,20 +568,32 @@ static int get_on_register(struct tw_client *c, struct tw__creq *r, const struct
     rc = queue_simple(c, r, TW_TAG_RDMA_READY);
     if (rc)
         return rc;
-    struct tw_fabric_completion fc;
-    run_xfer(c, r, TW_FABRIC_PULL, r->expect, &fc);
-    if (fc.buffer_busy) {
-        rc = release_busy(c, r, &fc);
-        if (rc)
-            return rc;
-    } else {
-        drop_mr(c, q);
-    }
-    rc = queue_done(c, r, tw__fabric_status_to_wire(fc.status), fc.bytes);
+    start_xfer(c, r, TW_FABRIC_PULL, r->expect); /* ends in get_pulled */
+    return 0;
+}
+
+/* Our transfer is over: its registration goes now, or after the drain
+ * when operations were left in the provider (settle_busy). */
+static int xfer_over(struct tw_client *c, struct tw__creq *r, const struct tw_fabric_completion *fc)
+{
+    if (fc->buffer_busy)
+        return settle_busy(c, r, fc);
+    drop_mr(c, req_state(r));
+    return 0;
+}
+
+/* Our reads of a pull get are over. */
+static int get_pulled(struct tw_client *c, struct tw__creq *r,
+                      const struct tw_fabric_completion *fc)
+{
+    int rc = xfer_over(c, r, fc);
     if (rc)
         return rc;
-    if (fc.status != 0) {
-        finish_msg(c, r, fc.status, "'%s': rdma read from the server failed: %s", fc.msg);
+    rc = queue_done(c, r, tw__fabric_status_to_wire(fc->status), fc->bytes);
+    if (rc)
+        return rc;
+    if (fc->status != 0) {
+        finish_msg(c, r, fc->status, "'%s': rdma read from the server failed: %s", fc->msg);
         return 0;
     }
     return check_get(c, r);
@@ -522,19 +645,36 @@ static int put_on_ready(struct tw_client *c, struct tw__creq *r)
     }
     /* Push: the server, the destination, chose it. */
     r->path.mode = TW_PATH_PUSH;
-    struct tw_fabric_completion fc;
-    run_xfer(c, r, TW_FABRIC_PUSH, r->len, &fc);
-    int rc = 0;
-    if (fc.buffer_busy)
-        rc = release_busy(c, r, &fc);
-    else
-        drop_mr(c, req_state(r));
+    start_xfer(c, r, TW_FABRIC_PUSH, r->len); /* ends in put_pushed */
+    return 0;
+}
+
+/* Our writes of a push put are over. */
+static int put_pushed(struct tw_client *c, struct tw__creq *r,
+                      const struct tw_fabric_completion *fc)
+{
+    int rc = xfer_over(c, r, fc);
     if (rc)
         return rc;
-    if (fc.status == 0)
+    if (fc->status == 0)
         r->received = r->len;
     /* The server answers OK, or ERROR after a failed RDMA_DONE. */
-    return queue_done(c, r, tw__fabric_status_to_wire(fc.status), fc.bytes);
+    return queue_done(c, r, tw__fabric_status_to_wire(fc->status), fc->bytes);
+}
+
+int tw__client_rdma_reap(struct tw_client *c)
+{
+    pop_all(c);
+    while (c->rdma_ready) {
+        struct tw__rdma_req *q = c->rdma_ready;
+        c->rdma_ready = q->ready_next;
+        q->ready = 0;
+        struct tw__creq *r = q->r;
+        int rc = r->op == TW__OP_GET ? get_pulled(c, r, &q->fc) : put_pushed(c, r, &q->fc);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
 }
 
 static int rdma_on_message(struct tw_client *c, struct tw__creq *r, const struct tw_msg *m)

@@ -14,6 +14,7 @@
  * processed first, so one sendmsg carries the answers to many of them.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -601,6 +602,29 @@ static int frame_buffered(const struct tw_client *c)
     return have - TW_FRAME_HEADER_LEN >= plen;
 }
 
+/* While RDMA transfers run, waits for the socket or the plane's event fd,
+ * whichever comes first. Returns 1 when the socket is readable (or on an
+ * error the read will report), 0 when a transfer may have finished. No
+ * timeout here: each transfer has its own stall timeout
+ * (request_timeout_ms), and the socket read after it has the usual one. */
+static int wait_socket_or_plane(struct tw_client *c)
+{
+    struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN},
+                          {.fd = tw__fabric_event_fd(c->fab), .events = POLLIN}};
+    for (;;) {
+        int k = poll(p, 2, 1000);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 || p[0].revents)
+            return 1;
+        if (p[1].revents)
+            return 0;
+        /* Nothing for a second: look at the transfers again (a stall
+         * timeout fires from the mover, which also signals). */
+        return 0;
+    }
+}
+
 static size_t count_unfinished(const struct tw__creq *reqs, size_t n)
 {
     size_t k = 0;
@@ -662,10 +686,23 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
         }
         if (active == 0 && next >= n)
             break;
+        if (c->rdma_inflight || c->rdma_ready) {
+            /* Finished RDMA transfers first: their requests end and free
+             * window slots for the next ones. */
+            rc = tw__client_rdma_reap(c);
+            if (rc)
+                goto out_fail;
+            if (c->run_active != active) {
+                active = c->run_active;
+                continue;
+            }
+        }
         if (!frame_buffered(c)) {
             rc = tw__client_conn_flush(c, c->request_timeout_ms);
             if (rc)
                 goto out_fail;
+            if (c->rdma_inflight && !wait_socket_or_plane(c))
+                continue; /* a transfer finished: reap it */
         }
         struct tw_msg msg;
         rc = tw__client_conn_next(c, &msg, c->request_timeout_ms);

@@ -42,11 +42,17 @@
  * 50 us where a rail has none), and sleeps on an internal eventfd otherwise.
  * Finished asynchronous transfers are queued and the mover writes to an
  * eventfd (tw__fabric_event_fd()) that the server's epoll loop watches; the
- * loop then calls tw__fabric_done_pop() until it returns 0. A blocking
- * client uses tw__fabric_xfer_run(), which works in both modes (threaded:
- * waits for the mover; unthreaded: busy-polls inline). A client should be
- * threaded too: in a pull put the server reads the client's memory, which
- * needs the client's target-side progress while it blocks on its socket.
+ * loop then calls tw__fabric_done_pop() (or _pop_many()) until it returns
+ * 0; the eventfd is written once per burst of completions, not per
+ * transfer. libtensorwire's engine does the same with its socket and this
+ * fd (src/client/dp_rdma.c), so the transfers of a batch are in flight
+ * together; the mover posts the operations of all transfers that became
+ * ready since its last round in one call window per rail. A caller that
+ * wants one transfer at a time uses tw__fabric_xfer_run(), which works in
+ * both modes (threaded: waits for the mover; unthreaded: busy-polls
+ * inline). A client should be threaded too: in a pull put the server reads
+ * the client's memory, which needs the client's target-side progress while
+ * it blocks on its socket.
  *
  * Memory safety after a timeout: fi_cancel() cannot take back RMA on every
  * provider (tcp;ofi_rxm). A transfer that stops while the provider still
@@ -164,6 +170,15 @@
  * 2 cores passed 1 s, and every transfer of the rail was failed) must not
  * retire its rail, while a call that truly hangs is still caught. */
 #define TW_FABRIC_DEFAULT_NET_WEDGE_NS (10000ull * 1000 * 1000)
+/* How long the mover keeps polling after the last completion or wake-up
+ * before it sleeps on the CQ wait fds (rails that have one: tcp; shm keeps
+ * polling, yielding, while work is live). Long enough that back-to-back
+ * small operations of a busy peer do not pay a thread wake-up each, short
+ * enough that many planes on few cores do not starve each other
+ * (docs/performance.md, "Batched RDMA"). The environment variable
+ * TW_FABRIC_SPIN_US overrides it for every plane of the process (0..100000
+ * microseconds), for tuning on a given host. */
+#define TW_FABRIC_DEFAULT_SPIN_NS (100ull * 1000)
 
 struct tw_fabric;
 struct tw_fabric_peer;
@@ -192,6 +207,8 @@ struct tw_fabric_config {
                           a provider that has none still opens, as a rail
                           for host memory only (tw__fabric_describe names
                           it) */
+    uint64_t spin_ns;  /* mover polling after activity; 0 = TW_FABRIC_DEFAULT_SPIN_NS
+                          (or TW_FABRIC_SPIN_US) */
     /* With hmem: len bytes of CUDA device `device` memory (the caller's,
      * only used during tw__fabric_open) that each rail opened with FI_HMEM
      * must register; a rail that refuses is reopened without FI_HMEM.
@@ -473,6 +490,10 @@ int tw__fabric_event_fd(const struct tw_fabric *fab);
 /* Pops one finished asynchronous transfer into *c. Returns 1 if one was
  * popped, 0 if none is pending. The xfer handle is freed by the pop. */
 int tw__fabric_done_pop(struct tw_fabric *fab, struct tw_fabric_completion *c);
+
+/* Pops up to max finished transfers into c[0..) under one lock; returns
+ * how many. An empty look makes no system call. */
+size_t tw__fabric_done_pop_many(struct tw_fabric *fab, struct tw_fabric_completion *c, size_t max);
 
 /* Polls every rail once and advances transfers, on an unthreaded plane
  * (one caller at a time progresses; others return 0). On a threaded plane

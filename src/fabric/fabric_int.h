@@ -152,6 +152,7 @@ struct tw_fabric_rma {
     struct tw_fabric_xfer *xfer;
     uint64_t off, len;
     int busy;
+    int fresh; /* reserved this round, not posted yet (xfer.c post_batch) */
 };
 
 struct tw_fabric_xfer {
@@ -169,6 +170,8 @@ struct tw_fabric_xfer {
     uint64_t progress_ns;      /* submitted, or the last operation completed (stall_ns) */
     uint64_t refused_since_ns; /* posts refused (EAGAIN) with nothing in flight since */
     int sync;                  /* tw__fabric_xfer_run() waits for it */
+    ssize_t post_ret;          /* the post that stopped this round's posts, else 0 */
+    unsigned post_posted;      /* operations posted this round */
     int finished;              /* completion produced */
     int popped;                /* completion consumed: free once drained */
     /* Orphan: a popped transfer whose shm peer process is gone while the
@@ -198,6 +201,7 @@ struct tw_fabric {
     size_t chunk;
     unsigned depth;
     uint64_t drain_ns;
+    uint64_t spin_ns; /* mover.c: polling after the last activity */
     int hmem;
     uint8_t host_id[TW_HOST_ID_LEN];
 
@@ -245,6 +249,14 @@ struct tw_fabric {
     uint64_t target_events;
     int wake_fd;  /* eventfd: wakes the mover (submit, cancel, close) */
     int event_fd; /* eventfd: completions queued for the owner's loop */
+    /* event_fd holds a count (written once when fab->done went from empty
+     * to not empty, read back once the owner found it empty again): one
+     * write and one read per burst of completions, not per transfer. */
+    int event_signaled;
+    /* The mover is (about to be) blocked in poll/ppoll: a submit must
+     * write wake_fd. While it runs it picks new transfers up by itself, so
+     * a burst of submits costs no system call each. */
+    int mover_asleep;
 
     struct tw_fabric *kept_next; /* plane.c: closed planes kept for a stuck thread */
     char errmsg[TW_FABRIC_ERRMSG_LEN];
@@ -361,5 +373,7 @@ int tw__fabric_mover_start(struct tw_fabric *fab);
 void tw__fabric_mover_stop(struct tw_fabric *fab);
 void tw__fabric_mover_wake(struct tw_fabric *fab);
 void tw__fabric_done_push_locked(struct tw_fabric *fab, struct tw_fabric_xfer *x);
+/* fab->done was found empty: consume event_fd's count if one was written. */
+void tw__fabric_done_reset_locked(struct tw_fabric *fab);
 
 #endif

@@ -4,7 +4,8 @@
  *
  * Loop: while there is work (a transfer, a parked op, or a remotely
  * accessible registration whose peer needs our target-side progress) poll
- * every rail's CQ; after SPIN_POLLS empty polls sleep in ppoll() on wake_fd
+ * every rail's CQ; once spin_ns passed without a completion or a wake-up
+ * (TW_FABRIC_DEFAULT_SPIN_NS, TW_FABRIC_SPIN_US) sleep in ppoll() on wake_fd
  * and the rails' CQ wait fds (once fi_trywait() said that is safe), then
  * poll again. Without work the thread sleeps on wake_fd only.
  *
@@ -33,12 +34,12 @@
 #include <sched.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "fabric/fabric_int.h"
 
-#define SPIN_POLLS 2000
 #define NAP_NS 50000L            /* a rail without wait fd */
 #define ACTIVE_SLEEP_NS 1000000L /* abandoned ops left: drain granularity */
 #define IDLE_SLEEP_NS 20000000L  /* lingering: a safety net, the fd wakes us */
@@ -66,7 +67,18 @@ void tw__fabric_mover_wake(struct tw_fabric *fab)
 void tw__fabric_done_push_locked(struct tw_fabric *fab, struct tw_fabric_xfer *x)
 {
     link_add_tail(&fab->done, &x->node);
-    signal_fd(fab->event_fd);
+    if (!fab->event_signaled) {
+        fab->event_signaled = 1;
+        signal_fd(fab->event_fd);
+    }
+}
+
+void tw__fabric_done_reset_locked(struct tw_fabric *fab)
+{
+    if (fab->event_signaled) {
+        fab->event_signaled = 0;
+        drain_fd(fab->event_fd);
+    }
 }
 
 /* Adds the CQ wait fds to pfd and sets *sleep_ns. Returns 0 if
@@ -112,8 +124,16 @@ static int try_wait_locked(struct tw_fabric *fab, struct pollfd *pfd, nfds_t *n,
  * RDMA clients (32 planes, 32 spinning movers) on 2 cores gave RDMA-tcp
  * puts a p99 of 2.1 s and 275 ops/s in bench/soak.sh; with tcp movers
  * sleeping on the CQ wait fd (which the provider's sockets wake) after
- * SPIN_POLLS empty polls, p99 281 ms and 1572 ops/s (docs/performance.md).
+ * 2000 empty polls, p99 281 ms and 1572 ops/s (docs/performance.md).
  * A rail with a wait fd therefore sleeps on it, at most ACTIVE_SLEEP_NS.
+ *
+ * How long to keep polling before that sleep is a time, not a count of
+ * polls (2000 empty polls were 1-4 ms, depending on the host), and it
+ * restarts after every completion and after every wake-up by an fd: a
+ * target, which sees no completions of its own, used to sleep again right
+ * after each wake-up, so every small read of a peer paid a thread wake-up
+ * (16 -> 46 us per 4 KiB read on the VM); now the next request of a busy
+ * peer finds it still polling, while an idle plane sleeps after spin_ns.
  */
 static int must_spin_locked(const struct tw_fabric *fab)
 {
@@ -125,6 +145,26 @@ static int must_spin_locked(const struct tw_fabric *fab)
             return 1;
     }
     return 0;
+}
+
+/* Polling after activity only pays while this thread has a CPU to itself.
+ * On an oversubscribed host (more runnable threads than cores: the 2-core
+ * VM under other jobs) a spinning mover is preempted, and while it spins
+ * the threads that would hand it work wait for the CPU: 4 KiB reads took
+ * 300-490 us there with a 100 us window against ~30-60 us without
+ * (bench_fabric, docs/performance.md). So each stretch between a wake-up
+ * and the next sleep counts the kernel's involuntary context switches of
+ * this thread; if there were any, the mover sleeps as soon as it is idle
+ * (no window) for SPIN_BACKOFF_NS, then tries the window again. */
+#define SPIN_BACKOFF_NS 100000000ull
+#define TARGET_LOOK_EVERY_NS 1000000ull
+
+static long involuntary_switches(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) != 0)
+        return -1;
+    return ru.ru_nivcsw;
 }
 
 int tw__fabric_target_observable(const struct tw_fabric_peer *peer)
@@ -183,7 +223,12 @@ static void look_target_locked(struct tw_fabric *fab)
 static void *mover_main(void *arg)
 {
     struct tw_fabric *fab = arg;
-    unsigned idle = 0;
+    /* Poll without sleeping until then: spin_ns after the last sign of
+     * work (a completion, or a wake-up by an fd), unless spinning is off
+     * (preempted while awake) until spin_off_until. */
+    uint64_t spin_until = 0, spin_off_until = 0;
+    long ivcsw = involuntary_switches(); /* at the last wake-up */
+    uint64_t last_look_ns = 0;           /* target-side activity (look_target_locked) */
     pthread_mutex_lock(&fab->lock);
     const unsigned gen = fab->gen;
     while (!fab->stop && gen == fab->gen) {
@@ -193,45 +238,69 @@ static void *mover_main(void *arg)
         pfd[0].events = POLLIN;
 
         if (fab->paused || !tw__fabric_busy_locked(fab)) {
+            fab->mover_asleep = 1;
             pthread_mutex_unlock(&fab->lock);
             poll(pfd, 1, -1);
             drain_fd(fab->wake_fd);
             pthread_mutex_lock(&fab->lock);
-            idle = 0;
+            fab->mover_asleep = 0;
+            ivcsw = involuntary_switches();
+            uint64_t t = tw__now_ns();
+            spin_until = t < spin_off_until ? 0 : t + fab->spin_ns;
             continue;
         }
-        if (fab->target_watch)
-            look_target_locked(fab);
+        /* The watcher (conn.c wait_fd) asks every 100 ms whether the count
+         * moved: one look a millisecond is plenty, and a poll() on every
+         * round cost a system call per round while a batch of pull puts
+         * ran. */
+        if (fab->target_watch) {
+            uint64_t t = tw__now_ns();
+            if (t - last_look_ns >= TARGET_LOOK_EVERY_NS) {
+                last_look_ns = t;
+                look_target_locked(fab);
+            }
+        }
         int got = tw__fabric_progress_locked(fab);
         if (got < 0)
             return NULL; /* abandoned by the watchdog; lock not held */
+        uint64_t now = tw__now_ns();
         if (got > 0) {
-            idle = 0;
-        } else if (++idle >= SPIN_POLLS && must_spin_locked(fab)) {
+            spin_until = now < spin_off_until ? 0 : now + fab->spin_ns;
+        } else if (now >= spin_until && must_spin_locked(fab)) {
             /* Live work: stay runnable, but let other threads run first. */
             pthread_mutex_unlock(&fab->lock);
             sched_yield();
             pthread_mutex_lock(&fab->lock);
-            idle = 0;
             continue;
-        } else if (idle >= SPIN_POLLS) {
+        } else if (now >= spin_until) {
             /* fi_trywait() must say "nothing pending" before we may sleep on
              * the fds; if it does not, poll again right away. */
             long sleep_ns;
             if (try_wait_locked(fab, pfd, &n, &sleep_ns)) {
                 struct timespec nap = {0, sleep_ns};
+                long sw = involuntary_switches();
+                if (sw != ivcsw)
+                    spin_off_until = now + SPIN_BACKOFF_NS;
+                fab->mover_asleep = 1;
                 pthread_mutex_unlock(&fab->lock);
-                ppoll(pfd, n, &nap, NULL);
+                int woke = ppoll(pfd, n, &nap, NULL);
                 if (pfd[0].revents & POLLIN)
                     drain_fd(fab->wake_fd);
                 int rail_ready = 0;
                 for (nfds_t i = 1; i < n; i++)
                     rail_ready |= (pfd[i].revents & POLLIN) != 0;
                 pthread_mutex_lock(&fab->lock);
+                fab->mover_asleep = 0;
+                ivcsw = involuntary_switches();
                 if (rail_ready && fab->target_watch)
                     fab->target_events++;
+                /* Woken by traffic or a submit: a peer working with us
+                 * sends its next request soon, so poll for a while
+                 * instead of paying a wake-up for each one. */
+                uint64_t t = tw__now_ns();
+                if (woke > 0 && t >= spin_off_until)
+                    spin_until = t + fab->spin_ns;
             }
-            idle = SPIN_POLLS; /* sleep between polls until work shows up */
             continue;
         }
         /* Let submitters in between polls. */

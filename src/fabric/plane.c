@@ -56,6 +56,21 @@ int tw__fabric_fail(struct tw_fabric *fab, int code, const char *fmt, ...)
     return code;
 }
 
+/* TW_FABRIC_DEFAULT_SPIN_NS, or TW_FABRIC_SPIN_US (0..100000) when set: a
+ * host with spare cores may buy lower small-operation latency with more
+ * polling, a crowded one the other way round. Anything else is ignored. */
+static uint64_t spin_default(void)
+{
+    const char *v = getenv("TW_FABRIC_SPIN_US");
+    if (v && *v) {
+        char *end;
+        unsigned long long us = strtoull(v, &end, 10);
+        if (*end == '\0' && us <= 100000)
+            return us ? us * 1000ull : 1; /* 0: sleep at once (1 ns) */
+    }
+    return TW_FABRIC_DEFAULT_SPIN_NS;
+}
+
 int tw__fabric_open(const struct tw_fabric_config *cfg, struct tw_fabric **out, char *err,
                     size_t errlen)
 {
@@ -86,6 +101,7 @@ int tw__fabric_open(const struct tw_fabric_config *cfg, struct tw_fabric **out, 
     fab->wedge_ns = cfg->wedge_ns ? cfg->wedge_ns : TW_FABRIC_DEFAULT_WEDGE_NS;
     fab->wedge_net_ns = cfg->wedge_ns ? cfg->wedge_ns : TW_FABRIC_DEFAULT_NET_WEDGE_NS;
     fab->hmem = cfg->hmem;
+    fab->spin_ns = cfg->spin_ns ? cfg->spin_ns : spin_default();
     fab->wake_fd = fab->event_fd = -1;
     link_init(&fab->peers);
     link_init(&fab->mrs);

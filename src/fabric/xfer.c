@@ -259,8 +259,33 @@ static int refused_too_long(struct tw_fabric_xfer *x, uint64_t now)
     return 1;
 }
 
-/* Returns 0, or -1 when this thread was abandoned (lock not held). */
-static int advance(struct tw_fabric_xfer *x, uint64_t now)
+/* Checks deadline, stall and stop, then reserves every free slot with its
+ * chunk (op->fresh; offsets ascend with the slot index). Returns 1 when
+ * slots were reserved (post them with post_batch()), 0 when there is
+ * nothing to post, or -1 when this thread was abandoned (lock not held). */
+/* A round's answer to "has this shm peer's process gone?" (a kill() and,
+ * once a millisecond, a /proc read): asked once per peer and round, not
+ * once per transfer, when many small transfers go to one peer. Valid only
+ * while no call window opened since (the lock was not dropped: peers
+ * cannot have come or gone). */
+struct peer_memo {
+    const struct tw_fabric_peer *peer;
+    uint64_t seq; /* fab->call_seq when asked */
+    int gone;
+};
+
+static int peer_gone_memo(struct tw_fabric_peer *p, uint64_t now, struct peer_memo *memo)
+{
+    uint64_t seq = __atomic_load_n(&p->rail->fab->call_seq, __ATOMIC_RELAXED);
+    if (memo->peer != p || memo->seq != seq) {
+        memo->peer = p;
+        memo->seq = seq;
+        memo->gone = tw__fabric_peer_gone(p, now);
+    }
+    return memo->gone;
+}
+
+static int advance_reserve(struct tw_fabric_xfer *x, uint64_t now, struct peer_memo *memo)
 {
     struct tw_fabric *fab = x->fab;
     if (!x->stopping && x->d.deadline_ns && now >= x->d.deadline_ns) {
@@ -287,10 +312,8 @@ static int advance(struct tw_fabric_xfer *x, uint64_t now)
     }
 
     struct tw_fabric_peer *p = x->d.peer;
-    struct tw_fabric_rail *r = p->rail;
-    struct tw_fabric_mr *m = x->d.local;
     if (x->next_off < x->d.length && x->inflight < x->depth) {
-        if (tw__fabric_peer_gone(p, now)) {
+        if (peer_gone_memo(p, now, memo)) {
             stop(x, -ECONNRESET, "shm peer process %d has exited: %llu of %llu bytes moved", p->pid,
                  (unsigned long long)x->bytes_done, (unsigned long long)x->d.length);
             return 0;
@@ -298,66 +321,114 @@ static int advance(struct tw_fabric_xfer *x, uint64_t now)
         if (p->stopped)
             return 0; /* re-checked within a millisecond; the deadline runs on */
     }
-    /* Reserve every free slot with its chunk, then post them in one call
-     * window without the lock; give back the ones not posted. */
-    unsigned idx[TW_FABRIC_MAX_DEPTH], nres = 0;
-    for (unsigned i = 0; i < x->depth && x->next_off < x->d.length && !x->stopping; i++) {
+    unsigned nres = 0;
+    for (unsigned i = 0; i < x->depth && x->next_off < x->d.length; i++) {
         struct tw_fabric_rma *op = &x->ops[i];
         if (op->busy)
             continue;
         uint64_t len = x->d.length - x->next_off;
         op->busy = 1;
+        op->fresh = 1;
         op->off = x->next_off;
         op->len = len > x->chunk ? x->chunk : len;
         x->inflight++;
         x->next_off += op->len;
-        idx[nres++] = i;
+        nres++;
     }
-    if (nres) {
-        unsigned posted = 0;
-        ssize_t ret = 0;
-        unsigned gen = call_begin(fab, r);
-        for (; posted < nres; posted++) {
-            struct tw_fabric_rma *op = &x->ops[idx[posted]];
+    if (nres)
+        return 1;
+    if (x->next_off == x->d.length && x->inflight == 0)
+        finish(x); /* 0 bytes, or the last operation already came back */
+    return 0;
+}
+
+/* After post_batch(): counts what was posted, gives back the slots that
+ * were not (the first of them is where the next round starts) and stops
+ * the transfer on a post error other than a full queue. */
+static void advance_settle(struct tw_fabric_xfer *x, uint64_t now)
+{
+    struct tw_fabric *fab = x->fab;
+    unsigned posted = 0, left = 0;
+    uint64_t off = UINT64_MAX;
+    for (unsigned i = 0; i < x->depth; i++) {
+        struct tw_fabric_rma *op = &x->ops[i];
+        if (!op->busy || !op->fresh)
+            continue;
+        if (op->off < off)
+            off = op->off;
+        op->busy = 0;
+        op->fresh = 0;
+        x->inflight--;
+        left++;
+    }
+    /* Posted ones had fresh cleared by post_batch(). */
+    posted = x->post_posted;
+    fab->st.ops_posted += posted;
+    if (posted)
+        x->refused_since_ns = 0;
+    if (left) {
+        x->next_off = off;
+        if (x->post_ret == -FI_EAGAIN || x->post_ret == 0) {
+            /* Provider queue full (here or for an earlier transfer of this
+             * round): progress first. */
+            if (x->inflight == 0 && x->d.peer->rail->is_shm)
+                (void)refused_too_long(x, now);
+        } else {
+            stop(x, map_err((int)-x->post_ret), "%s at offset %llu: %s",
+                 x->d.op == TW_FABRIC_PULL ? "fi_read" : "fi_write", (unsigned long long)off,
+                 fi_strerror((int)-x->post_ret));
+        }
+        return;
+    }
+    if (x->next_off == x->d.length && x->inflight == 0 && !x->stopping)
+        finish(x);
+}
+
+/* Posts the reserved operations of n transfers on rail r in one call
+ * window (one lock drop, one io lock, one watchdog stamp for all of them):
+ * the operations of many small transfers that became ready together leave
+ * together. The first refused post (queue full) ends the window: later
+ * operations wait for the next round. Returns 0, or -1 when this thread
+ * was abandoned (lock not held). */
+#define POST_BATCH 64
+static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
+                      struct tw_fabric_xfer *const *xs, unsigned n, uint64_t now)
+{
+    int full = 0;
+    unsigned gen = call_begin(fab, r);
+    for (unsigned k = 0; k < n; k++) {
+        struct tw_fabric_xfer *x = xs[k];
+        struct tw_fabric_peer *p = x->d.peer;
+        struct tw_fabric_mr *m = x->d.local;
+        x->post_ret = 0;
+        x->post_posted = 0;
+        for (unsigned i = 0; i < x->depth && !full; i++) {
+            struct tw_fabric_rma *op = &x->ops[i];
+            if (!op->fresh)
+                continue;
             void *buf = m->base + x->d.local_offset + op->off;
             uint64_t raddr = x->d.remote.remote_addr + op->off;
+            ssize_t ret;
             if (x->d.op == TW_FABRIC_PULL)
                 ret = fi_read(r->ep, buf, op->len, m->desc, p->fi_addr, raddr, x->d.remote.key,
                               &op->ctx);
             else
                 ret = fi_write(r->ep, buf, op->len, m->desc, p->fi_addr, raddr, x->d.remote.key,
                                &op->ctx);
-            if (ret)
+            if (ret) {
+                x->post_ret = ret;
+                if (ret == -FI_EAGAIN)
+                    full = 1;
                 break;
-        }
-        if (call_end(fab, r, gen))
-            return -1;
-        fab->st.ops_posted += posted;
-        if (posted)
-            x->refused_since_ns = 0;
-        if (posted < nres) {
-            /* Offsets were handed out in reservation order: the first one
-             * not posted is where the next round starts. */
-            uint64_t off = x->ops[idx[posted]].off;
-            for (unsigned k = posted; k < nres; k++) {
-                x->ops[idx[k]].busy = 0;
-                x->inflight--;
             }
-            x->next_off = off;
-            if (ret == -FI_EAGAIN) {
-                /* Provider queue full: progress first. */
-                if (x->inflight == 0 && r->is_shm && refused_too_long(x, now))
-                    return 0;
-            } else {
-                stop(x, map_err((int)-ret), "%s at offset %llu: %s",
-                     x->d.op == TW_FABRIC_PULL ? "fi_read" : "fi_write", (unsigned long long)off,
-                     fi_strerror((int)-ret));
-                return 0;
-            }
+            op->fresh = 0;
+            x->post_posted++;
         }
     }
-    if (x->next_off == x->d.length && x->inflight == 0 && !x->stopping)
-        finish(x);
+    if (call_end(fab, r, gen))
+        return -1;
+    for (unsigned k = 0; k < n; k++)
+        advance_settle(xs[k], now);
     return 0;
 }
 
@@ -488,15 +559,38 @@ int tw__fabric_progress_locked(struct tw_fabric *fab)
             read_cq(fab, &fab->rails[i], &n))
             return -1;
     uint64_t now = tw__now_ns();
-    /* advance() may drop the lock; meanwhile other threads only append to
-     * fab->active (a new tail is picked up next round) or set flags, and
-     * only this thread unlinks, so `next` stays valid. */
-    struct tw_fabric_link *l = fab->active.next;
-    while (l != &fab->active) {
-        struct tw_fabric_link *next = l->next; /* advance() may unlink l */
-        if (advance(TW_CONTAINER_OF(l, struct tw_fabric_xfer, node), now))
+    /* Rail by rail, the transfers whose operations can go are reserved,
+     * then posted together (post_batch). advance_reserve() may drop the
+     * lock (cancels); meanwhile other threads only append to fab->active
+     * (a new tail is picked up next round) or set flags, and only this
+     * thread unlinks, so `next` stays valid. A reserved transfer stays
+     * linked until it is settled: nothing finishes it in between. */
+    for (unsigned ri = 0; ri < fab->nrails; ri++) {
+        struct tw_fabric_rail *r = &fab->rails[ri];
+        struct tw_fabric_xfer *xs[POST_BATCH];
+        unsigned nx = 0;
+        struct peer_memo memo = {NULL, 0, 0};
+        struct tw_fabric_link *l = fab->active.next;
+        while (l != &fab->active) {
+            struct tw_fabric_link *next = l->next; /* advance_reserve() may unlink l */
+            struct tw_fabric_xfer *x = TW_CONTAINER_OF(l, struct tw_fabric_xfer, node);
+            l = next;
+            if (x->d.peer->rail != r)
+                continue;
+            int k = advance_reserve(x, now, &memo);
+            if (k < 0)
+                return -1;
+            if (k > 0) {
+                xs[nx++] = x;
+                if (nx == POST_BATCH) {
+                    if (post_batch(fab, r, xs, nx, now))
+                        return -1;
+                    nx = 0;
+                }
+            }
+        }
+        if (nx && post_batch(fab, r, xs, nx, now))
             return -1;
-        l = next;
     }
     return n;
 }
@@ -574,12 +668,14 @@ int tw__fabric_xfer_submit(struct tw_fabric *fab, const struct tw_fabric_xfer_de
     pthread_mutex_lock(&fab->lock);
     struct tw_fabric_xfer *x = NULL;
     int ret = tw__fabric_xfer_submit_locked(fab, d, 0, &x);
+    /* A running mover finds the new transfer on its next round by itself;
+     * only a sleeping one needs the eventfd (one write per burst). */
+    int wake = ret == 0 && fab->mover_asleep;
     pthread_mutex_unlock(&fab->lock);
-    if (ret == 0) {
-        if (xfer)
-            *xfer = x;
+    if (ret == 0 && xfer)
+        *xfer = x;
+    if (wake)
         tw__fabric_mover_wake(fab);
-    }
     return ret;
 }
 
@@ -653,23 +749,27 @@ int tw__fabric_xfer_run(struct tw_fabric *fab, const struct tw_fabric_xfer_desc 
     return ret;
 }
 
+size_t tw__fabric_done_pop_many(struct tw_fabric *fab, struct tw_fabric_completion *c, size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&fab->lock);
+    while (n < max && !link_empty(&fab->done)) {
+        struct tw_fabric_xfer *x = TW_CONTAINER_OF(fab->done.next, struct tw_fabric_xfer, node);
+        link_del(&x->node);
+        fill_completion(x, &c[n++]);
+        consume(fab, x);
+    }
+    /* Reset the eventfd so a level-triggered epoll does not spin (only
+     * when a count was written: no system call for an empty look). */
+    if (link_empty(&fab->done))
+        tw__fabric_done_reset_locked(fab);
+    pthread_mutex_unlock(&fab->lock);
+    return n;
+}
+
 int tw__fabric_done_pop(struct tw_fabric *fab, struct tw_fabric_completion *c)
 {
-    pthread_mutex_lock(&fab->lock);
-    if (link_empty(&fab->done)) {
-        /* Reset the eventfd so a level-triggered epoll does not spin. */
-        uint64_t v;
-        while (read(fab->event_fd, &v, sizeof(v)) < 0 && errno == EINTR) {
-        }
-        pthread_mutex_unlock(&fab->lock);
-        return 0;
-    }
-    struct tw_fabric_xfer *x = TW_CONTAINER_OF(fab->done.next, struct tw_fabric_xfer, node);
-    link_del(&x->node);
-    fill_completion(x, c);
-    consume(fab, x);
-    pthread_mutex_unlock(&fab->lock);
-    return 1;
+    return tw__fabric_done_pop_many(fab, c, 1) ? 1 : 0;
 }
 
 void tw__fabric_xfer_cancel(struct tw_fabric_xfer *x, int status)

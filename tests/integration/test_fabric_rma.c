@@ -30,12 +30,12 @@ static struct tw_fabric_peer *srv_peer, *cli_peer;
  * another one's mover polled crashed inside libfabric 1.17 (separate
  * processes, as in test_fabric_fork, do not share it; real clients live in
  * other processes). */
-static struct tw_fabric *extra[8];
+static struct tw_fabric *extra[16];
 static unsigned nextra;
 
 static void close_client(struct tw_fabric *f)
 {
-    TW_ASSERT(nextra < 8);
+    TW_ASSERT(nextra < 16);
     extra[nextra++] = f;
 }
 
@@ -424,6 +424,116 @@ static void many_in_flight(void)
     close_client(c2);
     free(src);
     free(dst);
+}
+
+/* Hundreds of small transfers that become ready together (submitted while
+ * the mover is paused, so its next round finds all of them): their
+ * operations are posted in batches of many per call window (xfer.c
+ * post_batch) and their completions popped many at a time. Reads and
+ * writes mixed, sizes 0 to 40 KiB; one transfer already past its deadline
+ * and one cancelled right after its submit sit in the middle of the batch
+ * and fail alone, moving no byte; every other one is byte-exact and
+ * completes exactly once. */
+static void many_small_batched(void)
+{
+    struct tw_fabric *c2 = tw_test_open_plane(1, 0);
+    struct tw_fabric_peer *cp, *sp;
+    tw_test_connect_planes(c2, srv, &cp, &sp);
+    enum { N = 300, SZ = 40 * 1024, LATE = 101, CANCELLED = 202 };
+    uint8_t *ssrc = malloc((size_t)N * SZ), *sdst = calloc(N, SZ);
+    uint8_t *csrc = malloc((size_t)N * SZ), *cdst = calloc(N, SZ);
+    TW_ASSERT(ssrc && sdst && csrc && cdst);
+    tw_test_fill(ssrc, (size_t)N * SZ, 7);
+    tw_test_fill(csrc, (size_t)N * SZ, 8);
+    struct tw_fabric_mr *rsrc, *rdst, *lsrc, *ldst;
+    TW_ASSERT_OK(tw__fabric_mr_register(sp, ssrc, (size_t)N * SZ, TW_FABRIC_REMOTE_READ,
+                                        TW_FABRIC_HOST, 0, &rsrc));
+    TW_ASSERT_OK(tw__fabric_mr_register(sp, sdst, (size_t)N * SZ, TW_FABRIC_REMOTE_WRITE,
+                                        TW_FABRIC_HOST, 0, &rdst));
+    TW_ASSERT_OK(tw__fabric_mr_register(cp, cdst, (size_t)N * SZ, TW_FABRIC_LOCAL_READ,
+                                        TW_FABRIC_HOST, 0, &ldst));
+    TW_ASSERT_OK(tw__fabric_mr_register(cp, csrc, (size_t)N * SZ, TW_FABRIC_LOCAL_WRITE,
+                                        TW_FABRIC_HOST, 0, &lsrc));
+    struct tw_fabric_rkey rks = tw__fabric_mr_rkey(rsrc), rkd = tw__fabric_mr_rkey(rdst);
+    size_t len[N];
+    unsigned ops = 0;
+    tw__fabric_pause(c2, 1);
+    for (unsigned i = 0; i < N; i++) {
+        int pull = i % 2 == 0;
+        len[i] = i % 50 == 0 ? 0 : ((size_t)i * 4099) % SZ;
+        uint64_t off = (uint64_t)i * SZ;
+        struct tw_fabric_xfer_desc d = {
+            .op = pull ? TW_FABRIC_PULL : TW_FABRIC_PUSH,
+            .peer = cp,
+            .local = pull ? ldst : lsrc,
+            .local_offset = off,
+            .remote = pull ? (struct tw_fabric_rkey){rks.key, rks.remote_addr + off, SZ}
+                           : (struct tw_fabric_rkey){rkd.key, rkd.remote_addr + off, SZ},
+            .length = len[i],
+            .deadline_ns = i == LATE ? 1 : deadline_in_ms(20000),
+            .cookie = 5000 + i};
+        struct tw_fabric_xfer *x = NULL;
+        TW_ASSERT_OK(tw__fabric_xfer_submit(c2, &d, &x));
+        if (i == CANCELLED)
+            tw__fabric_xfer_cancel(x, TW_ECANCELLED);
+        else if (i != LATE && len[i])
+            ops++;
+    }
+    tw__fabric_pause(c2, 0);
+    unsigned seen = 0, hits[N] = {0};
+    uint64_t until = deadline_in_ms(30000);
+    while (seen < N && tw__now_ns() < until) {
+        struct pollfd pfd = {.fd = tw__fabric_event_fd(c2), .events = POLLIN};
+        poll(&pfd, 1, 100);
+        struct tw_fabric_completion c[16];
+        size_t got;
+        while ((got = tw__fabric_done_pop_many(c2, c, 16)) > 0)
+            for (size_t k = 0; k < got; k++) {
+                TW_ASSERT(c[k].cookie >= 5000 && c[k].cookie < 5000 + N);
+                unsigned i = (unsigned)(c[k].cookie - 5000);
+                TW_ASSERT_EQ(hits[i]++, 0);
+                if (i == LATE) {
+                    TW_ASSERT_EQ(c[k].status, TW_ETIMEDOUT);
+                    TW_ASSERT_EQ_U64(c[k].bytes, 0);
+                } else if (i == CANCELLED) {
+                    TW_ASSERT_EQ(c[k].status, TW_ECANCELLED);
+                    TW_ASSERT_EQ_U64(c[k].bytes, 0);
+                } else {
+                    if (c[k].status)
+                        TW_FAIL("transfer %u: %s: %s", i, tw_strerror_name(c[k].status), c[k].msg);
+                    TW_ASSERT_EQ_U64(c[k].bytes, len[i]);
+                }
+                TW_ASSERT_EQ(c[k].buffer_busy, 0);
+                seen++;
+            }
+    }
+    TW_ASSERT_EQ(seen, N);
+    for (unsigned i = 0; i < N; i++) {
+        size_t off = (size_t)i * SZ, n = i == LATE || i == CANCELLED ? 0 : len[i];
+        const uint8_t *got = i % 2 == 0 ? cdst + off : sdst + off;
+        const uint8_t *want = i % 2 == 0 ? ssrc + off : csrc + off;
+        TW_ASSERT(memcmp(got, want, n) == 0);
+        for (size_t b = n; b < SZ; b++)
+            if (got[b] != 0)
+                TW_FAIL("transfer %u: byte %zu beyond its %zu bytes was written", i, b, n);
+    }
+    struct tw_fabric_stats st;
+    tw__fabric_stats(c2, &st);
+    TW_ASSERT_EQ(st.xfers_active, 0);
+    TW_ASSERT_EQ_U64(st.xfers_done, N - 2);
+    TW_ASSERT_EQ_U64(st.xfers_failed, 2);
+    TW_ASSERT_EQ_U64(st.ops_posted, ops);
+    tw__fabric_mr_deregister(lsrc);
+    tw__fabric_mr_deregister(ldst);
+    tw__fabric_mr_deregister(rdst);
+    tw__fabric_mr_deregister(rsrc);
+    tw__fabric_peer_remove(cp);
+    tw__fabric_peer_remove(sp);
+    close_client(c2);
+    free(ssrc);
+    free(sdst);
+    free(csrc);
+    free(cdst);
 }
 
 static int wait_completion(struct tw_fabric *f, struct tw_fabric_completion *c, unsigned ms)
@@ -890,6 +1000,7 @@ int main(void)
     TW_RUN(pull_push_sizes);
     TW_RUN(bad_descriptors);
     TW_RUN(many_in_flight);
+    TW_RUN(many_small_batched);
     TW_RUN(cancel_and_remove);
     TW_RUN(deadline_when_peer_stalls);
     TW_RUN(stall_timeout);
