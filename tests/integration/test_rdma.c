@@ -631,14 +631,22 @@ static void client_killed(const char *push, int rounds)
         d.shape[0] = sizeof(data);
         int rc = tw_put(c, "after", &d, data, sizeof(data));
         if (rc != 0) {
-            /* shm 1.17: the peer got an address slot whose connection
-             * state a vanished peer left stale (src/fabric/xfer.c,
-             * refused_too_long): that first transfer fails within 5 s and
-             * the rail is replaced; the next connection works. */
+            /* shm 1.17, two ways a killed peer spoils the first transfer
+             * of the next one, both bounded and both ending in a rail
+             * replacement, after which the next connection works:
+             * - it got an address slot whose connection state the dead
+             *   peer left stale (src/fabric/xfer.c, refused_too_long): the
+             *   posts are refused for 5 s;
+             * - the dead peer held the lock of the server's shared region
+             *   (shm's locks are not robust): the new client's post into
+             *   it never returns, its watchdog wedges its rail after 1 s
+             *   (the server's does the same with its own rail).
+             * Seen the second way once in 10 whole-suite runs beside two
+             * CPU burners. */
             const char *why = tw_client_last_error_message(c);
             fprintf(stderr, "  round %d: first put failed: %s\n", round, why);
             TW_ASSERT(strcmp(TW_TEST_PROVIDER, "shm") == 0);
-            TW_ASSERT(strstr(why, "refused") != NULL);
+            TW_ASSERT(strstr(why, "refused") != NULL || strstr(why, "has not returned") != NULL);
             tw_close(c);
             c = connect_client(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO);
             rc = tw_put(c, "after", &d, data, sizeof(data));
