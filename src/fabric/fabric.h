@@ -544,7 +544,8 @@ struct tw_fabric_kept {
 void tw__fabric_kept(struct tw_fabric_kept *out);
 
 /* Test hook: while paused, the mover thread makes no progress (a stalled
- * peer). Only meaningful on threaded planes. */
+ * peer). Only meaningful on threaded planes. Pausing returns once the
+ * mover is asleep (at most 2 s), so nothing is progressed after it. */
 void tw__fabric_pause(struct tw_fabric *fab, int paused);
 
 /* Test hook: hook(arg, rail) runs on the progressing thread inside the

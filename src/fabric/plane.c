@@ -321,4 +321,20 @@ void tw__fabric_pause(struct tw_fabric *fab, int paused)
     fab->paused = paused;
     pthread_mutex_unlock(&fab->lock);
     tw__fabric_mover_wake(fab);
+    if (!paused)
+        return;
+    /* Return only once no progress round is under way: a round drops the
+     * lock inside libfabric calls, so one that began before the flag was
+     * set could still serve a peer's read posted after this returned (seen
+     * under load: a pull the paused peer should not have answered
+     * completed). Asleep, the mover looks at the flag before its next
+     * round. Bounded: 2 s. */
+    uint64_t until = tw__now_ns() + 2000000000ull;
+    pthread_mutex_lock(&fab->lock);
+    while (fab->mover_running && !fab->mover_asleep && tw__now_ns() < until) {
+        pthread_mutex_unlock(&fab->lock);
+        usleep(200);
+        pthread_mutex_lock(&fab->lock);
+    }
+    pthread_mutex_unlock(&fab->lock);
 }
