@@ -228,6 +228,19 @@ static void batch_item_u8(struct tw_batch_item *it, const char *name, uint8_t *b
     it->len = len;
 }
 
+/* Items 0..n-1 named PREFIX<i>, each over its own len-byte slice of src,
+ * filled with seed + i. */
+static void batch_fill(struct tw_batch_item *items, char (*names)[24], int n, uint8_t *src,
+                       size_t len, const char *prefix, uint32_t seed)
+{
+    memset(items, 0, sizeof(*items) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        snprintf(names[i], sizeof(names[i]), "%s%d", prefix, i);
+        itest_fill(src + (size_t)i * len, len, seed + (uint32_t)i);
+        batch_item_u8(&items[i], names[i], src + (size_t)i * len, len);
+    }
+}
+
 /* Many requests in flight on one connection, each moved by RDMA. */
 static void test_batch(void)
 {
@@ -237,13 +250,8 @@ static void test_batch(void)
     tw_client *c = connect_client(&s, TW_TEST_PROVIDER, TW_PUSH_ALWAYS);
     struct tw_batch_item items[N];
     uint8_t *src = malloc((size_t)N * LEN), *dst = calloc(N, LEN);
-    char names[N][16];
-    memset(items, 0, sizeof(items));
-    for (int i = 0; i < N; i++) {
-        snprintf(names[i], sizeof(names[i]), "b%d", i);
-        itest_fill(src + (size_t)i * LEN, LEN, (uint32_t)(100 + i));
-        batch_item_u8(&items[i], names[i], src + (size_t)i * LEN, LEN);
-    }
+    char names[N][24];
+    batch_fill(items, names, N, src, LEN, "b", 100);
     TW_ASSERT_EQ(tw_batch_put(c, items, N), 0);
     for (int i = 0; i < N; i++) {
         TW_ASSERT_EQ(items[i].status, 0);
@@ -340,12 +348,7 @@ static void test_batch_one_item_fails(void)
     struct tw_batch_item items[N];
     uint8_t *src = malloc((size_t)N * LEN), *dst = calloc(N, LEN);
     char names[N][24];
-    memset(items, 0, sizeof(items));
-    for (int i = 0; i < N; i++) {
-        snprintf(names[i], sizeof(names[i]), "one/%d", i);
-        itest_fill(src + (size_t)i * LEN, LEN, (uint32_t)(900 + i));
-        batch_item_u8(&items[i], names[i], src + (size_t)i * LEN, LEN);
-    }
+    batch_fill(items, names, N, src, LEN, "one/", 900);
     /* Every item but MISSING is stored; the put of the one with a wrong
      * length fails alone, locally. */
     items[MISSING].len = LEN - 1;
