@@ -923,7 +923,8 @@ static void batch_release(struct batch *b)
 }
 
 /* Names and (optionally) targets into b. objs may be NULL (get_many with
- * library-sized buffers: the caller fills items). */
+ * library-sized buffers, or the stacked form: the caller fills items; no
+ * per-item target is allocated then). */
 static int batch_prepare(struct batch *b, PyObject *names, PyObject *objs, int writable,
                          const char *op)
 {
@@ -933,8 +934,9 @@ static int batch_prepare(struct batch *b, PyObject *names, PyObject *objs, int w
         return -1;
     b->n = PyTuple_GET_SIZE(b->names);
     b->items = PyMem_Calloc((size_t)b->n ? (size_t)b->n : 1, sizeof(*b->items));
-    b->targets = PyMem_Calloc((size_t)b->n ? (size_t)b->n : 1, sizeof(*b->targets));
-    if (!b->items || !b->targets) {
+    if (objs)
+        b->targets = PyMem_Calloc((size_t)b->n ? (size_t)b->n : 1, sizeof(*b->targets));
+    if (!b->items || (objs && !b->targets)) {
         PyErr_NoMemory();
         return -1;
     }
@@ -986,57 +988,149 @@ static int batch_prepare(struct batch *b, PyObject *names, PyObject *objs, int w
     return 0;
 }
 
-/* Raises for the first failed item (by index) of a finished batch. */
-static PyObject *batch_raise(struct batch *b, const char *op, int check_shapes)
+/* Raises for the first failed item (by index) of a finished batch. row:
+ * the one destination shape of every item (stacked form), else NULL and
+ * each item's own target. */
+static PyObject *batch_raise(struct batch *b, const char *op, int check_shapes,
+                             const struct target *row)
 {
     for (Py_ssize_t i = 0; i < b->n; i++) {
         struct tw_batch_item *it = &b->items[i];
-        int mismatch = it->status == -ENOBUFS || (it->status == 0 && check_shapes &&
-                                                  target_matches(&b->targets[i], &it->desc) < 0);
+        const struct target *t = row ? row : &b->targets[i];
+        int mismatch = it->status == -ENOBUFS ||
+                       (it->status == 0 && check_shapes && target_matches(t, &it->desc) < 0);
         if (!mismatch && it->status >= 0)
             continue;
         char what[300];
         snprintf(what, sizeof(what), "%s item %zd '%.200s'", op, i, it->name);
         if (mismatch)
-            return raise_mismatch(what, &b->targets[i], &it->desc, i, it->name);
+            return raise_mismatch(what, t, &it->desc, i, it->name);
         return raise_code(it->status, what, NULL, i, it->name);
     }
     return NULL;
 }
 
-/* put_many(names, tensors) / get_many(names, outs) -> None: one batch; the
- * first failed item (by index) is raised, naming it. */
-static PyObject *batch_run(PyObject *op, PyObject *args, int is_get)
+/* Runs the prepared batch b with the GIL released and raises for the first
+ * failed item (by index), naming it. Returns 0 or -1 with an exception. */
+static int batch_exec(ClientObject *self, struct batch *b, int is_get, const char *what,
+                      const struct target *row)
 {
-    ClientObject *self = (ClientObject *)op;
-    const char *what = is_get ? "get_many" : "put_many";
-    PyObject *names, *objs;
-    struct batch b;
     int rc;
 
-    if (!PyArg_ParseTuple(args, "OO", &names, &objs))
-        return NULL;
-    if (batch_prepare(&b, names, objs, is_get, what) < 0)
-        goto out_release;
     if (client_enter(self) < 0)
-        goto out_release;
+        return -1;
     PyThreadState *ts = PyEval_SaveThread();
-    rc = is_get ? tw_batch_get(self->c, b.items, (size_t)b.n)
-                : tw_batch_put(self->c, b.items, (size_t)b.n);
+    rc = is_get ? tw_batch_get(self->c, b->items, (size_t)b->n)
+                : tw_batch_put(self->c, b->items, (size_t)b->n);
     PyEval_RestoreThread(ts);
     client_leave(self);
     /* A get can succeed with an out of the wrong shape: always check. */
-    batch_raise(&b, what, is_get);
+    batch_raise(b, what, is_get, row);
     if (!PyErr_Occurred() && rc < 0)
         raise_code(rc, what, NULL, -1, "");
-    if (PyErr_Occurred())
-        goto out_release;
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* put_many(names, tensors) / get_many(names, outs) -> None: one batch, one
+ * buffer export per item. */
+static PyObject *batch_run(PyObject *op, PyObject *args, int is_get)
+{
+    const char *what = is_get ? "get_many" : "put_many";
+    PyObject *names, *objs;
+    struct batch b;
+    int rc = -1;
+
+    if (!PyArg_ParseTuple(args, "OO", &names, &objs))
+        return NULL;
+    if (batch_prepare(&b, names, objs, is_get, what) == 0)
+        rc = batch_exec((ClientObject *)op, &b, is_get, what, NULL);
     batch_release(&b);
+    if (rc < 0)
+        return NULL;
     Py_RETURN_NONE;
+}
+
+/*
+ * The stacked form: one object T (buffer protocol, torch tensor, CUDA
+ * array) with T.shape[0] == n; item i is the row T[i] (shape T.shape[1:],
+ * T's dtype, T.nbytes / n bytes). Fills t (T's one export, released by the
+ * caller with target_release) and row (the shape every item has; it owns
+ * nothing). Returns 0, or -1 with an exception.
+ */
+static int stacked_from(PyObject *obj, Py_ssize_t n, int writable, const char *what,
+                        struct target *t, struct target *row)
+{
+    if (target_from(obj, writable, t) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError,
+                         "%s: expected a list or tuple with one tensor per name, or one stacked "
+                         "tensor (buffer protocol, torch tensor, CUDA array), not %.100s",
+                         what, Py_TYPE(obj)->tp_name);
+        }
+        return -1;
+    }
+    if (t->ndim < 1 || t->shape[0] != (uint64_t)n) {
+        char have[256];
+        shape_text(have, sizeof(have), t->dtype, t->ndim, t->shape);
+        PyErr_Format(InvalidArgument,
+                     "%s: the stacked tensor is %s but there are %zd names: its first dimension "
+                     "must be the number of names (one row per name)",
+                     what, have, n);
+        return -1;
+    }
+    if (target_check_device(t, what) < 0)
+        return -1;
+    *row = *t;
+    row->has_view = 0;
+    row->ndim = t->ndim - 1;
+    memmove(row->shape, t->shape + 1, sizeof(uint64_t) * (size_t)row->ndim);
+    row->len = n ? t->len / (size_t)n : 0;
+    return 0;
+}
+
+/* put_many_stacked(names, T) / get_many_stacked(names, T) -> None: one
+ * batch, one export of T for the whole call; item i moves row i. */
+static PyObject *batch_run_stacked(PyObject *op, PyObject *args, int is_get)
+{
+    const char *what = is_get ? "get_many" : "put_many";
+    PyObject *names, *obj;
+    struct batch b;
+    struct target t, row;
+    struct tw_tensor_desc d;
+    int rc = -1;
+
+    memset(&t, 0, sizeof(t));
+    if (!PyArg_ParseTuple(args, "OO", &names, &obj))
+        return NULL;
+    if (batch_prepare(&b, names, NULL, is_get, what) < 0 ||
+        stacked_from(obj, b.n, is_get, what, &t, &row) < 0)
+        goto out_release;
+    target_desc(&row, &d);
+    for (Py_ssize_t i = 0; i < b.n; i++) {
+        b.items[i].buf = (char *)t.ptr + (size_t)i * row.len;
+        b.items[i].len = row.len;
+        if (!is_get)
+            b.items[i].desc = d;
+    }
+    rc = batch_exec((ClientObject *)op, &b, is_get, what, &row);
 
 out_release:
+    target_release(&t);
     batch_release(&b);
-    return NULL;
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *client_put_many_stacked(PyObject *op, PyObject *args)
+{
+    return batch_run_stacked(op, args, 0);
+}
+
+static PyObject *client_get_many_stacked(PyObject *op, PyObject *args)
+{
+    return batch_run_stacked(op, args, 1);
 }
 
 static PyObject *client_put_many(PyObject *op, PyObject *args)
@@ -1078,7 +1172,6 @@ static PyObject *client_get_many_alloc(PyObject *op, PyObject *args)
         }
         b.items[i].buf = p;
         b.items[i].len = d.byte_length;
-        b.targets[i].ptr = p;
     }
     if (failed < 0)
         rc = tw_batch_get(self->c, b.items, (size_t)b.n);
@@ -1171,6 +1264,10 @@ static PyMethodDef client_methods[] = {
      "stats() -> dict[str, int]\n\nThe server's counters, e.g. stats()['tensors']."},
     {"_put_many", client_put_many, METH_VARARGS, "_put_many(names, tensors)"},
     {"_get_many", client_get_many, METH_VARARGS, "_get_many(names, outs)"},
+    {"_put_many_stacked", client_put_many_stacked, METH_VARARGS,
+     "_put_many_stacked(names, tensor): item i sends tensor[i]"},
+    {"_get_many_stacked", client_get_many_stacked, METH_VARARGS,
+     "_get_many_stacked(names, out): item i fills out[i]"},
     {"_get_many_alloc", client_get_many_alloc, METH_VARARGS,
      "_get_many_alloc(names) -> [(buffer, dtype, shape)]"},
     {NULL}};

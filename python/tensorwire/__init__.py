@@ -301,13 +301,32 @@ class Client(_c.Client):
                     e.index, e.name = i, n
                 raise
 
-    def put_many(self, tensors):
+    def put_many(self, tensors, stacked=None):
         """Store many tensors on one connection, max_inflight requests at a
-        time: a dict {name: tensor} or a sequence of (name, tensor). An
-        error names the first failed item (e.index, e.name).
+        time. Three forms:
+
+        - ``put_many({name: tensor, ...})`` or ``put_many([(name, tensor),
+          ...])``: one tensor per name.
+        - ``put_many(names, stacked)`` with ``stacked`` ONE C-contiguous
+          tensor (NumPy array, torch tensor, CUDA array) whose first
+          dimension is ``len(names)``: item i stores the row ``stacked[i]``
+          (shape ``stacked.shape[1:]``, stacked's dtype) under ``names[i]``.
+          The whole tensor is exported once; no per-row objects are made.
+        - ``put_many(names, [t0, t1, ...])``: a list or tuple, one tensor
+          per name.
+
+        An error names the first failed item (e.index, e.name).
 
         >>> tw.put_many({"kv/%d" % i: blk for i, blk in enumerate(blocks)})
+        >>> kv = np.zeros((1024, 16, 128), np.float16)     # 1024 blocks
+        >>> tw.put_many(["kv/%d" % i for i in range(1024)], kv)
         """
+        if stacked is not None:
+            if isinstance(stacked, (list, tuple)):
+                self._put_many(tensors, stacked)
+            else:
+                self._put_many_stacked(tensors, stacked)
+            return
         if hasattr(tensors, "items"):
             self._put_many(list(tensors.keys()), list(tensors.values()))
             return
@@ -315,21 +334,38 @@ class Client(_c.Client):
         self._put_many([p[0] for p in pairs], [p[1] for p in pairs])
 
     def get_many(self, names, out=None):
-        """Fetch many tensors on one connection.
+        """Fetch many tensors on one connection. Three forms, told apart by
+        what ``out`` is:
 
         - ``get_many(names)``: a list of new NumPy arrays (one stat per name
           first: the sizes are not known otherwise).
-        - ``get_many(names, out=[x0, x1, ...])``: fills each x in place (one
-          batch, no stat) and returns out.
-        An error names the first failed item (e.index, e.name).
+        - ``get_many(names, out=[x0, x1, ...])``: ``out`` is a list or tuple,
+          one destination per name; fills each x in place (one batch, no
+          stat; one buffer export per item) and returns out.
+        - ``get_many(names, out=T)``: ``out`` is anything else, ONE
+          C-contiguous writable tensor (NumPy array, torch tensor on the CPU
+          or CUDA, CUDA array) with ``T.shape[0] == len(names)``: item i
+          fills the row ``T[i]``, which must match the stored tensor's shape
+          (``T.shape[1:]``) and dtype. T is exported once for the whole
+          call, the cheapest form for many blocks (e.g. a KV cache). Returns
+          T.
+
+        A wrong shape or dtype of an item, like any failed item, raises for
+        the first failed item by index and names it (e.index, e.name); rows
+        of other items are then filled or unspecified.
 
         >>> outs = [np.empty(4096, np.uint8) for _ in range(8)]
         >>> tw.get_many(["kv/%d" % i for i in range(8)], out=outs)
+        >>> # a vLLM-style KV cache: one tensor [num_blocks, block...]
+        >>> kv = torch.empty((1024, 16, 128), dtype=torch.float16, device="cuda")
+        >>> tw.get_many(["kv/%d" % i for i in range(1024)], out=kv)
         """
-        names = list(names)
         if out is None:
-            return [_numpy_from(b, c, s) for b, c, s in self._get_many_alloc(names)]
-        self._get_many(names, out)
+            return [_numpy_from(b, c, s) for b, c, s in self._get_many_alloc(list(names))]
+        if isinstance(out, (list, tuple)):
+            self._get_many(names, out)
+        else:
+            self._get_many_stacked(names, out)
         return out
 
 
