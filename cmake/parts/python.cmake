@@ -54,3 +54,9 @@ set_tests_properties(test_python PROPERTIES TIMEOUT 600 LABELS "integration;pyth
 add_executable(bench_get_loop ${CMAKE_SOURCE_DIR}/bench/bench_get_loop.c)
 target_link_libraries(bench_get_loop PRIVATE tensorwire)
 set_target_properties(bench_get_loop PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)
+
+# The C half of its stacked get_many comparison: one tw_batch_get of
+# distinct tensors into the rows of one buffer (not a test).
+add_executable(bench_batch_get ${CMAKE_SOURCE_DIR}/bench/bench_batch_get.c)
+target_link_libraries(bench_batch_get PRIVATE tensorwire)
+set_target_properties(bench_batch_get PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)
