@@ -24,10 +24,11 @@ def test_no_leak_over_10000_calls(client):
     names = ["leak/%d" % i for i in range(4)]
     client.put_many({n: a for n in names})
     outs = [np.empty_like(a) for _ in names]
+    stack = np.stack([a] * 4)  # the stacked form: one (4, 1024) array
     name = "leak/0"
 
     def one_round(i):
-        k = i % 8
+        k = i % 10
         if k == 0:
             client.put(name, a)
         elif k == 1:
@@ -45,6 +46,14 @@ def test_no_leak_over_10000_calls(client):
             client.get_many(names, out=outs)
         elif k == 6:
             assert len(client.get_many(names)) == 4
+        elif k == 8:
+            client.put_many(names, stack)
+            client.get_many(names, out=stack)
+        elif k == 9:
+            try:  # a row shape that does not fit, found per item in C
+                client.get_many(names, out=np.empty((4, 512), np.float32))
+            except tensorwire.InvalidArgument:
+                pass
         else:
             try:
                 client.get(name, out=np.empty(3, np.float32))
@@ -54,14 +63,14 @@ def test_no_leak_over_10000_calls(client):
     for i in range(1000):  # warm up: allocator pools, caches, lazy imports
         one_round(i)
     gc.collect()
-    refs = (sys.getrefcount(a), sys.getrefcount(out), sys.getrefcount(name),
+    refs = (sys.getrefcount(a), sys.getrefcount(out), sys.getrefcount(name), sys.getrefcount(stack),
             [sys.getrefcount(o) for o in outs], sys.getrefcount(tensorwire.NotFound))
     objects = len(gc.get_objects())
     rss = rss_bytes()
     for i in range(CALLS):
         one_round(i)
     gc.collect()
-    after = (sys.getrefcount(a), sys.getrefcount(out), sys.getrefcount(name),
+    after = (sys.getrefcount(a), sys.getrefcount(out), sys.getrefcount(name), sys.getrefcount(stack),
              [sys.getrefcount(o) for o in outs], sys.getrefcount(tensorwire.NotFound))
     assert after == refs
     grown_objects = len(gc.get_objects()) - objects
