@@ -14,16 +14,27 @@
  * (the binding builds its items inside every call, which is its cost).
  * Every row's first 8 bytes must hold its index afterwards (the Python
  * bench stores them so); a wrong row fails the run. Prints one JSON line:
- * {"seconds": [one value per round], "bytes": COUNT*SIZE}. Links the shared
+ * {"bytes": COUNT*SIZE, "seconds": [wall time per round], "cpu_seconds":
+ * [this process's user + system CPU time per round]}. Links the shared
  * libtensorwire through include/tensorwire/ only, like a user.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "tensorwire/tensorwire.h"
+
+/* CPU seconds (user + system) of this process so far. */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
 
 static double now_s(void)
 {
@@ -69,14 +80,21 @@ int main(int argc, char **argv)
         items[i].len = (size_t)size;
     }
     rc = tw_batch_get(c, items, (size_t)count); /* warm-up */
+    double *cpu = calloc((size_t)rounds, sizeof(*cpu));
     printf("{\"bytes\": %llu, \"seconds\": [",
            (unsigned long long)count * (unsigned long long)size);
     for (long r = 0; rc == 0 && r < rounds; r++) {
-        double t0 = now_s();
+        double t0 = now_s(), c0 = cpu_s();
         rc = tw_batch_get(c, items, (size_t)count);
         printf("%s%.6f", r ? ", " : "", now_s() - t0);
+        if (cpu)
+            cpu[r] = cpu_s() - c0;
     }
+    printf("], \"cpu_seconds\": [");
+    for (long r = 0; cpu && r < rounds; r++)
+        printf("%s%.6f", r ? ", " : "", cpu[r]);
     printf("]}\n");
+    free(cpu);
     if (rc != 0) {
         for (long i = 0; i < count; i++)
             if (items[i].status < 0) {

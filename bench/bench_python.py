@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import signal
 import statistics
 import subprocess
@@ -100,13 +101,20 @@ def on_term(signum, frame):
 
 
 def c_arena(build, addr, prefix, count, size):
-    """Seconds of one tw_batch_get of count distinct tensors into the rows of
+    """(wall, CPU) seconds of one tw_batch_get of count distinct tensors into the rows of
     one buffer (bench_batch_get: fresh process, buffer written and one
     untimed batch first)."""
     out = subprocess.run([os.path.join(build, "bench", "bench_batch_get"), addr, prefix, str(count),
                           str(size), "1"], capture_output=True, text=True, check=True,
                          timeout=600).stdout
-    return json.loads(out)["seconds"][0]
+    r = json.loads(out)
+    return r["seconds"][0], r["cpu_seconds"][0]
+
+
+def cpu_s():
+    """This process's user + system CPU seconds so far."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def main():
@@ -157,7 +165,8 @@ def main():
             tw.get("pybench/small", out=out_small)
 
         res = {"big_c": [], "big_cloop": [], "big_py": [], "many_c": [], "many_py": [],
-               "arena_c": [], "arena_py": [], "arena_list_py": [],
+               "arena_c": [], "arena_py": [], "arena_list_py": [], "arena_c_cpu_ms": [],
+               "arena_py_cpu_ms": [],
                "call_c_us": [], "call_py_us": []}
         t_start = time.monotonic()
         for _ in range(a.small_rounds):
@@ -192,10 +201,13 @@ def main():
                 tw.get_many(names64, out=outs64)
                 res["many_py"].append(kv.nbytes / (time.perf_counter() - t0))
 
-                res["arena_c"].append(kv.nbytes / c_arena(a.build, addr, "pybench/kv/", a.blocks, 32 << 10))
-                t0 = time.perf_counter()
+                wall, cpu = c_arena(a.build, addr, "pybench/kv/", a.blocks, 32 << 10)
+                res["arena_c"].append(kv.nbytes / wall)
+                res["arena_c_cpu_ms"].append(cpu * 1e3)
+                c0, t0 = cpu_s(), time.perf_counter()
                 tw.get_many(names, out=kv)
                 res["arena_py"].append(kv.nbytes / (time.perf_counter() - t0))
+                res["arena_py_cpu_ms"].append((cpu_s() - c0) * 1e3)
                 t0 = time.perf_counter()
                 tw.get_many(names, out=outs)
                 res["arena_list_py"].append(kv.nbytes / (time.perf_counter() - t0))
@@ -207,7 +219,7 @@ def main():
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         # A round cut short leaves some lists one longer: keep whole rounds.
         for k in ("big_c", "big_cloop", "big_py", "many_c", "many_py", "arena_c", "arena_py",
-                  "arena_list_py"):
+                  "arena_list_py", "arena_c_cpu_ms", "arena_py_cpu_ms"):
             del res[k][min(len(res[x]) for x in ("big_c", "arena_list_py")):]
         if not res["arena_list_py"]:
             raise SystemExit("bench_python: no round finished")
@@ -229,6 +241,8 @@ def main():
             "get_many_stacked_c_GBps": med["arena_c"] / 1e9,
             "get_many_stacked_py_GBps": med["arena_py"] / 1e9,
             "get_many_stacked_ratio": med["arena_py"] / med["arena_c"],
+            "get_many_stacked_c_cpu_ms": med["arena_c_cpu_ms"],
+            "get_many_stacked_py_cpu_ms": med["arena_py_cpu_ms"],
             "get_many_list_distinct_py_GBps": med["arena_list_py"] / 1e9,
             "get_many_list_distinct_ratio": med["arena_list_py"] / med["arena_c"],
             "get_many_32KiB_c_GBps": med["many_c"] / 1e9,
@@ -262,6 +276,8 @@ def main():
         summary["get_many_stacked_c_GBps"], summary["get_many_stacked_py_GBps"],
         summary["get_many_stacked_ratio"]))
     print("  C: bench/bench_batch_get ADDR pybench/kv/ %d 32768 1 (one tw_batch_get)" % a.blocks)
+    print("  client CPU time per batch (user + system): C %.0f ms, Python %.0f ms" % (
+        summary["get_many_stacked_c_cpu_ms"], summary["get_many_stacked_py_cpu_ms"]))
     print("  list form out=[T[0], T[1], ...] into the same rows: %.2f GB/s, ratio %.3f" % (
         summary["get_many_list_distinct_py_GBps"], summary["get_many_list_distinct_ratio"]))
     print("get_many 40960x32K, list form over 64 tensors/buffers: C %.2f GB/s, Python %.2f GB/s,"
