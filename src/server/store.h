@@ -63,7 +63,9 @@ struct tw_tensor {
 };
 
 /* Freed large buffers kept for reuse: a put of the same (page-rounded) size
- * gets memory that is already faulted in, instead of fresh zeroed pages. */
+ * gets memory that is already faulted in, instead of fresh zeroed pages.
+ * At most TW_STORE_SPARES buffers and spare_max bytes; when full, the buffer
+ * given back longest ago is freed to make room for the newest. */
 #define TW_STORE_SPARES 16
 
 /* Device memory for GPU-resident versions: CUDA (tw__store_devmem_cuda) in
@@ -104,9 +106,11 @@ struct tw_store {
     struct {
         void *p;
         size_t len;
-        int aged; /* survived one tw__store_trim_spares() unused */
+        int aged;     /* survived one tw__store_trim_spares() unused */
+        uint64_t seq; /* when it was given back (spare_seq then) */
     } spare[TW_STORE_SPARES];
     uint64_t spare_bytes, spare_max;
+    uint64_t spare_seq; /* spares given back so far: the oldest goes first */
     /* Called (event loop) with large storage about to go back to the spare
      * pool: a later put of the same size reuses the pages, so cached RDMA
      * registrations of them must be revoked first. Storage that is freed
