@@ -46,11 +46,14 @@
  *     bytes are in the device buffer and visible to any work submitted
  *     later on that device, by any stream: they were written either with a
  *     synchronous cuMemcpyHtoD on the legacy default stream of the device's
- *     primary context, or (large gets: chunk by chunk while the rest still
- *     arrives) with cuMemcpyHtoDAsync on a non-blocking stream of the
- *     library's own in that context, which the library synchronizes before
- *     the call returns; the library makes the primary context current on
- *     the calling thread (it leaves it current);
+ *     primary context, or with cuMemcpyHtoDAsync on a stream of the
+ *     library's own in that context (large gets: chunk by chunk while the
+ *     rest still arrives; small gets of a call: back to back, one wait for
+ *     all), which the library synchronizes before the call returns. The
+ *     library's streams are blocking streams: their copies start after the
+ *     work queued before them on the legacy default stream (a cuMemcpy the
+ *     caller made into the destination, for one). The library makes the
+ *     primary context current on the calling thread (it leaves it current);
  *   - memory from another context of the same device, and stream-ordered
  *     memory (cuMemAllocAsync / memory pools), is used through unified
  *     addressing like any other device allocation, provided the allocation

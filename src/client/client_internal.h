@@ -222,6 +222,17 @@ struct tw_client {
     /* Small ones (one size class) kept for batches of small transfers. */
     struct tw__stage_buf *stage_small[TW__STAGE_SMALL_KEEP];
     unsigned nstage_small;
+    /* Small gets whose copy to the GPU is queued on the device's fence
+     * stream, not yet waited for (tw__client_stage_fence): the buffer and
+     * the request (index in c->run) of each. At most TW__STAGE_SMALL_KEEP. */
+    struct tw__stage_pending {
+        struct tw__stage_buf *buf;
+        size_t index;
+        int device;
+    } stage_pend[TW__STAGE_SMALL_KEEP];
+    unsigned nstage_pend;
+    void **stage_fence_stream; /* by device ordinal (64), made on first use */
+    const struct tw_memkind_async_ops *stage_fence_as; /* whose streams they are */
     /* The pinned chunk pool of RDMA pull gets into GPU memory (made on the
      * first one, mem/staging.h) and its one registration on fpeer (made
      * once; forgotten when the plane closes, which frees it). */
@@ -268,6 +279,11 @@ struct tw__client_gdr_fake {
 
 /* Frees the kept staging buffer (tw_close). */
 void tw__client_stage_free(struct tw_client *c);
+/* Waits for the copies to the GPU queued for small gets of this run
+ * (c->run): a get whose copy failed gets that status and message. Called
+ * before tw__client_engine_run returns, so every call returns with its
+ * bytes in place. Returns 0 or the first failure. */
+int tw__client_stage_fence(struct tw_client *c);
 
 /* --- conn.c ------------------------------------------------------------ */
 

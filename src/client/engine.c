@@ -725,6 +725,7 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     rc = tw__client_conn_flush(c, c->request_timeout_ms); /* pending cancels */
     if (rc)
         goto out_fail;
+    (void)tw__client_stage_fence(c); /* a failed copy fails its own request */
     c->run = NULL;
     free(c->run_map);
     c->run_map = NULL;
@@ -771,6 +772,7 @@ out_fail:
     c->tlen = 0;
     c->nsegs = 0;
     tw__client_conn_fail(c, rc, 0);
+    (void)tw__client_stage_fence(c);
     c->run = NULL;
     free(c->run_map);
     c->run_map = NULL;

@@ -44,7 +44,14 @@ static int cuda_stream_create(int device, void **stream, char *err, size_t errle
     if (rc)
         return rc;
     CUstream s = NULL;
-    CUresult r = cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+    /* A blocking stream: its copies start only after the work queued
+     * before them on the legacy default stream, which is where the caller's
+     * synchronous copies (cuMemcpy*, whose DMA may still run when they
+     * return) and ours go, and later legacy-stream work waits for them. A
+     * non-blocking stream let a get's copy into a buffer land before the
+     * caller's earlier cuMemcpyHtoD into the same buffer (seen on the H200:
+     * the zeros the test wrote replaced the received byte). */
+    CUresult r = cu->cuStreamCreate(&s, CU_STREAM_DEFAULT);
     if (r != CUDA_SUCCESS)
         return fail(r, "cuStreamCreate", device, err, errlen);
     *stream = s;

@@ -284,6 +284,11 @@ void tw__conn_destroy(struct tw_srv_conn *c, const char *reason)
 static void conn_teardown_destroy(struct tw_srv_conn *c)
 {
     struct tw_srv *srv = c->srv;
+    if (c->dev_fence) {
+        /* No queued copy may still write the host copies freed below. */
+        char err[64];
+        (void)tw__srv_stage_fence(c, err, sizeof(err));
+    }
     drop_all_xfers(c);
     tw__srv_fabric_conn_gone(c);
     c->state = TW_CONN_DEAD;
@@ -662,6 +667,18 @@ static void conn_flush(struct tw_srv_conn *c)
         pump_sources(c);
         if (!c->out_head || budget == 0)
             break;
+        if (c->dev_fence) {
+            /* Queued frames whose bytes are still being copied from a GPU. */
+            char err[256];
+            if (tw__srv_stage_fence(c, err, sizeof(err)) != 0) {
+                c->srv->stats.staged_failed++;
+                char why[320];
+                snprintf(why, sizeof(why), "a copy from the GPU for queued DATA failed: %s", err);
+                TW_LOGW("conn %llu %s: %s", (unsigned long long)c->id, c->peer, why);
+                tw__conn_destroy(c, why);
+                return;
+            }
+        }
         struct iovec iov[MAX_IOV];
         int n_iov = 0;
         for (struct tw_out_chunk *ch = c->out_head; ch && n_iov < MAX_IOV - 1; ch = ch->next) {

@@ -124,6 +124,10 @@ struct tw_srv_conn {
     struct tw_out_chunk *out_head, *out_tail;
     size_t out_ctl_bytes;
     size_t out_data_frames;
+    /* Store GPU indexes (bit i: store.gpu[i]) with copies queued for DATA
+     * frames in the output queue (xfer_staged.c): conn_flush waits for
+     * them (tw__srv_stage_fence) before it sends anything. */
+    uint64_t dev_fence;
 
     /* Transfers by request id, and the sources waiting to produce. */
     struct tw_xfer **xtab;
@@ -155,6 +159,9 @@ struct tw_srv_stats {
     /* Transfers of GPU versions through host memory (xfer_staged.c). */
     uint64_t staged_gets, staged_puts, staged_bytes;
     uint64_t staged_failed; /* staged transfers whose GPU copy failed */
+    /* Small host copies queued asynchronously, and the waits for them
+     * before sending (one wait covers every frame queued since the last). */
+    uint64_t staged_async_copies, staged_copy_waits;
     /* Transfers that moved all their bytes, by path (tw__path_format's
      * words): every transfer records its path here and in the log. */
     uint64_t path_inline, path_inline_staged, path_rdma_pull, path_rdma_push, path_rdma_staged,
@@ -356,6 +363,10 @@ int tw__srv_gdr_crc(const struct tw_srv *srv, const struct tw_tensor *t, uint32_
 /* Shutdown, before the store frees its memory: unpins the host copies kept
  * pinned (srv->stage_pins) and frees the cache. */
 void tw__srv_stage_destroy(struct tw_srv *srv);
+/* Waits for the copies queued for c's DATA frames (c->dev_fence): 0, or a
+ * negative code when one failed (the frames hold wrong bytes: the caller
+ * closes the connection), with the reason in err. */
+int tw__srv_stage_fence(struct tw_srv_conn *c, char *err, size_t errlen);
 /* Pinned host bytes kept now and pins held by transfers (STATS). */
 void tw__srv_stage_stats(struct tw_srv *srv, uint64_t *pinned_bytes, uint64_t *pins_in_use);
 /* A completion of a pipelined pull put's read (cookie with bit 0 set, as

@@ -50,8 +50,19 @@ static void populate(struct tw_slab *sl, struct tw_slab_arena *a, size_t upto)
     a->faulted = upto;
 }
 
+void tw__slab_set_pinned(struct tw_slab *sl, int (*pin)(void *ctx, void *p, size_t len),
+                         void (*unpin)(void *ctx, void *p), void *ctx, uint64_t max_arena_bytes)
+{
+    sl->pin = pin;
+    sl->unpin = unpin;
+    sl->pin_ctx = ctx;
+    sl->max_arena_bytes = max_arena_bytes;
+}
+
 static struct tw_slab_arena *arena_new(struct tw_slab *sl)
 {
+    if (sl->pin && sl->arena_bytes + TW_SLAB_ARENA > sl->max_arena_bytes)
+        return NULL;
     struct tw_slab_arena *a = calloc(1, sizeof(*a));
     if (!a)
         return NULL;
@@ -68,6 +79,14 @@ static struct tw_slab_arena *arena_new(struct tw_slab *sl)
     if (base + TW_SLAB_ARENA < m + map)
         munmap(base + TW_SLAB_ARENA, (size_t)(m + map - (base + TW_SLAB_ARENA)));
     (void)madvise(base, TW_SLAB_ARENA, MADV_HUGEPAGE); /* advisory */
+    if (sl->pin && sl->pin(sl->pin_ctx, base, TW_SLAB_ARENA) != 0) {
+        /* Pinning is refused (locked-memory limit, no driver): no further
+         * attempt, so a refused pin costs once, not per allocation. */
+        sl->max_arena_bytes = sl->arena_bytes;
+        munmap(base, TW_SLAB_ARENA);
+        free(a);
+        return NULL;
+    }
     a->base = base;
     a->next = sl->arenas;
     sl->arenas = a;
@@ -80,6 +99,8 @@ static void arenas_release(struct tw_slab *sl)
     struct tw_slab_arena *a = sl->arenas;
     while (a) {
         struct tw_slab_arena *next = a->next;
+        if (sl->pin)
+            sl->unpin(sl->pin_ctx, a->base);
         munmap(a->base, TW_SLAB_ARENA);
         free(a);
         a = next;
@@ -134,15 +155,16 @@ void tw__slab_free(struct tw_slab *sl, void *p, size_t len)
         void **f = realloc(c->free, cap * sizeof(*f));
         if (!f) {
             /* Out of memory for the list: the block stays unused until the
-             * arenas go; give its pages back now. */
-            (void)madvise(p, len, MADV_DONTNEED);
+             * arenas go; give its pages back now (pinned: keep them). */
+            if (!sl->pin)
+                (void)madvise(p, len, MADV_DONTNEED);
             return;
         }
         c->free = f;
         c->cap = cap;
     }
     uintptr_t v = (uintptr_t)p;
-    if (sl->kept_bytes + len <= sl->keep_max) {
+    if (sl->pin || sl->kept_bytes + len <= sl->keep_max) {
         sl->kept_bytes += len;
     } else {
         (void)madvise(p, len, MADV_DONTNEED);
@@ -154,7 +176,7 @@ void tw__slab_free(struct tw_slab *sl, void *p, size_t len)
 uint64_t tw__slab_trim(struct tw_slab *sl)
 {
     uint64_t freed = 0;
-    for (size_t i = 0; !sl->dead && i < sl->nclasses; i++) {
+    for (size_t i = 0; !sl->dead && !sl->pin && i < sl->nclasses; i++) {
         struct tw_slab_class *c = &sl->classes[i];
         size_t len = (i + 1) * sl->page;
         for (size_t k = 0; k < c->nfree; k++) {

@@ -55,10 +55,25 @@ struct tw_slab {
     uint64_t live_bytes;          /* bytes of blocks handed out */
     uint64_t arena_bytes;         /* bytes of all arenas */
     int dead;                     /* destroyed with blocks in use */
+    /* Page-locked mode (tw__slab_set_pinned): every arena is pinned when it
+     * is mapped and unpinned before it is unmapped; free blocks are never
+     * given back with MADV_DONTNEED (a pinned page must stay the one the
+     * device DMAs to), so keep_max and tw__slab_trim do not apply, and at
+     * most max_arena_bytes are mapped (an allocation beyond returns NULL:
+     * the caller falls back to pageable memory); a pin that fails stops
+     * the growth for good. */
+    int (*pin)(void *ctx, void *p, size_t len);
+    void (*unpin)(void *ctx, void *p);
+    void *pin_ctx;
+    uint64_t max_arena_bytes;
 };
 
 /* Prepares an empty slab (no memory yet). Returns 0 or -ENOMEM. */
 int tw__slab_init(struct tw_slab *sl, uint64_t keep_max);
+/* Switches an empty slab (no arena yet) to page-locked mode, see struct
+ * tw_slab. pin returns 0 or a negative code; ctx is passed to both. */
+void tw__slab_set_pinned(struct tw_slab *sl, int (*pin)(void *ctx, void *p, size_t len),
+                         void (*unpin)(void *ctx, void *p), void *ctx, uint64_t max_arena_bytes);
 /* A block of len bytes (a multiple of the page size, 0 < len < TW_SLAB_MAX),
  * page aligned, owned by the caller until tw__slab_free. NULL when out of
  * memory. */

@@ -49,6 +49,7 @@ struct tw_tensor {
     uint8_t has_crc;
     uint8_t mmapped; /* storage from tw__hostmem (large) */
     uint8_t in_slab; /* storage from the store's slab (small) */
+    uint8_t pinned;  /* in_slab, from the page-locked slab (tw__store_alloc_pinned) */
     uint32_t crc32c;
     uint64_t byte_length;
     uint64_t shape[TW_MAX_NDIM];
@@ -63,7 +64,9 @@ struct tw_tensor {
 };
 
 /* Freed large buffers kept for reuse: a put of the same (page-rounded) size
- * gets memory that is already faulted in, instead of fresh zeroed pages. */
+ * gets memory that is already faulted in, instead of fresh zeroed pages.
+ * At most TW_STORE_SPARES buffers and spare_max bytes; when full, the buffer
+ * given back longest ago is freed to make room for the newest. */
 #define TW_STORE_SPARES 16
 
 /* Device memory for GPU-resident versions: CUDA (tw__store_devmem_cuda) in
@@ -81,6 +84,15 @@ struct tw_store_devmem_ops {
      * staged transfers pinned through a registration cache). */
     int (*pin)(int ordinal, void *p, size_t len, char *err, size_t errlen);
     void (*unpin)(int ordinal, void *p);
+    /* Optional (NULL: staging copies synchronously): queue a copy from
+     * device memory to pinned host memory on the device's own stream and
+     * return; the bytes are in place only after fence(ordinal) returned 0.
+     * dst must stay allocated until then. A copy refused when queued fails
+     * here (0 or a negative code, reason in err); one that fails while it
+     * runs fails the fence. */
+    int (*to_host_async)(int ordinal, void *dst, const void *src, size_t len, char *err,
+                         size_t errlen);
+    int (*fence)(int ordinal, char *err, size_t errlen);
 };
 extern const struct tw_store_devmem_ops tw__store_devmem_cuda;
 
@@ -104,9 +116,11 @@ struct tw_store {
     struct {
         void *p;
         size_t len;
-        int aged; /* survived one tw__store_trim_spares() unused */
+        int aged;     /* survived one tw__store_trim_spares() unused */
+        uint64_t seq; /* when it was given back (spare_seq then) */
     } spare[TW_STORE_SPARES];
     uint64_t spare_bytes, spare_max;
+    uint64_t spare_seq; /* spares given back so far: the oldest goes first */
     /* Called (event loop) with large storage about to go back to the spare
      * pool: a later put of the same size reuses the pages, so cached RDMA
      * registrations of them must be revoked first. Storage that is freed
@@ -115,6 +129,8 @@ struct tw_store {
     void (*on_recycle)(void *ctx, void *p, size_t len);
     void *recycle_ctx;
     struct tw_slab slab;                      /* storage of small host versions */
+    struct tw_slab pinned_slab;               /* small page-locked host copies */
+    int pinned_state;                         /* 0 not set up, 1 usable, -1 not usable */
     const struct tw_store_devmem_ops *devmem; /* default: CUDA */
     unsigned ngpus;
     struct tw_store_gpu gpu[TW_STORE_MAX_GPUS];
@@ -151,6 +167,17 @@ const struct tw_store_gpu *tw__store_gpu(const struct tw_store *s, int ordinal);
  * tag names no declared device, or -ENOMEM (host or device memory).
  */
 int tw__store_alloc(struct tw_store *s, const struct tw_descriptor *d, struct tw_tensor **out);
+/*
+ * As tw__store_alloc for a host version (d names the CPU), for the host
+ * copy of a staged GPU tensor: a small one (under TW_SLAB_MAX) comes from
+ * page-locked arenas (pinned through the devmem ops, at most
+ * TW_STORE_PINNED_MAX bytes of them, kept for the store's life) and has
+ * t->pinned set, so asynchronous copies may target it; otherwise, or when
+ * none is left or pinning failed, it is an ordinary host version.
+ */
+#define TW_STORE_PINNED_MAX ((uint64_t)256 << 20)
+int tw__store_alloc_pinned(struct tw_store *s, const struct tw_descriptor *d,
+                           struct tw_tensor **out);
 /* Publishes t under its name, replacing any current version atomically. The
  * store takes its own reference; the caller keeps (and later drops) its. */
 void tw__store_commit(struct tw_store *s, struct tw_tensor *t);

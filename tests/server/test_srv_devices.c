@@ -198,6 +198,89 @@ static void fake_dev_free(int ordinal, void *p)
 static const struct tw_store_devmem_ops fake_devmem = {.alloc = fake_dev_alloc,
                                                        .free = fake_dev_free};
 
+static long host_pins, host_unpins;
+static int fail_host_pin;
+
+static int fake_pin(int ordinal, void *p, size_t len, char *err, size_t errlen)
+{
+    (void)p, (void)len, (void)err, (void)errlen;
+    TW_ASSERT_EQ(ordinal, 1);
+    if (fail_host_pin)
+        return -ENOMEM;
+    host_pins++;
+    return 0;
+}
+
+static void fake_unpin(int ordinal, void *p)
+{
+    (void)ordinal, (void)p;
+    host_unpins++;
+}
+
+static const struct tw_store_devmem_ops fake_devmem_pins = {
+    .alloc = fake_dev_alloc, .free = fake_dev_free, .pin = fake_pin, .unpin = fake_unpin};
+
+/* Host copies of staged GPU tensors: small ones from the page-locked slab
+ * (pinned once per arena), large ones and every one without a way to pin
+ * (no GPU, a refused pin) ordinary host versions. */
+static void test_store_alloc_pinned(void)
+{
+    struct tw_store s;
+    struct tw_descriptor d;
+    struct tw_tensor *a, *b, *big;
+    /* No GPU declared: nothing to pin for. */
+    TW_ASSERT_OK(tw__store_init(&s, 0));
+    s.devmem = &fake_devmem_pins;
+    tw_test_desc_u8(&d, "h", "cpu", 32768);
+    TW_ASSERT_OK(tw__store_alloc_pinned(&s, &d, &a));
+    TW_ASSERT(a->in_slab && !a->pinned);
+    tw__tensor_unref(a);
+    TW_ASSERT_EQ(host_pins, 0);
+    tw__store_destroy(&s);
+
+    TW_ASSERT_OK(tw__store_init(&s, 1ull << 30));
+    s.devmem = &fake_devmem_pins;
+    TW_ASSERT_OK(tw__store_add_gpu(&s, 1, 0));
+    TW_ASSERT_OK(tw__store_alloc_pinned(&s, &d, &a));
+    TW_ASSERT_OK(tw__store_alloc_pinned(&s, &d, &b));
+    TW_ASSERT(a->pinned && a->in_slab && b->pinned && a->data != b->data);
+    TW_ASSERT_EQ(host_pins, 1);              /* one arena */
+    TW_ASSERT_EQ_U64(s.reserved, 2 * 32768); /* counted like any host version */
+    tw_test_desc_u8(&d, "big", "cpu", 2u << 20);
+    TW_ASSERT_OK(tw__store_alloc_pinned(&s, &d, &big));
+    TW_ASSERT(!big->pinned && big->mmapped);
+    tw__tensor_unref(big);
+    /* An ordinary put never lands in the pinned slab. */
+    tw_test_desc_u8(&d, "p", "cpu", 32768);
+    TW_ASSERT_OK(tw__store_alloc(&s, &d, &big));
+    TW_ASSERT(!big->pinned && big->in_slab);
+    tw__tensor_unref(big);
+    uint8_t *mem = a->data;
+    tw__tensor_unref(a);
+    TW_ASSERT_OK(tw__store_alloc_pinned(&s, &d, &a)); /* the freed pinned block again */
+    TW_ASSERT(a->pinned && a->data == mem);
+    tw__tensor_unref(a);
+    tw__tensor_unref(b);
+    tw__store_destroy(&s);
+    TW_ASSERT_EQ(host_unpins, 1);
+
+    /* A refused pin: ordinary memory, and no second attempt. */
+    host_pins = host_unpins = 0;
+    fail_host_pin = 1;
+    TW_ASSERT_OK(tw__store_init(&s, 0));
+    s.devmem = &fake_devmem_pins;
+    TW_ASSERT_OK(tw__store_add_gpu(&s, 1, 0));
+    TW_ASSERT_OK(tw__store_alloc_pinned(&s, &d, &a));
+    TW_ASSERT(!a->pinned && a->in_slab);
+    fail_host_pin = 0;
+    TW_ASSERT_OK(tw__store_alloc_pinned(&s, &d, &b));
+    TW_ASSERT(!b->pinned);
+    TW_ASSERT_EQ(host_pins, 0);
+    tw__tensor_unref(a);
+    tw__tensor_unref(b);
+    tw__store_destroy(&s);
+}
+
 static void test_store_per_device(void)
 {
     struct tw_store s;
@@ -280,5 +363,6 @@ int main(void)
     TW_RUN(test_resolve);
     TW_RUN(test_admit_table);
     TW_RUN(test_store_per_device);
+    TW_RUN(test_store_alloc_pinned);
     TW_DONE();
 }

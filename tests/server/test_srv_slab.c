@@ -1,5 +1,6 @@
 /* The store's small-tensor slab: distinct aligned blocks, reuse by size,
  * bounded kept memory, arenas outliving a destroy while blocks are in use. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -167,11 +168,77 @@ static void test_store_small_versions(void)
     TW_ASSERT(!s.slab.dead);
 }
 
+/* Page-locked mode: every arena pinned once and unpinned before it goes,
+ * free blocks keep their pages (a pinned page given back with
+ * MADV_DONTNEED would no longer be the one the device writes), and no
+ * arena beyond the cap. */
+static int pins, unpins, fail_pin;
+
+static int count_pin(void *ctx, void *p, size_t len)
+{
+    TW_ASSERT(ctx == &pins && len == TW_SLAB_ARENA && ((uintptr_t)p & ((2u << 20) - 1)) == 0);
+    if (fail_pin)
+        return -ENOMEM;
+    pins++;
+    return 0;
+}
+
+static void count_unpin(void *ctx, void *p)
+{
+    (void)p;
+    TW_ASSERT(ctx == &pins);
+    unpins++;
+}
+
+static void test_pinned_mode(void)
+{
+    struct tw_slab sl;
+    const size_t blk = 1u << 19; /* 512 KiB: 128 per arena */
+    TW_ASSERT_OK(tw__slab_init(&sl, 0));
+    tw__slab_set_pinned(&sl, count_pin, count_unpin, &pins, 2 * (uint64_t)TW_SLAB_ARENA);
+    uint8_t *first = tw__slab_alloc(&sl, blk);
+    TW_ASSERT(first != NULL);
+    TW_ASSERT_EQ(pins, 1);
+    memset(first, 0x77, blk);
+    /* keep_max is 0, yet the freed block keeps its bytes through trims. */
+    tw__slab_free(&sl, first, blk);
+    TW_ASSERT_EQ_U64(tw__slab_trim(&sl), 0);
+    TW_ASSERT_EQ_U64(tw__slab_trim(&sl), 0);
+    TW_ASSERT_EQ(first[0], 0x77);
+    TW_ASSERT_EQ(first[blk - 1], 0x77);
+    TW_ASSERT(tw__slab_alloc(&sl, blk) == first);
+    /* Two arenas' worth, then nothing more (the caller falls back). */
+    size_t n = 1;
+    while (tw__slab_alloc(&sl, blk) != NULL)
+        n++;
+    TW_ASSERT_EQ(n, 2 * (TW_SLAB_ARENA / blk));
+    TW_ASSERT_EQ(pins, 2);
+    TW_ASSERT_EQ_U64(sl.arena_bytes, 2 * (uint64_t)TW_SLAB_ARENA);
+    TW_ASSERT_EQ(unpins, 0);
+    sl.live_bytes = 0; /* the test drops its blocks without freeing each */
+    tw__slab_destroy(&sl);
+    TW_ASSERT_EQ(unpins, 2);
+
+    /* A pin that fails: no arena, no block. */
+    pins = unpins = 0;
+    fail_pin = 1;
+    TW_ASSERT_OK(tw__slab_init(&sl, 0));
+    tw__slab_set_pinned(&sl, count_pin, count_unpin, &pins, 4 * (uint64_t)TW_SLAB_ARENA);
+    TW_ASSERT(tw__slab_alloc(&sl, blk) == NULL);
+    TW_ASSERT_EQ_U64(sl.arena_bytes, 0);
+    fail_pin = 0; /* and no second attempt */
+    TW_ASSERT(tw__slab_alloc(&sl, blk) == NULL);
+    TW_ASSERT_EQ(pins, 0);
+    tw__slab_destroy(&sl);
+    TW_ASSERT_EQ(unpins, 0);
+}
+
 int main(void)
 {
     TW_RUN(test_blocks_distinct_and_reused);
     TW_RUN(test_keep_bound);
     TW_RUN(test_trim);
     TW_RUN(test_store_small_versions);
+    TW_RUN(test_pinned_mode);
     TW_DONE();
 }

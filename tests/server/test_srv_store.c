@@ -1,4 +1,5 @@
 /* The tensor store: versions, refcounts, capacity, listing order. */
+#include <stdio.h>
 #include <string.h>
 
 #include "server/store.h"
@@ -151,11 +152,53 @@ static void test_trim_spares(void)
     tw__store_destroy(&s);
 }
 
+/* A full pool makes room for the buffer freed last by dropping the one
+ * given back longest ago, whether bytes or slots run out. */
+static void test_spares_oldest_go_first(void)
+{
+    struct tw_store s;
+    TW_ASSERT_OK(tw__store_init(&s, 0));
+    s.spare_max = 6u << 20;
+    put_delete(&s, "a", 4u << 20);
+    put_delete(&s, "b", 2u << 20);
+    TW_ASSERT_EQ_U64(s.spare_bytes, 6u << 20);
+    /* 3 MiB does not fit: "a" (the oldest) goes, "b" stays. */
+    put_delete(&s, "c", 3u << 20);
+    TW_ASSERT_EQ_U64(s.spare_bytes, 5u << 20);
+    int has2 = 0, has3 = 0, has4 = 0;
+    for (int i = 0; i < TW_STORE_SPARES; i++) {
+        has2 += s.spare[i].p && s.spare[i].len == 2u << 20;
+        has3 += s.spare[i].p && s.spare[i].len == 3u << 20;
+        has4 += s.spare[i].p && s.spare[i].len == 4u << 20;
+    }
+    TW_ASSERT(has2 == 1 && has3 == 1 && has4 == 0);
+    /* Larger than the whole pool: freed, the others stay. */
+    put_delete(&s, "huge", 7u << 20);
+    TW_ASSERT_EQ_U64(s.spare_bytes, 5u << 20);
+    tw__store_destroy(&s);
+
+    /* Slots: TW_STORE_SPARES + 1 buffers of distinct sizes; the first goes. */
+    TW_ASSERT_OK(tw__store_init(&s, 0));
+    char name[16];
+    for (int i = 0; i <= TW_STORE_SPARES; i++) {
+        snprintf(name, sizeof(name), "s%d", i);
+        put_delete(&s, name, (1u << 20) + (uint64_t)i * 4096);
+    }
+    uint64_t want = 0;
+    for (int i = 1; i <= TW_STORE_SPARES; i++)
+        want += (1u << 20) + (uint64_t)i * 4096;
+    TW_ASSERT_EQ_U64(s.spare_bytes, want);
+    for (int i = 0; i < TW_STORE_SPARES; i++)
+        TW_ASSERT(s.spare[i].p && s.spare[i].len != 1u << 20);
+    tw__store_destroy(&s);
+}
+
 int main(void)
 {
     TW_RUN(test_versions_and_capacity);
     TW_RUN(test_list_sorted_and_growth);
     TW_RUN(test_spare_reuse);
     TW_RUN(test_trim_spares);
+    TW_RUN(test_spares_oldest_go_first);
     TW_DONE();
 }
