@@ -161,7 +161,7 @@ struct tw_srv_stats {
     uint64_t staged_failed; /* staged transfers whose GPU copy failed */
     /* Small host copies queued asynchronously, and the waits for them
      * before sending (one wait covers every frame queued since the last). */
-    uint64_t staged_async_copies, staged_copy_waits;
+    uint64_t staged_async_copies, staged_copy_waits, staged_copy_wait_ns;
     /* Transfers that moved all their bytes, by path (tw__path_format's
      * words): every transfer records its path here and in the log. */
     uint64_t path_inline, path_inline_staged, path_rdma_pull, path_rdma_push, path_rdma_staged,
