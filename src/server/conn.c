@@ -27,7 +27,7 @@
 #include "server/log.h"
 #include "server/server.h"
 
-#define MAX_IOV 64
+#define MAX_IOV 128
 #define LINGER_MS 2000
 
 static void conn_on_io(struct tw_loop *loop, struct tw_io *io, uint32_t events);
@@ -449,9 +449,10 @@ static void enqueue(struct tw_srv_conn *c, struct tw_out_chunk *ch)
     else
         c->out_head = ch;
     c->out_tail = ch;
-    if (ch->ref)
+    if (ch->ref) {
         c->out_data_frames++;
-    else
+        c->out_data_bytes += ch->body_len;
+    } else
         c->out_ctl_bytes += ch->hdr_len;
     /* Output queued from a timer or another connection's callback: let
      * epoll report writability so the flush happens on the next turn.
@@ -641,7 +642,8 @@ void tw__conn_fail(struct tw_srv_conn *c, uint32_t code, const char *fmt, ...)
 static void pump_sources(struct tw_srv_conn *c)
 {
     while (c->state == TW_CONN_OPEN && c->pump_head &&
-           c->out_data_frames < TW_SRV_DATA_FRAMES_QUEUED) {
+           c->out_data_frames < TW_SRV_DATA_FRAMES_QUEUED &&
+           c->out_data_bytes < TW_SRV_DATA_BYTES_QUEUED) {
         struct tw_xfer *x = c->pump_head;
         c->pump_head = x->snext;
         int rc = x->ops->pump(x); /* x stays valid: teardown is deferred */
@@ -727,9 +729,10 @@ static void conn_flush(struct tw_srv_conn *c)
             c->out_head = ch->next;
             if (!c->out_head)
                 c->out_tail = NULL;
-            if (ch->ref)
+            if (ch->ref) {
                 c->out_data_frames--;
-            else
+                c->out_data_bytes -= ch->body_len;
+            } else
                 c->out_ctl_bytes -= ch->hdr_len;
             free_chunk(ch);
         }

@@ -36,9 +36,16 @@
 #define TW_SRV_MAX_CTL_PAYLOAD 16384u
 /* Stop reading from a peer whose unread replies exceed this (it is not
  * reading); resume below half. DATA frames of GETs are not counted: they
- * are produced only while fewer than TW_SRV_DATA_FRAMES_QUEUED are queued. */
+ * are produced only while fewer than TW_SRV_DATA_FRAMES_QUEUED frames and
+ * fewer than TW_SRV_DATA_BYTES_QUEUED bytes of them are queued. The bytes
+ * bound keeps two 16 MiB frames of a large get queued; the frames bound
+ * lets the small frames of many gets go out in one sendmsg (with a bound
+ * of 2 frames, 64 gets of 32 KiB in flight took 33 sendmsg calls per
+ * event-loop round, and a server staging them from a GPU waited for its
+ * copies once per 2 blocks). */
 #define TW_SRV_OUT_CTL_HIGH (1u << 20)
-#define TW_SRV_DATA_FRAMES_QUEUED 2u
+#define TW_SRV_DATA_FRAMES_QUEUED 64u
+#define TW_SRV_DATA_BYTES_QUEUED (2u * TW_SRV_DATA_CHUNK)
 #define TW_SRV_DATA_CHUNK (16u << 20)
 #define TW_SRV_LIST_FRAME (256u << 10)
 /* Fairness: bytes one connection may move per wakeup before yielding. */
@@ -124,6 +131,7 @@ struct tw_srv_conn {
     struct tw_out_chunk *out_head, *out_tail;
     size_t out_ctl_bytes;
     size_t out_data_frames;
+    uint64_t out_data_bytes; /* body bytes of the queued DATA frames */
     /* Store GPU indexes (bit i: store.gpu[i]) with copies queued for DATA
      * frames in the output queue (xfer_staged.c): conn_flush waits for
      * them (tw__srv_stage_fence) before it sends anything. */
@@ -161,7 +169,7 @@ struct tw_srv_stats {
     uint64_t staged_failed; /* staged transfers whose GPU copy failed */
     /* Small host copies queued asynchronously, and the waits for them
      * before sending (one wait covers every frame queued since the last). */
-    uint64_t staged_async_copies, staged_copy_waits;
+    uint64_t staged_async_copies, staged_copy_waits, staged_copy_wait_ns;
     /* Transfers that moved all their bytes, by path (tw__path_format's
      * words): every transfer records its path here and in the log. */
     uint64_t path_inline, path_inline_staged, path_rdma_pull, path_rdma_push, path_rdma_staged,

@@ -122,7 +122,9 @@ int tw__srv_stage_fence(struct tw_srv_conn *c, char *err, size_t errlen)
             continue;
         c->dev_fence &= ~((uint64_t)1 << i);
         c->srv->stats.staged_copy_waits++;
+        uint64_t t0 = tw__now_ns();
         int r = m->fence(st->gpu[i].ordinal, err, errlen);
+        c->srv->stats.staged_copy_wait_ns += tw__now_ns() - t0;
         if (r && rc == 0)
             rc = r;
     }
