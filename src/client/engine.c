@@ -23,13 +23,6 @@
 
 #include "client/client_internal.h"
 
-static int status_from_wire(uint32_t code)
-{
-    if (code >= 1 && code < 100)
-        return TW_ERR_FROM_WIRE(code);
-    return TW_EINTERNAL;
-}
-
 void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int status, const char *msg,
                               size_t msg_len)
 {
@@ -328,7 +321,7 @@ static int dispatch(struct tw_client *c, const struct tw_msg *msg)
             return 0;
         }
         if (tag == TW_TAG_ERROR) {
-            int st = status_from_wire(msg->u.error.code);
+            int st = tw__err_from_peer(msg->u.error.code);
             tw__client_seterr(c, "%.*s", (int)msg->u.error.message.len,
                               (const char *)msg->u.error.message.ptr);
             tw__client_conn_fail(c, st, 0);
@@ -344,7 +337,7 @@ static int dispatch(struct tw_client *c, const struct tw_msg *msg)
 
     switch (tag) {
     case TW_TAG_ERROR:
-        tw__client_engine_finish(c, r, status_from_wire(msg->u.error.code),
+        tw__client_engine_finish(c, r, tw__err_from_peer(msg->u.error.code),
                                  (const char *)msg->u.error.message.ptr, msg->u.error.message.len);
         return 0;
     case TW_TAG_TENSOR_INFO:

@@ -314,6 +314,15 @@ ssize_t tw__msg_encode(const struct tw_msg *msg, uint8_t *buf, size_t cap);
 /* Fills *m as ERROR(code, id) whose message is text (NUL-terminated, kept
  * by reference: it must outlive *m's encoding). */
 void tw__msg_error_init(struct tw_msg *m, uint64_t id, uint32_t code, const char *text);
+/* The library code (tensorwire/error.h) of a wire error code a peer sent
+ * (ERROR's code, RDMA_DONE's status): 1..99 map one to one
+ * (TW_ERR_FROM_WIRE), anything else is TW_EINTERNAL. The range check comes
+ * first: TW_ERR_FROM_WIRE of an arbitrary u32 overflows an int (the
+ * session fuzzer found one in the server's log line for ERROR). */
+static inline int tw__err_from_peer(uint32_t code)
+{
+    return code >= 1 && code < 100 ? TW_ERR_FROM_WIRE(code) : TW_EINTERNAL;
+}
 
 /*
  * Descriptor helpers. tw__descriptor_check validates a descriptor by the

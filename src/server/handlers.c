@@ -599,7 +599,7 @@ static void handle_error(struct tw_srv_conn *c, const struct tw_msg *m)
 {
     char text[160];
     show_name(&m->u.error.message, text, sizeof(text));
-    const char *code = tw_strerror_name(TW_ERR_FROM_WIRE(m->u.error.code));
+    const char *code = tw_strerror_name(tw__err_from_peer(m->u.error.code));
     if (m->hdr.request_id == 0) {
         char why[256];
         snprintf(why, sizeof(why), "peer sent connection error %s: %s", code, text);

@@ -355,7 +355,7 @@ static int get_on_msg(struct tw_xfer *x, const struct tw_msg *m)
         else
             TW_LOGI("conn %llu %s: rdma pull get of '%s' failed at the client: %s (%llu bytes)",
                     (unsigned long long)c->id, c->peer, x->t->name,
-                    tw_strerror_name(TW_ERR_FROM_WIRE(m->u.rdma_done.status)),
+                    tw_strerror_name(tw__err_from_peer(m->u.rdma_done.status)),
                     (unsigned long long)m->u.rdma_done.bytes);
         tw__xfer_destroy(x);
         tw__conn_maybe_finish(c);
@@ -409,7 +409,7 @@ static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
         if (m->u.rdma_done.status != 0) {
             char why[96];
             snprintf(why, sizeof(why), "%s after %llu bytes",
-                     tw_strerror_name(TW_ERR_FROM_WIRE(m->u.rdma_done.status)),
+                     tw_strerror_name(tw__err_from_peer(m->u.rdma_done.status)),
                      (unsigned long long)m->u.rdma_done.bytes);
             fail_xfer(x, m->u.rdma_done.status < 100 ? m->u.rdma_done.status : TW_WIRE_INTERNAL,
                       "the client's writes failed", why);

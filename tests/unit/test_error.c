@@ -1,5 +1,6 @@
 #include <errno.h>
 
+#include "proto/proto.h"
 #include "tensorwire/tensorwire.h"
 #include "tw_test.h"
 
@@ -46,11 +47,26 @@ static void verdicts_are_a_range_with_names(void)
     TW_ASSERT_EQ(tw_client_is_connected(NULL), 0);
 }
 
+/* Codes a peer sends (ERROR, RDMA_DONE) map like ours inside 1..99 and to
+ * INTERNAL outside, without computing TW_ERR_FROM_WIRE of a huge u32 (the
+ * session fuzzer's overflow: fuzz/corpus/fuzz_server_session/
+ * error_code_overflow). */
+static void peer_codes_map_without_overflow(void)
+{
+    TW_ASSERT_EQ(tw__err_from_peer(TW_WIRE_NOT_FOUND), TW_ENOTFOUND);
+    TW_ASSERT_EQ(tw__err_from_peer(TW_WIRE_CANCELLED), TW_ERR_FROM_WIRE(TW_WIRE_CANCELLED));
+    TW_ASSERT_EQ(tw__err_from_peer(99), TW_ERR_FROM_WIRE(99));
+    const uint32_t outside[] = {0, 100, 0x7ffffffdu, 0x80000000u, 0xffffffffu};
+    for (size_t i = 0; i < sizeof(outside) / sizeof(outside[0]); i++)
+        TW_ASSERT_EQ(tw__err_from_peer(outside[i]), TW_EINTERNAL);
+}
+
 int main(void)
 {
     TW_RUN(wire_codes_map_one_to_one);
     TW_RUN(errno_passes_through);
     TW_RUN(unknown_codes_never_null);
     TW_RUN(verdicts_are_a_range_with_names);
+    TW_RUN(peer_codes_map_without_overflow);
     TW_DONE();
 }
