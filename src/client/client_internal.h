@@ -231,7 +231,7 @@ struct tw_client {
         int device;
     } stage_pend[TW__STAGE_SMALL_KEEP];
     unsigned nstage_pend;
-    void **stage_fence_stream; /* by device ordinal (64), made on first use */
+    void **stage_fence_stream; /* by device ordinal (TW_CUDA_MAX_DEVICES), made on first use */
     const struct tw_memkind_async_ops *stage_fence_as; /* whose streams they are */
     /* The pinned chunk pool of RDMA pull gets into GPU memory (made on the
      * first one, mem/staging.h) and its one registration on fpeer (made

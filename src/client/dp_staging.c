@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "client/client_internal.h"
+#include "gpu/cuda.h"
 #include "mem/hostmem.h"
 #include "mem/staging.h"
 
@@ -99,7 +100,8 @@ static void buf_free(struct tw__stage_buf *b)
     free(b);
 }
 
-#define FENCE_DEVICES 64 /* device ordinals, as gpu/cuda.c */
+/* The failure of a copy of received bytes to the GPU (c->errmsg). */
+#define TO_GPU_FAILED "'%s': copying the received bytes to the GPU failed: %s"
 
 static void buf_put(struct tw_client *c, struct tw__stage_buf *b);
 
@@ -118,12 +120,12 @@ static int stage_queue_small(struct tw_client *c, struct tw__creq *r, struct sta
     char err[200] = "";
     if (!as || !c->run || st->stream || st->copied || !r->expect || !st->buf ||
         st->buf->cap != STAGE_SMALL_CAP || st->buf->pin_dev < 0 || dev < 0 ||
-        dev >= FENCE_DEVICES || c->nstage_pend >= TW__STAGE_SMALL_KEEP)
+        dev >= TW_CUDA_MAX_DEVICES || c->nstage_pend >= TW__STAGE_SMALL_KEEP)
         return 1;
     if (c->stage_fence_as && c->stage_fence_as != as)
         return 1; /* streams of another kind's table are pending */
     if (!c->stage_fence_stream &&
-        !(c->stage_fence_stream = calloc(FENCE_DEVICES, sizeof(*c->stage_fence_stream))))
+        !(c->stage_fence_stream = calloc(TW_CUDA_MAX_DEVICES, sizeof(*c->stage_fence_stream))))
         return 1;
     c->stage_fence_as = as;
     if (!c->stage_fence_stream[dev] &&
@@ -134,8 +136,7 @@ static int stage_queue_small(struct tw_client *c, struct tw__creq *r, struct sta
     int rc = as->copy_from_host_async(c->stage_fence_stream[dev], (uintptr_t)st->dev, st->buf->p,
                                       (size_t)r->expect, &r->mem, err, sizeof(err));
     if (rc) {
-        tw__client_seterr(c, "'%s': copying the received bytes to the GPU failed: %s", r->name,
-                          err);
+        tw__client_seterr(c, TO_GPU_FAILED, r->name, err);
         return rc;
     }
     c->stage_pend[c->nstage_pend++] = (struct tw__stage_pending){st->buf, r->index, dev};
@@ -146,7 +147,7 @@ static int stage_queue_small(struct tw_client *c, struct tw__creq *r, struct sta
 int tw__client_stage_fence(struct tw_client *c)
 {
     int first = 0;
-    for (int dev = 0; c->nstage_pend && dev < FENCE_DEVICES; dev++) {
+    for (int dev = 0; c->nstage_pend && dev < TW_CUDA_MAX_DEVICES; dev++) {
         void *stream = c->stage_fence_stream ? c->stage_fence_stream[dev] : NULL;
         if (!stream)
             continue;
@@ -166,9 +167,7 @@ int tw__client_stage_fence(struct tw_client *c)
                     r->status = rc;
                     if (r->index < c->err_index) {
                         c->err_index = r->index;
-                        snprintf(c->errmsg, sizeof(c->errmsg),
-                                 "'%s': copying the received bytes to the GPU failed: %s", r->name,
-                                 err);
+                        snprintf(c->errmsg, sizeof(c->errmsg), TO_GPU_FAILED, r->name, err);
                     }
                 }
             }
@@ -190,7 +189,7 @@ void tw__client_stage_free(struct tw_client *c)
 {
     (void)tw__client_stage_fence(c);
     if (c->stage_fence_stream) {
-        for (int dev = 0; dev < FENCE_DEVICES; dev++)
+        for (int dev = 0; dev < TW_CUDA_MAX_DEVICES; dev++)
             if (c->stage_fence_stream[dev])
                 c->stage_fence_as->stream_destroy(dev, c->stage_fence_stream[dev]);
         free(c->stage_fence_stream);
@@ -353,8 +352,7 @@ static int stage_to_device(struct tw_client *c, struct tw__creq *r, struct stage
     else
         rc = r->mem_ops->copy_from_host(dst, src, n, &r->mem, err, sizeof(err));
     if (rc) {
-        tw__client_seterr(c, "'%s': copying the received bytes to the GPU failed: %s", r->name,
-                          err);
+        tw__client_seterr(c, TO_GPU_FAILED, r->name, err);
         return rc;
     }
     st->copied = upto;
@@ -373,8 +371,7 @@ static int stage_drain(struct tw_client *c, struct tw__creq *r, struct stage *st
     as->stream_destroy(r->mem.device, st->stream);
     st->stream = NULL;
     if (rc)
-        tw__client_seterr(c, "'%s': copying the received bytes to the GPU failed: %s", r->name,
-                          err);
+        tw__client_seterr(c, TO_GPU_FAILED, r->name, err);
     return rc;
 }
 

@@ -14,8 +14,6 @@
 #include "gpu/cuda.h"
 #include "tensorwire/error.h"
 
-#define TW_CUDA_MAX_DEVICES 64
-
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static struct tw_cuda_api api_table;
 static int load_status = TW_EDEVICE;

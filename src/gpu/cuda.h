@@ -33,6 +33,10 @@ typedef struct CUevent_st *CUevent;
 #define CUDA_ERROR_INVALID_DEVICE 101
 #define CUDA_ERROR_NOT_READY 600 /* cuEventQuery: work still pending */
 
+/* Device ordinals tensorwire handles (primary contexts, per-device streams):
+ * 0 .. TW_CUDA_MAX_DEVICES - 1. */
+#define TW_CUDA_MAX_DEVICES 64
+
 #define CU_STREAM_DEFAULT 0x0           /* ordered with the legacy NULL stream */
 #define CU_STREAM_NON_BLOCKING 0x1      /* no implicit sync with the NULL stream */
 #define CU_EVENT_DISABLE_TIMING 0x2     /* cheaper record/query */

@@ -133,69 +133,63 @@ static void cuda_devmem_free(int ordinal, void *p)
         cu->cuMemFree((CUdeviceptr)(uintptr_t)p);
 }
 
+/* The stream of each device's queued copies (the event loop's only), by
+ * ordinal. Blocking: its copies start after the synchronous copies queued
+ * before them on the legacy default stream (a put's cuMemcpyHtoD into the
+ * version may still be running when it returns). */
+static CUstream devmem_stream[TW_CUDA_MAX_DEVICES];
+
+/* One copy between a version's device memory and host memory: synchronous,
+ * or (queue) a device->host copy queued on the device's stream. */
 static int cuda_devmem_copy(int ordinal, void *dst, const void *src, size_t len, int to_host,
-                            char *err, size_t errlen)
+                            int queue, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
+    const char *what = queue ? "cuMemcpyDtoHAsync" : to_host ? "cuMemcpyDtoH" : "cuMemcpyHtoD";
+    if (queue && (ordinal < 0 || ordinal >= TW_CUDA_MAX_DEVICES))
+        return TW_EDEVICE;
     int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
     if (rc == 0)
-        rc = tw__cuda_test_copy_hook(to_host ? "cuMemcpyDtoH" : "cuMemcpyHtoD", err, errlen);
+        rc = tw__cuda_test_copy_hook(what, err, errlen);
     if (rc)
         return rc;
-    CUresult r = to_host ? cu->cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, len)
-                         : cu->cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, len);
+    CUresult r;
+    if (queue) {
+        if (!devmem_stream[ordinal] &&
+            (r = cu->cuStreamCreate(&devmem_stream[ordinal], CU_STREAM_DEFAULT)) != CUDA_SUCCESS)
+            return tw__cuda_fail(r, err, errlen, "cuStreamCreate on cuda:%d", ordinal);
+        r = cu->cuMemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, len, devmem_stream[ordinal]);
+    } else {
+        r = to_host ? cu->cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, len)
+                    : cu->cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, len);
+    }
     if (r != CUDA_SUCCESS)
-        return tw__cuda_fail(r, err, errlen, "%s(%zu bytes) on cuda:%d",
-                             to_host ? "cuMemcpyDtoH" : "cuMemcpyHtoD", len, ordinal);
+        return tw__cuda_fail(r, err, errlen, "%s(%zu bytes) on cuda:%d", what, len, ordinal);
     return 0;
 }
 
 static int cuda_devmem_to_host(int ordinal, void *dst, const void *src, size_t len, char *err,
                                size_t errlen)
 {
-    return cuda_devmem_copy(ordinal, dst, src, len, 1, err, errlen);
+    return cuda_devmem_copy(ordinal, dst, src, len, 1, 0, err, errlen);
 }
 
 static int cuda_devmem_from_host(int ordinal, void *dst, const void *src, size_t len, char *err,
                                  size_t errlen)
 {
-    return cuda_devmem_copy(ordinal, dst, src, len, 0, err, errlen);
+    return cuda_devmem_copy(ordinal, dst, src, len, 0, 0, err, errlen);
 }
-
-/* The stream of each device's queued copies (the event loop's only), by
- * ordinal (below gpu/cuda.c's limit of 64). Blocking: its copies start
- * after the synchronous copies queued before them on the legacy default
- * stream (a put's cuMemcpyHtoD into the version may still be running when
- * it returns). */
-#define DEVMEM_ORDINALS 64
-static CUstream devmem_stream[DEVMEM_ORDINALS];
 
 static int cuda_devmem_to_host_async(int ordinal, void *dst, const void *src, size_t len, char *err,
                                      size_t errlen)
 {
-    const struct tw_cuda_api *cu;
-    if (ordinal < 0 || ordinal >= DEVMEM_ORDINALS)
-        return TW_EDEVICE;
-    int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
-    if (rc == 0)
-        rc = tw__cuda_test_copy_hook("cuMemcpyDtoHAsync", err, errlen);
-    if (rc)
-        return rc;
-    CUresult r;
-    if (!devmem_stream[ordinal] &&
-        (r = cu->cuStreamCreate(&devmem_stream[ordinal], CU_STREAM_DEFAULT)) != CUDA_SUCCESS)
-        return tw__cuda_fail(r, err, errlen, "cuStreamCreate on cuda:%d", ordinal);
-    r = cu->cuMemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, len, devmem_stream[ordinal]);
-    if (r != CUDA_SUCCESS)
-        return tw__cuda_fail(r, err, errlen, "cuMemcpyDtoHAsync(%zu bytes) on cuda:%d", len,
-                             ordinal);
-    return 0;
+    return cuda_devmem_copy(ordinal, dst, src, len, 1, 1, err, errlen);
 }
 
 static int cuda_devmem_fence(int ordinal, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    if (ordinal < 0 || ordinal >= DEVMEM_ORDINALS || !devmem_stream[ordinal])
+    if (ordinal < 0 || ordinal >= TW_CUDA_MAX_DEVICES || !devmem_stream[ordinal])
         return 0;
     int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
     if (rc)
