@@ -153,6 +153,19 @@
  * and is what RDMA NICs usually want (enough bytes in flight to cover a
  * round trip). Re-tune on real NICs with --sweep. */
 #define TW_FABRIC_DEFAULT_CHUNK (1u << 20)
+/* shm moves a transfer whose local memory is CUDA memory by CUDA IPC: the
+ * peer opens an IPC handle of the local buffer and does one device copy
+ * per operation, so each operation costs a command round trip through the
+ * peer and 1 MiB operations cap a GPU -> GPU write far below the copy
+ * engine (docs/performance.md, #12). Such transfers use operations of up
+ * to this size unless a chunk size was configured. */
+#define TW_FABRIC_SHM_DEVICE_CHUNK (256u << 20)
+/* Bytes per RMA operation of one transfer (pure): the configured chunk
+ * if one was configured, else the default, raised to device_chunk
+ * (TW_FABRIC_SHM_DEVICE_CHUNK) when the rail is shm and the local memory
+ * is CUDA memory; never above the provider's max_msg. */
+size_t tw__fabric_xfer_chunk(size_t chunk, int configured, size_t device_chunk, int is_shm,
+                             int local_device, size_t max_msg);
 #define TW_FABRIC_DEFAULT_DEPTH 8u
 #define TW_FABRIC_MAX_DEPTH 256u
 /* How long a timed-out or cancelled transfer waits for its operations to
@@ -196,7 +209,8 @@ struct tw_fabric_config {
     /* Local address or interface to bind non-shm rails to (e.g. "127.0.0.1",
      * a NIC's IP); NULL lets the provider choose. */
     const char *node;
-    size_t chunk_size; /* bytes per RMA operation; 0 = TW_FABRIC_DEFAULT_CHUNK */
+    size_t chunk_size; /* bytes per RMA operation; 0 = TW_FABRIC_DEFAULT_CHUNK (and
+                          TW_FABRIC_SHM_DEVICE_CHUNK for CUDA memory on shm) */
     unsigned depth;    /* operations in flight per transfer; 0 = default */
     uint64_t drain_ns; /* 0 = TW_FABRIC_DEFAULT_DRAIN_NS */
     int threaded;      /* 1: start the data-mover thread and the watchdog */

@@ -132,6 +132,7 @@ struct tw_fabric_mr {
     uint64_t len;
     struct tw_fabric_rkey rkey;
     unsigned access;
+    int cuda_device;            /* CUDA ordinal of the memory (FI_HMEM_CUDA), else -1 */
     unsigned refs;              /* 1 (owner, until deregister) + transfers using it locally */
     void (*on_idle)(void *arg); /* tw__fabric_mr_release() */
     int keep_on_close;          /* a shm peer may still write it: never hand back */
@@ -199,6 +200,9 @@ struct tw_fabric {
     struct tw_fabric_addr addrs[TW_FABRIC_MAX_RAILS]; /* usable rails, in preference order */
     unsigned naddrs;
     size_t chunk;
+    int chunk_configured; /* chunk came from the config, not the default */
+    size_t device_chunk;  /* CUDA memory on shm (tw__fabric_xfer_chunk) */
+    int hmem_device;      /* with hmem: the CUDA device whose context progress uses */
     unsigned depth;
     uint64_t drain_ns;
     uint64_t spin_ns; /* mover.c: polling after the last activity */
@@ -321,6 +325,16 @@ void tw__fabric_mrs_idle_run(struct tw_fabric *fab);
  * reachable from it. Clears m->rail, m->mr and m->desc (the rail may close
  * and its plane be freed). Called without fab->lock. */
 void tw__fabric_mr_keep(struct tw_fabric_mr *m);
+/* A CUDA context current on the calling thread before it posts or
+ * progresses operations on CUDA memory. libfabric's CUDA code
+ * (cuMemGetAddressRange, IPC handles) runs on the thread that calls it and
+ * needs a current context; without one, shm (1.22) fell back from CUDA IPC
+ * to its SAR protocol, and a read into GPU memory completed successfully
+ * with wrong bytes (docs/gpudirect.md). device >= 0: that device's primary
+ * context (once per thread until another device is asked for); device -1:
+ * `fallback`'s, only if this thread has none from here yet. Failures are
+ * left to the provider's own error. */
+void tw__fabric_cuda_current(int device, int fallback);
 
 /* xfer.c */
 /* Polls the usable rails and advances transfers; the lock is dropped

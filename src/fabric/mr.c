@@ -118,6 +118,19 @@ int tw__fabric_mr_register_dmabuf_rail(struct tw_fabric *fab, unsigned rail, voi
     return register_on(&fab->rails[rail], addr, len, access, TW_FABRIC_CUDA, device, db, out);
 }
 
+void tw__fabric_cuda_current(int device, int fallback)
+{
+    static _Thread_local int current = -1, fallback_tried;
+    if (device < 0) {
+        if (current >= 0 || fallback < 0 || fallback_tried)
+            return;
+        fallback_tried = 1; /* no driver: asked once per thread */
+        device = fallback;
+    }
+    if (device != current && tw__cuda_use_device(device, NULL, 0) == 0)
+        current = device;
+}
+
 static int register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigned access,
                        enum tw_fabric_iface iface, int device, const struct tw_fabric_dmabuf *db,
                        struct tw_fabric_mr **out)
@@ -161,6 +174,7 @@ static int register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigne
         return tw__fabric_fail(fab, -ENOMEM, "out of memory");
     m->rail = r;
     m->access = access;
+    m->cuda_device = iface == TW_FABRIC_CUDA ? device : -1;
     m->refs = 1;
     m->base = addr;
     m->len = len;

@@ -71,6 +71,21 @@ static uint64_t spin_default(void)
     return TW_FABRIC_DEFAULT_SPIN_NS;
 }
 
+/* TW_FABRIC_SHM_DEVICE_CHUNK, or TW_FABRIC_SHM_DEVICE_CHUNK_MIB (1..4096)
+ * when set, for measurements (docs/performance.md, #12). Anything else is
+ * ignored. */
+static size_t device_chunk_default(void)
+{
+    const char *v = getenv("TW_FABRIC_SHM_DEVICE_CHUNK_MIB");
+    if (v && *v) {
+        char *end;
+        unsigned long long mib = strtoull(v, &end, 10);
+        if (*end == '\0' && mib >= 1 && mib <= 4096)
+            return (size_t)mib << 20;
+    }
+    return TW_FABRIC_SHM_DEVICE_CHUNK;
+}
+
 int tw__fabric_open(const struct tw_fabric_config *cfg, struct tw_fabric **out, char *err,
                     size_t errlen)
 {
@@ -96,11 +111,14 @@ int tw__fabric_open(const struct tw_fabric_config *cfg, struct tw_fabric **out, 
         return -ENOMEM;
     }
     fab->chunk = cfg->chunk_size ? cfg->chunk_size : TW_FABRIC_DEFAULT_CHUNK;
+    fab->chunk_configured = cfg->chunk_size != 0;
+    fab->device_chunk = device_chunk_default();
     fab->depth = cfg->depth ? cfg->depth : TW_FABRIC_DEFAULT_DEPTH;
     fab->drain_ns = cfg->drain_ns ? cfg->drain_ns : TW_FABRIC_DEFAULT_DRAIN_NS;
     fab->wedge_ns = cfg->wedge_ns ? cfg->wedge_ns : TW_FABRIC_DEFAULT_WEDGE_NS;
     fab->wedge_net_ns = cfg->wedge_ns ? cfg->wedge_ns : TW_FABRIC_DEFAULT_NET_WEDGE_NS;
     fab->hmem = cfg->hmem;
+    fab->hmem_device = cfg->hmem_probe_device;
     fab->spin_ns = cfg->spin_ns ? cfg->spin_ns : spin_default();
     fab->wake_fd = fab->event_fd = -1;
     link_init(&fab->peers);

@@ -402,6 +402,8 @@ static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
         struct tw_fabric_mr *m = x->d.local;
         x->post_ret = 0;
         x->post_posted = 0;
+        if (m->cuda_device >= 0)
+            tw__fabric_cuda_current(m->cuda_device, -1);
         for (unsigned i = 0; i < x->depth && !full; i++) {
             struct tw_fabric_rma *op = &x->ops[i];
             if (!op->fresh)
@@ -539,6 +541,9 @@ static int probe_zombies(struct tw_fabric *fab, uint64_t now)
 int tw__fabric_progress_locked(struct tw_fabric *fab)
 {
     int n = 0;
+    /* A peer's operations on our GPU memory are served in this call. */
+    if (fab->hmem)
+        tw__fabric_cuda_current(-1, fab->hmem_device);
     /* Parked operations of dead shm peers: looked at every 10 ms, not on
      * every poll (each look costs a kill() per parked transfer). */
     if (!link_empty(&fab->zombies)) {
@@ -610,6 +615,14 @@ int tw__fabric_progress(struct tw_fabric *fab)
     return n;
 }
 
+size_t tw__fabric_xfer_chunk(size_t chunk, int configured, size_t device_chunk, int is_shm,
+                             int local_device, size_t max_msg)
+{
+    if (!configured && is_shm && local_device && chunk < device_chunk)
+        chunk = device_chunk;
+    return chunk < max_msg ? chunk : max_msg;
+}
+
 int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_xfer_desc *d,
                                   int sync, struct tw_fabric_xfer **out)
 {
@@ -646,7 +659,9 @@ int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_
     x->fab = fab;
     x->d = *d;
     x->depth = depth;
-    x->chunk = fab->chunk < d->peer->rail->max_msg ? fab->chunk : d->peer->rail->max_msg;
+    x->chunk = tw__fabric_xfer_chunk(fab->chunk, fab->chunk_configured, fab->device_chunk,
+                                     d->peer->rail->is_shm, d->local->cuda_device >= 0,
+                                     d->peer->rail->max_msg);
     x->sync = sync;
     x->progress_ns = tw__now_ns();
     for (unsigned i = 0; i < x->depth; i++)
