@@ -326,6 +326,10 @@ const char *tw_client_data_plane(const tw_client *c)
     if (c->last_path.reason == TW_PATH_R_STAGED_NO_GPUDIRECT && c->gdr_why[0]) {
         size_t n = strlen(m->plane_text);
         snprintf(m->plane_text + n, sizeof(m->plane_text) - n, " (not GPUDirect: %s)", c->gdr_why);
+    } else if (c->last_path.reason == TW_PATH_R_STAGED_SHM_PULL) {
+        size_t n = strlen(m->plane_text);
+        snprintf(m->plane_text + n, sizeof(m->plane_text) - n, " (not GPUDirect: %s)",
+                 tw__path_reason_str(c->last_path.reason));
     }
     return m->plane_text;
 }

@@ -123,7 +123,16 @@ int tw__client_gdr_flush(struct tw_client *c, const struct tw__creq *r, char *er
                    ? c->gdr_fake->flush(c->gdr_fake->arg, dev)
                    : 0;
     /* No table: the GPU was never judged, so the plane never wrote it. */
-    if (!c->gdr || dev < 0 || dev >= c->gdr->ngpus || !c->gdr->flush_needed[dev])
+    if (!c->gdr || dev < 0 || dev >= c->gdr->ngpus)
+        return 0;
+    /* shm: the bytes came by a CUDA copy shm ran in this process. */
+    if (c->fpeer &&
+        tw__path_provider_kind(tw__fabric_peer_provider(c->fpeer)) == TW_PATH_PROV_SHM) {
+        int rc = tw__cuda_sync_ipc_copies(dev, err, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    if (!c->gdr->flush_needed[dev])
         return 0;
     return tw__cuda_flush_gdr_writes(dev, err, errlen);
 }

@@ -226,6 +226,19 @@ int tw__cuda_flush_gdr_writes(int ordinal, char *err, size_t errlen)
     return 0;
 }
 
+int tw__cuda_sync_ipc_copies(int ordinal, char *err, size_t errlen)
+{
+    const struct tw_cuda_api *cu;
+    int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
+    if (rc < 0)
+        return rc;
+    CUresult r = cu->cuStreamSynchronize(TW_CU_STREAM_LEGACY);
+    if (r != CUDA_SUCCESS)
+        return tw__cuda_fail(r, err, errlen, "waiting for shm's CUDA IPC copies on cuda:%d",
+                             ordinal);
+    return 0;
+}
+
 /* ---- test-only fault injection (cuda.h) ---- */
 
 static long inject_at = -1; /* copy index to refuse; -1: none */

@@ -42,6 +42,8 @@ typedef struct CUevent_st *CUevent;
 #define CU_EVENT_DISABLE_TIMING 0x2     /* cheaper record/query */
 #define CU_MEMHOSTALLOC_PORTABLE 0x1    /* pinned for every context, not only the current */
 #define CU_MEMHOSTREGISTER_PORTABLE 0x1 /* the same for cuMemHostRegister */
+/* cuda.h's CU_STREAM_LEGACY: the legacy NULL stream. */
+#define TW_CU_STREAM_LEGACY ((CUstream)0x1)
 
 /* cuFlushGPUDirectRDMAWrites(target, scope) arguments. */
 #define CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX 0
@@ -207,6 +209,18 @@ int tw__cuda_device_count(void);
  * a negative code with the reason in err.
  */
 int tw__cuda_flush_gdr_writes(int ordinal, char *err, size_t errlen);
+
+/*
+ * Waits for the CUDA copies libfabric's shm provider ran in THIS process
+ * into device `ordinal`'s memory: shm moves GPU memory by CUDA IPC, the
+ * target process copies with cudaMemcpy on the legacy default stream of
+ * the device's primary context, and a device-to-device cudaMemcpy returns
+ * (and shm completes the operation) before the bytes have landed.
+ * cuStreamSynchronize(CU_STREAM_LEGACY) in that context; like any legacy
+ * stream wait it also waits for earlier work on blocking streams there.
+ * Returns 0 or a negative code with the reason in err.
+ */
+int tw__cuda_sync_ipc_copies(int ordinal, char *err, size_t errlen);
 
 /*
  * len bytes of device memory on GPU `ordinal` (cuMemAlloc in its primary

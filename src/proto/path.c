@@ -13,13 +13,13 @@
  *     (inline chosen but bit 0 not negotiated: none, NO_PLANE)
  *   mode (rdma, decided by the destination owner only; needs bit 3)
  *     policy always                            push     PUSH_ALWAYS
- *     policy auto, client GPU memory over shm  pull     PULL_SHM_GPU
  *     policy auto, GPU memory admitted         push     PUSH_GPUDIRECT
  *     policy auto, server put over shm         push     PUSH_SHM
  *     otherwise                                pull
  *   staging (this side's memory is GPU memory)
  *     inline                                   host     STAGED_INLINE
  *     rdma, GPUDirect not admitted             host     STAGED_NO_GPUDIRECT
+ *     rdma over shm, destination, pull         host     STAGED_SHM_PULL
  *
  * Server put over shm pushes under "auto" because shm (libfabric 1.17) posts
  * under a lock in the target's region: a client killed during a pull put,
@@ -28,12 +28,16 @@
  * server's progress under its own lock. Throughput is the same
  * (docs/performance.md).
  *
- * A client get into admitted GPU memory over shm pulls under "auto": shm
- * (libfabric 1.22, smr_select_proto) moves GPU memory by CUDA IPC only
- * from the initiator's own device buffer; a push from a host tensor into
- * it goes through shm's bounce buffers instead. On the H200, 1 GiB from a
- * host tensor: pull 6.08 GB/s, push 2.37 GB/s, host staging 3.34 GB/s
- * (docs/performance.md, "GPUDirect into the client's GPU").
+ * GPU memory of the destination over shm is written only by push, and a
+ * pull into it stages (STAGED_SHM_PULL). shm (libfabric 1.22) moves GPU
+ * memory by CUDA IPC, and the copy runs in the TARGET's process: for a
+ * read, the source's. Its cudaMemcpy returns before a device-to-device
+ * copy has landed, and shm completes the read then, so the reader saw
+ * zeros where the bytes were still on their way (H200, a server tensor on
+ * cuda:0 read into a client's cuda:0 buffer: every size from 1 B to 64
+ * MiB, docs/gpudirect.md). With push the copy runs in the destination's
+ * own process, which waits for it before it reports the transfer complete
+ * (tw__cuda_sync_ipc_copies).
  */
 #include "proto/path.h"
 
@@ -86,9 +90,6 @@ static void mode_of(const struct tw_path_in *in, struct tw_path *p)
     if (in->push == TW_PATH_PUSH_ALWAYS) {
         p->mode = TW_PATH_PUSH;
         p->reason = TW_PATH_R_PUSH_ALWAYS;
-    } else if (in->mem_local == TW_PATH_MEM_CUDA && in->gdr == TW_PATH_GDR_ADMITTED &&
-               in->role == TW_PATH_CLIENT && in->provider == TW_PATH_PROV_SHM) {
-        p->reason = TW_PATH_R_PULL_SHM_GPU; /* stays pull: the client reads */
     } else if (in->mem_local == TW_PATH_MEM_CUDA && in->gdr == TW_PATH_GDR_ADMITTED) {
         p->mode = TW_PATH_PUSH;
         p->reason = TW_PATH_R_PUSH_GPUDIRECT;
@@ -110,6 +111,10 @@ struct tw_path tw__path_decide(const struct tw_path_in *in)
         } else if (in->gdr != TW_PATH_GDR_ADMITTED) {
             p.staging = TW_PATH_STAGING_HOST;
             p.reason = TW_PATH_R_STAGED_NO_GPUDIRECT;
+        } else if (in->provider == TW_PATH_PROV_SHM && is_destination(in) &&
+                   p.mode == TW_PATH_PULL) {
+            p.staging = TW_PATH_STAGING_HOST;
+            p.reason = TW_PATH_R_STAGED_SHM_PULL;
         } else {
             p.gdr = 1; /* the gdr push / gdr pull row */
         }
@@ -157,7 +162,8 @@ const char *tw__path_reason_str(enum tw_path_reason r)
         [TW_PATH_R_PUSH_ALWAYS] = "push policy always",
         [TW_PATH_R_PUSH_SHM] = "put over shm: the client writes",
         [TW_PATH_R_PUSH_GPUDIRECT] = "GPU destination admitted for GPUDirect",
-        [TW_PATH_R_PULL_SHM_GPU] = "GPU destination over shm: the client reads by CUDA IPC",
+        [TW_PATH_R_STAGED_SHM_PULL] =
+            "GPU destination over shm without push: staged (a read lands after it completes)",
         [TW_PATH_R_STAGED_INLINE] = "GPU memory staged through host memory for inline",
         [TW_PATH_R_STAGED_NO_GPUDIRECT] = "GPU memory not admitted for GPUDirect",
     };

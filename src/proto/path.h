@@ -80,9 +80,9 @@ enum tw_path_reason {
     TW_PATH_R_PUSH_ALWAYS,           /* push: the destination's policy is "always" */
     TW_PATH_R_PUSH_SHM,              /* push: server put over shm (policy auto) */
     TW_PATH_R_PUSH_GPUDIRECT,        /* push: GPU destination admitted for GPUDirect */
-    TW_PATH_R_PULL_SHM_GPU,          /* pull: client get into admitted GPU memory over shm */
     TW_PATH_R_STAGED_INLINE,         /* GPU memory on this side, inline plane */
     TW_PATH_R_STAGED_NO_GPUDIRECT,   /* GPU memory on this side, not admitted */
+    TW_PATH_R_STAGED_SHM_PULL,       /* GPU destination over shm without push */
     TW_PATH_R_COUNT
 };
 

@@ -160,12 +160,23 @@ enum tw_path_gdr tw__srv_gdr_verdict(const struct tw_srv_conn *c, const struct t
                                                                  : TW_PATH_GDR_REFUSED;
 }
 
-int tw__srv_gdr_flush(const struct tw_srv *srv, const struct tw_tensor *t, char *err, size_t errlen)
+int tw__srv_gdr_flush(const struct tw_srv_conn *c, const struct tw_tensor *t, char *err,
+                      size_t errlen)
 {
+    const struct tw_srv *srv = c->srv;
     if (t->gpu < 0 || !srv->gdr)
         return 0;
     int ord = srv->store.gpu[t->gpu].ordinal;
-    if (ord >= srv->gdr->ngpus || !srv->gdr->flush_needed[ord])
+    if (ord >= srv->gdr->ngpus)
+        return 0;
+    /* shm: the bytes came by a CUDA copy shm ran in this process. */
+    if (c->fpeer &&
+        tw__path_provider_kind(tw__fabric_peer_provider(c->fpeer)) == TW_PATH_PROV_SHM) {
+        int rc = tw__cuda_sync_ipc_copies(ord, err, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    if (!srv->gdr->flush_needed[ord])
         return 0;
     return tw__cuda_flush_gdr_writes(ord, err, errlen);
 }

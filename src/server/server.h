@@ -357,10 +357,11 @@ int tw__srv_gdr_admits(const struct tw_srv_conn *c, int ordinal);
 char *tw__srv_gdr_why_not(const struct tw_srv_conn *c, int ordinal, char *buf, size_t len);
 /* The verdict for tensor t's memory on c's rail: one table cell. */
 enum tw_path_gdr tw__srv_gdr_verdict(const struct tw_srv_conn *c, const struct tw_tensor *t);
-/* Makes NIC writes into GPU tensor t visible to later GPU work
- * (cuFlushGPUDirectRDMAWrites) where the GPU says they need it; 0 for host
- * tensors. */
-int tw__srv_gdr_flush(const struct tw_srv *srv, const struct tw_tensor *t, char *err,
+/* Makes writes into GPU tensor t visible to later GPU work: over shm, waits
+ * for the CUDA IPC copies shm ran here (tw__cuda_sync_ipc_copies); then
+ * cuFlushGPUDirectRDMAWrites where the GPU says NIC writes need it; 0 for
+ * host tensors. */
+int tw__srv_gdr_flush(const struct tw_srv_conn *c, const struct tw_tensor *t, char *err,
                       size_t errlen);
 /* CRC32C of GPU tensor t's bytes, read back to the host in pieces. */
 int tw__srv_gdr_crc(const struct tw_srv *srv, const struct tw_tensor *t, uint32_t *crc, char *err,

@@ -136,7 +136,7 @@ static int put_bytes_settled(struct tw_xfer *x)
 {
     struct tw_srv *srv = x->conn->srv;
     char err[160];
-    int rc = tw__srv_gdr_flush(srv, x->t, err, sizeof(err));
+    int rc = tw__srv_gdr_flush(x->conn, x->t, err, sizeof(err));
     if (rc == 0 && x->t->has_crc) {
         if (x->t->gpu >= 0)
             rc = tw__srv_gdr_crc(srv, x->t, &x->crc, err, sizeof(err));

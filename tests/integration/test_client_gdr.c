@@ -7,11 +7,12 @@
  * real GPU memory would be registered with FI_HMEM_CUDA. Against a real
  * tensorwired over RDMA (tcp, shm; cmake/parts/client.cmake):
  *
- *  - a get into the arena is `gdr push` over tcp: the client sends the
- *    second RDMA_REGISTER and the server writes (its STATS count an rdma
- *    push); over shm `gdr pull` (the client reads: PULL_SHM_GPU); with
- *    --push always `gdr push` and with never `gdr pull` on both; no
- *    staging copy runs, the flush runs once before the get returns,
+ *  - a get into the arena is `gdr push`: the client sends the second
+ *    RDMA_REGISTER and the server writes (its STATS count an rdma push);
+ *    with --push always `gdr push`, with never `gdr pull` over tcp and
+ *    `rdma pull + staging` over shm (STAGED_SHM_PULL: shm's read into GPU
+ *    memory completes before the peer's CUDA copy lands); no staging copy
+ *    runs on the gdr rows, the flush runs once before the get returns,
  *    byte-exact; with a checksum the CRC is read back through the kind;
  *  - a put from the arena has no staging copy and is byte-exact: `gdr push`
  *    over shm (the server asks the client to write), `gdr pull` over tcp
@@ -138,10 +139,8 @@ static void test_get_put(int checksum)
         uint64_t pushes = stat_of(c, "path_rdma_push");
         TW_ASSERT_OK(tw_get(c, "gdr/t", dst, n, &got));
         fprintf(stderr, "  get %zu B: %s\n", n, tw_client_data_plane(c));
-        /* Over shm the client reads into GPU memory under auto
-         * (tw__path_decide: PULL_SHM_GPU); elsewhere the server writes. */
-        TW_ASSERT(strncmp(tw_client_data_plane(c), over_shm() ? "gdr pull (" : "gdr push (", 10) ==
-                  0);
+        /* The server writes (tw__path_decide: PUSH_GPUDIRECT). */
+        TW_ASSERT(strncmp(tw_client_data_plane(c), "gdr push (", 10) == 0);
         TW_ASSERT_EQ(copies_to_dev, td);
         /* The CRC, when asked for, is read back through the kind in 4 MiB
          * pieces. */
@@ -150,9 +149,8 @@ static void test_get_put(int checksum)
         TW_ASSERT_EQ(flushes, fl + 1);
         TW_ASSERT_EQ_U64(got.byte_length, n);
         TW_ASSERT_MEM_EQ(dst, src, n);
-        /* tcp: the server wrote, it saw our RDMA_REGISTER before
-         * RDMA_READY; shm: it did not (test_push_always_never pushes). */
-        TW_ASSERT_EQ_U64(stat_of(c, "path_rdma_push"), pushes + (over_shm() ? 0 : 1));
+        /* The server wrote: it saw our RDMA_REGISTER before RDMA_READY. */
+        TW_ASSERT_EQ_U64(stat_of(c, "path_rdma_push"), pushes + 1);
 
         /* Put from "GPU memory": registered directly, nothing stages. */
         uint8_t *gsrc = arena + 4096 + 7;
@@ -187,8 +185,9 @@ static void test_get_put_checksum(void)
     test_get_put(1);
 }
 
-/* --push always and never: the server writes into "GPU memory", or the
- * client reads into it, on every provider. */
+/* --push always and never: the server writes into "GPU memory"; or, with
+ * never, the client reads into it (tcp) or stages (shm: no pull into GPU
+ * memory there, STAGED_SHM_PULL). */
 static void test_push_always_never(void)
 {
     const size_t n = (2u << 20) + 5;
@@ -203,9 +202,18 @@ static void test_push_always_never(void)
         uint64_t pushes = stat_of(c, "path_rdma_push");
         TW_ASSERT_OK(tw_get(c, "gdr/a", arena, n, NULL));
         fprintf(stderr, "  push %s: %s\n", always ? "always" : "never", tw_client_data_plane(c));
-        TW_ASSERT(strncmp(tw_client_data_plane(c), always ? "gdr push (" : "gdr pull (", 10) == 0);
-        TW_ASSERT_EQ(copies_to_dev, td);
-        TW_ASSERT_EQ(flushes, fl + 1);
+        int staged = !always && over_shm();
+        if (staged) {
+            TW_ASSERT(strncmp(tw_client_data_plane(c),
+                              "rdma pull (shm) + staging (not GPUDirect: ", 42) == 0);
+            TW_ASSERT(copies_to_dev > td);
+            TW_ASSERT_EQ(flushes, fl);
+        } else {
+            TW_ASSERT(strncmp(tw_client_data_plane(c), always ? "gdr push (" : "gdr pull (", 10) ==
+                      0);
+            TW_ASSERT_EQ(copies_to_dev, td);
+            TW_ASSERT_EQ(flushes, fl + 1);
+        }
         TW_ASSERT_EQ_U64(stat_of(c, "path_rdma_push"), pushes + (always ? 1 : 0));
         TW_ASSERT_MEM_EQ(arena, src, n);
         TW_ASSERT_OK(tw_delete(c, "gdr/a"));
