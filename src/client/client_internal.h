@@ -224,13 +224,19 @@ struct tw_client {
     unsigned nstage_small;
     /* Small gets whose copy to the GPU is queued on the device's fence
      * stream, not yet waited for (tw__client_stage_fence): the buffer and
-     * the request (index in c->run) of each. At most TW__STAGE_SMALL_KEEP. */
+     * the request (index in c->run) of each. At most TW__STAGE_SMALL_KEEP.
+     * Their copies reach the stream in groups (dp_staging.c stage_submit:
+     * one batched driver call per group). */
     struct tw__stage_pending {
         struct tw__stage_buf *buf;
         size_t index;
         int device;
+        uintptr_t dst; /* the copy: buf's first len bytes to dst */
+        size_t len;
+        int queued; /* handed to the stream (0: waits for stage_submit) */
     } stage_pend[TW__STAGE_SMALL_KEEP];
     unsigned nstage_pend;
+    unsigned nstage_unqueued;  /* of them, not handed to the stream yet */
     void **stage_fence_stream; /* by device ordinal (TW_CUDA_MAX_DEVICES), made on first use */
     const struct tw_memkind_async_ops *stage_fence_as; /* whose streams they are */
     /* The pinned chunk pool of RDMA pull gets into GPU memory (made on the

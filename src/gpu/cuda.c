@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,6 +224,63 @@ int tw__cuda_flush_gdr_writes(int ordinal, char *err, size_t errlen)
                                                 CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER);
     if (r != CUDA_SUCCESS)
         return tw__cuda_fail(r, err, errlen, "cuFlushGPUDirectRDMAWrites on cuda:%d", ordinal);
+    return 0;
+}
+
+/* One copy queued the classic way (tw__cuda_copy_batch's fallback). */
+static int copy_one_async(const struct tw_cuda_api *cu, CUstream s, void *dst, const void *src,
+                          size_t len, int to_host, int ordinal, char *err, size_t errlen)
+{
+    CUresult r = to_host ? cu->cuMemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, len, s)
+                         : cu->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, len, s);
+    if (r != CUDA_SUCCESS)
+        return tw__cuda_fail(r, err, errlen, "%s(%zu bytes) on cuda:%d",
+                             to_host ? "cuMemcpyDtoHAsync" : "cuMemcpyHtoDAsync", len, ordinal);
+    return 0;
+}
+
+int tw__cuda_copy_batch(int ordinal, void *stream, void *const *dst, const void *const *src,
+                        const size_t *len, size_t n, int to_host, size_t *done, char *err,
+                        size_t errlen)
+{
+    enum { CHUNK = 64 };
+    const struct tw_cuda_api *cu;
+    if (done)
+        *done = 0;
+    int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
+    if (rc)
+        return rc;
+    CUstream s = (CUstream)stream;
+    struct tw_cu_memcpy_attributes attr = {.src_access_order =
+                                               TW_CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
+    for (size_t at = 0; at < n; at += CHUNK) {
+        size_t k = n - at < CHUNK ? n - at : CHUNK;
+        if (cu->cuMemcpyBatchAsync && k > 1) {
+            CUdeviceptr d[CHUNK], sr[CHUNK];
+            size_t sz[CHUNK], attr_idx = 0, fail_idx = SIZE_MAX;
+            for (size_t i = 0; i < k; i++) {
+                d[i] = (CUdeviceptr)(uintptr_t)dst[at + i];
+                sr[i] = (CUdeviceptr)(uintptr_t)src[at + i];
+                sz[i] = len[at + i];
+            }
+            if (cu->cuMemcpyBatchAsync(d, sr, sz, k, &attr, &attr_idx, 1, &fail_idx, s) ==
+                CUDA_SUCCESS) {
+                if (done)
+                    *done += k;
+                continue;
+            }
+            /* Refused as a whole (nothing queued): one by one, so a copy
+             * the batch call does not take still moves, and a bad one
+             * is named by its own error. */
+        }
+        for (size_t i = at; i < at + k; i++) {
+            rc = copy_one_async(cu, s, dst[i], src[i], len[i], to_host, ordinal, err, errlen);
+            if (rc)
+                return rc;
+            if (done)
+                (*done)++;
+        }
+    }
     return 0;
 }
 

@@ -45,6 +45,19 @@ typedef struct CUevent_st *CUevent;
 /* cuda.h's CU_STREAM_LEGACY: the legacy NULL stream. */
 #define TW_CU_STREAM_LEGACY ((CUstream)0x1)
 
+/* CUmemcpyAttributes of cuMemcpyBatchAsync (CUDA 12.8): the source is read
+ * in stream order (CU_MEMCPY_SRC_ACCESS_ORDER_STREAM); no location hints. */
+struct tw_cu_mem_location {
+    int type;
+    int id;
+};
+struct tw_cu_memcpy_attributes {
+    int src_access_order;
+    struct tw_cu_mem_location src_loc_hint, dst_loc_hint;
+    unsigned int flags;
+};
+#define TW_CU_MEMCPY_SRC_ACCESS_ORDER_STREAM 1
+
 /* cuFlushGPUDirectRDMAWrites(target, scope) arguments. */
 #define CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX 0
 #define CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER 100
@@ -147,7 +160,11 @@ typedef enum {
  * with CUDA 11.3.
  */
 #define TW_CUDA_OPTIONAL_SYMBOLS(X)                                                                \
-    X(cuFlushGPUDirectRDMAWrites, "cuFlushGPUDirectRDMAWrites", CUresult, (int target, int scope))
+    X(cuFlushGPUDirectRDMAWrites, "cuFlushGPUDirectRDMAWrites", CUresult, (int target, int scope)) \
+    X(cuMemcpyBatchAsync, "cuMemcpyBatchAsync", CUresult,                                          \
+      (CUdeviceptr * dsts, CUdeviceptr * srcs, size_t * sizes, size_t count,                       \
+       struct tw_cu_memcpy_attributes * attrs, size_t * attr_idxs, size_t num_attrs,               \
+       size_t * fail_idx, CUstream stream))
 
 struct tw_cuda_api {
 #define TW_CUDA_FIELD(field, sym, ret, params) ret(*field) params;
@@ -209,6 +226,22 @@ int tw__cuda_device_count(void);
  * a negative code with the reason in err.
  */
 int tw__cuda_flush_gdr_writes(int ordinal, char *err, size_t errlen);
+
+/*
+ * Queues n copies (dst[i] <- src[i], len[i] bytes; device <-> pinned host
+ * memory, to_host giving the direction) on stream, a created stream of
+ * device `ordinal`'s primary context. One cuMemcpyBatchAsync where the
+ * driver has it (CUDA 12.8+: ~0.7 us of CPU and ~1.4 us on the GPU per
+ * 32 KiB copy in batches of 64 on the H200, against ~2.5-3.5 us queued one
+ * by one), else (or when the driver refuses a batch) one
+ * cuMemcpy{DtoH,HtoD}Async each. The bytes are in place once the stream
+ * reached them. Returns 0 or a negative code with the reason in err: the
+ * copies before the failing one were queued (*done of them, when done is
+ * not NULL), it and those after were not.
+ */
+int tw__cuda_copy_batch(int ordinal, void *stream, void *const *dst, const void *const *src,
+                        const size_t *len, size_t n, int to_host, size_t *done, char *err,
+                        size_t errlen);
 
 /*
  * Waits for the CUDA copies libfabric's shm provider ran in THIS process

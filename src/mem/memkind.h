@@ -68,6 +68,14 @@ struct tw_memkind_async_ops {
                               const struct tw_mem_attr *attr, char *err, size_t errlen);
     int (*copy_from_host_async)(void *stream, uintptr_t dst, const void *src, size_t len,
                                 const struct tw_mem_attr *attr, char *err, size_t errlen);
+    /* Optional (NULL: copy_from_host_async one by one): queue n copies of
+     * pinned host memory src[i] to this kind's memory dst[i] on device
+     * `device`, in as few driver calls as it can. 0, or the code of the
+     * first copy refused: the *done copies before it were queued, it and
+     * those after were not. */
+    int (*copy_batch_from_host_async)(int device, void *stream, void *const *dst,
+                                      const void *const *src, const size_t *len, size_t n,
+                                      size_t *done, char *err, size_t errlen);
     /* Mark the end of the work queued so far on stream. */
     int (*event_record)(int device, void *event, void *stream, char *err, size_t errlen);
     /* 1 when the work before the record finished, 0 while it runs, or the

@@ -126,11 +126,15 @@ static int cuda_devmem_alloc(int ordinal, size_t len, void **p, char *err, size_
     return 0;
 }
 
+static void devmem_submit(int ordinal);
+
 static void cuda_devmem_free(int ordinal, void *p)
 {
     const struct tw_cuda_api *cu;
-    if (p && tw__cuda_enter(ordinal, &cu, NULL, 0) == 0)
+    if (p && tw__cuda_enter(ordinal, &cu, NULL, 0) == 0) {
+        devmem_submit(ordinal); /* copies queued from it read it first */
         cu->cuMemFree((CUdeviceptr)(uintptr_t)p);
+    }
 }
 
 /* The stream of each device's queued copies (the event loop's only), by
@@ -139,8 +143,41 @@ static void cuda_devmem_free(int ordinal, void *p)
  * version may still be running when it returns). */
 static CUstream devmem_stream[TW_CUDA_MAX_DEVICES];
 
+/* Queued device->host copies not yet handed to the driver, by ordinal:
+ * they go as one cuMemcpyBatchAsync (tw__cuda_copy_batch) when
+ * DEVMEM_BATCH are waiting, at the fence, and before any other copy or
+ * free on that device (so nothing overtakes them, and their source
+ * cannot be freed first). A batch the driver refused fails the next fence
+ * (pend_err), since the requests that queued it were told "queued". */
+#define DEVMEM_BATCH 64
+struct devmem_pending {
+    size_t n;
+    void *dst[DEVMEM_BATCH];
+    const void *src[DEVMEM_BATCH];
+    size_t len[DEVMEM_BATCH];
+    int err;
+    char why[160];
+};
+static struct devmem_pending *devmem_pend[TW_CUDA_MAX_DEVICES];
+
+static void devmem_submit(int ordinal)
+{
+    struct devmem_pending *p =
+        ordinal >= 0 && ordinal < TW_CUDA_MAX_DEVICES ? devmem_pend[ordinal] : NULL;
+    if (!p || !p->n)
+        return;
+    char why[160];
+    int rc = tw__cuda_copy_batch(ordinal, devmem_stream[ordinal], p->dst, p->src, p->len, p->n, 1,
+                                 NULL, why, sizeof(why));
+    p->n = 0;
+    if (rc && !p->err) {
+        p->err = rc;
+        snprintf(p->why, sizeof(p->why), "%s", why);
+    }
+}
+
 /* One copy between a version's device memory and host memory: synchronous,
- * or (queue) a device->host copy queued on the device's stream. */
+ * or (queue) a device->host copy queued for the device's stream. */
 static int cuda_devmem_copy(int ordinal, void *dst, const void *src, size_t len, int to_host,
                             int queue, char *err, size_t errlen)
 {
@@ -158,11 +195,19 @@ static int cuda_devmem_copy(int ordinal, void *dst, const void *src, size_t len,
         if (!devmem_stream[ordinal] &&
             (r = cu->cuStreamCreate(&devmem_stream[ordinal], CU_STREAM_DEFAULT)) != CUDA_SUCCESS)
             return tw__cuda_fail(r, err, errlen, "cuStreamCreate on cuda:%d", ordinal);
-        r = cu->cuMemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, len, devmem_stream[ordinal]);
-    } else {
-        r = to_host ? cu->cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, len)
-                    : cu->cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, len);
+        struct devmem_pending *p = devmem_pend[ordinal];
+        if (!p && !(p = devmem_pend[ordinal] = calloc(1, sizeof(*p))))
+            return -ENOMEM;
+        p->dst[p->n] = dst;
+        p->src[p->n] = src;
+        p->len[p->n] = len;
+        if (++p->n == DEVMEM_BATCH)
+            devmem_submit(ordinal);
+        return 0;
     }
+    devmem_submit(ordinal);
+    r = to_host ? cu->cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, len)
+                : cu->cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, len);
     if (r != CUDA_SUCCESS)
         return tw__cuda_fail(r, err, errlen, "%s(%zu bytes) on cuda:%d", what, len, ordinal);
     return 0;
@@ -194,7 +239,16 @@ static int cuda_devmem_fence(int ordinal, char *err, size_t errlen)
     int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
     if (rc)
         return rc;
+    devmem_submit(ordinal);
     CUresult r = cu->cuStreamSynchronize(devmem_stream[ordinal]);
+    struct devmem_pending *p = devmem_pend[ordinal];
+    if (p && p->err) {
+        rc = p->err;
+        if (err && errlen)
+            snprintf(err, errlen, "%s", p->why);
+        p->err = 0;
+        return rc;
+    }
     if (r != CUDA_SUCCESS)
         return tw__cuda_fail(r, err, errlen, "copies from cuda:%d (cuStreamSynchronize)", ordinal);
     return 0;

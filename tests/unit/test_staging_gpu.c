@@ -5,9 +5,11 @@
  * the device has room), on every visible GPU; and a real CUDA error injected
  * mid-pipeline (a copy given an invalid device address at chunk k): the
  * transfer fails with the driver's reason, every pinned slot goes back to
- * the pool, and the next transfer on the same pool succeeds.
+ * the pool, and the next transfer on the same pool succeeds. And
+ * tw__cuda_copy_batch's copies both ways, byte-exact.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,8 +166,59 @@ static void test_device(const struct tw_cuda_api *cu_api, int ordinal)
     tw__staging_pool_destroy(pool);
 }
 
+/* tw__cuda_copy_batch (the queued small copies of the server and the
+ * client): 200 blocks of odd sizes to the GPU and back in batches of 0, 1,
+ * 7 and 64+ (more than one driver call), byte-exact. */
+static void test_copy_batch(const struct tw_cuda_api *cu_api, int ordinal)
+{
+    enum { N = 200, BLK = 32768 + 13 };
+    cu = cu_api;
+    TW_ASSERT_OK(tw__cuda_use_device(ordinal, NULL, 0));
+    CUdeviceptr d = 0;
+    TW_ASSERT_EQ(cu->cuMemAlloc(&d, (size_t)N * BLK), CUDA_SUCCESS);
+    uint8_t *pin = NULL, *back = NULL;
+    TW_ASSERT_EQ(cu->cuMemHostAlloc((void **)&pin, (size_t)N * BLK, 0), CUDA_SUCCESS);
+    TW_ASSERT_EQ(cu->cuMemHostAlloc((void **)&back, (size_t)N * BLK, 0), CUDA_SUCCESS);
+    for (size_t i = 0; i < (size_t)N * BLK; i++)
+        pin[i] = (uint8_t)(i * 31 + 7);
+    CUstream s = NULL;
+    TW_ASSERT_EQ(cu->cuStreamCreate(&s, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+    void *dst[N];
+    const void *src[N];
+    size_t len[N], done = 99;
+    /* Block i is BLK - i bytes long at offset i * BLK. */
+    for (int dir = 0; dir < 2; dir++) {
+        for (int i = 0; i < N; i++) {
+            void *dev = (void *)(uintptr_t)(d + (size_t)i * BLK);
+            void *host = (dir ? back : pin) + (size_t)i * BLK;
+            dst[i] = dir ? host : dev;
+            src[i] = dir ? dev : host;
+            len[i] = BLK - (size_t)i;
+        }
+        TW_ASSERT_OK(tw__cuda_copy_batch(ordinal, s, dst, src, len, 0, dir, &done, NULL, 0));
+        TW_ASSERT_EQ_U64(done, 0);
+        size_t at = 0, parts[] = {1, 7, 128, N - 136};
+        for (int k = 0; k < 4; k++) {
+            TW_ASSERT_OK(tw__cuda_copy_batch(ordinal, s, dst + at, src + at, len + at, parts[k],
+                                             dir, &done, NULL, 0));
+            TW_ASSERT_EQ_U64(done, parts[k]);
+            at += parts[k];
+        }
+        TW_ASSERT_EQ(cu->cuStreamSynchronize(s), CUDA_SUCCESS);
+    }
+    for (int i = 0; i < N; i++)
+        TW_ASSERT_MEM_EQ(back + (size_t)i * BLK, pin + (size_t)i * BLK, BLK - (size_t)i);
+    fprintf(stderr, "  cuda:%d: %d batched copies each way byte-exact (%s)\n", ordinal, N,
+            cu->cuMemcpyBatchAsync ? "cuMemcpyBatchAsync" : "one call per copy: driver < 12.8");
+    cu->cuStreamDestroy(s);
+    cu->cuMemFreeHost(pin);
+    cu->cuMemFreeHost(back);
+    cu->cuMemFree(d);
+}
+
 int main(void)
 {
     tw_test_each_gpu("test_device", test_device);
+    tw_test_each_gpu("test_copy_batch", test_copy_batch);
     TW_DONE();
 }
