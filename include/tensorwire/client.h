@@ -208,7 +208,9 @@ enum tw_gpudirect_mode { TW_GPUDIRECT_AUTO = 0, TW_GPUDIRECT_OFF = 1, TW_GPUDIRE
  * GPUDirect ("gdr push"; host buffers are pulled); TW_PUSH_ALWAYS: let the
  * server write into our buffer whenever bit 3 was negotiated; TW_PUSH_NEVER:
  * do not announce bit 3 (an admitted GPU buffer is then read by us, "gdr
- * pull"). */
+ * pull", except over shm, where a read into GPU memory can complete before
+ * its bytes land: there it is staged through host memory,
+ * docs/gpudirect.md). */
 enum tw_push_policy { TW_PUSH_AUTO = 0, TW_PUSH_ALWAYS = 1, TW_PUSH_NEVER = 2 };
 
 /* Writes the defaults into the first size bytes of opts (nothing beyond)
