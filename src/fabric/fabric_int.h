@@ -328,9 +328,9 @@ void tw__fabric_mr_keep(struct tw_fabric_mr *m);
 /* A CUDA context current on the calling thread before it posts or
  * progresses operations on CUDA memory. libfabric's CUDA code
  * (cuMemGetAddressRange, IPC handles) runs on the thread that calls it and
- * needs a current context; without one, shm (1.22) fell back from CUDA IPC
- * to its SAR protocol, and a read into GPU memory completed successfully
- * with wrong bytes (docs/gpudirect.md). device >= 0: that device's primary
+ * needs a current context; without one, shm (1.22) logged
+ * CUDA_ERROR_INVALID_CONTEXT and fell back from CUDA IPC to its SAR bounce
+ * buffers (docs/gpudirect.md). device >= 0: that device's primary
  * context (once per thread until another device is asked for); device -1:
  * `fallback`'s, only if this thread has none from here yet. Failures are
  * left to the provider's own error. */

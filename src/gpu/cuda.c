@@ -269,9 +269,10 @@ int tw__cuda_copy_batch(int ordinal, void *stream, void *const *dst, const void 
                     *done += k;
                 continue;
             }
-            /* Refused as a whole (nothing queued): one by one, so a copy
-             * the batch call does not take still moves, and a bad one
-             * is named by its own error. */
+            /* Refused: one by one, so a copy the batch call does not take
+             * still moves and a bad one is named by its own error. Copies
+             * before fail_idx may have been queued already: queuing them
+             * again moves the same bytes to the same place. */
         }
         for (size_t i = at; i < at + k; i++) {
             rc = copy_one_async(cu, s, dst[i], src[i], len[i], to_host, ordinal, err, errlen);
