@@ -126,15 +126,9 @@ int tw__client_gdr_flush(struct tw_client *c, const struct tw__creq *r, char *er
     if (!c->gdr || dev < 0 || dev >= c->gdr->ngpus)
         return 0;
     /* shm: the bytes came by a CUDA copy shm ran in this process. */
-    if (c->fpeer &&
-        tw__path_provider_kind(tw__fabric_peer_provider(c->fpeer)) == TW_PATH_PROV_SHM) {
-        int rc = tw__cuda_sync_ipc_copies(dev, err, errlen);
-        if (rc < 0)
-            return rc;
-    }
-    if (!c->gdr->flush_needed[dev])
-        return 0;
-    return tw__cuda_flush_gdr_writes(dev, err, errlen);
+    int ipc =
+        c->fpeer && tw__path_provider_kind(tw__fabric_peer_provider(c->fpeer)) == TW_PATH_PROV_SHM;
+    return tw__cuda_settle_writes(dev, ipc, c->gdr->flush_needed[dev], err, errlen);
 }
 
 enum tw_memkind tw__client_gdr_hint(const struct tw_client *c)

@@ -212,16 +212,22 @@ int tw__cuda_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, 
     return 0;
 }
 
-int tw__cuda_flush_gdr_writes(int ordinal, char *err, size_t errlen)
+int tw__cuda_settle_writes(int ordinal, int ipc_copies, int flush, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
+    if (!ipc_copies && !flush)
+        return 0;
     int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
     if (rc < 0)
         return rc;
-    if (!cu->cuFlushGPUDirectRDMAWrites)
+    CUresult r;
+    if (ipc_copies && (r = cu->cuStreamSynchronize(TW_CU_STREAM_LEGACY)) != CUDA_SUCCESS)
+        return tw__cuda_fail(r, err, errlen, "waiting for shm's CUDA IPC copies on cuda:%d",
+                             ordinal);
+    if (!flush || !cu->cuFlushGPUDirectRDMAWrites)
         return 0; /* a driver before 11.3 has no reordering to flush */
-    CUresult r = cu->cuFlushGPUDirectRDMAWrites(CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
-                                                CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER);
+    r = cu->cuFlushGPUDirectRDMAWrites(CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+                                       CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER);
     if (r != CUDA_SUCCESS)
         return tw__cuda_fail(r, err, errlen, "cuFlushGPUDirectRDMAWrites on cuda:%d", ordinal);
     return 0;
@@ -282,19 +288,6 @@ int tw__cuda_copy_batch(int ordinal, void *stream, void *const *dst, const void 
                 (*done)++;
         }
     }
-    return 0;
-}
-
-int tw__cuda_sync_ipc_copies(int ordinal, char *err, size_t errlen)
-{
-    const struct tw_cuda_api *cu;
-    int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
-    if (rc < 0)
-        return rc;
-    CUresult r = cu->cuStreamSynchronize(TW_CU_STREAM_LEGACY);
-    if (r != CUDA_SUCCESS)
-        return tw__cuda_fail(r, err, errlen, "waiting for shm's CUDA IPC copies on cuda:%d",
-                             ordinal);
     return 0;
 }
 

@@ -218,16 +218,6 @@ __attribute__((format(printf, 4, 5))) int tw__cuda_fail(CUresult r, char *err, s
 int tw__cuda_device_count(void);
 
 /*
- * Makes NIC writes already completed into device `ordinal`'s memory
- * visible to later work on it: cuFlushGPUDirectRDMAWrites(CURRENT_CTX,
- * TO_OWNER) through its primary context (docs/protocol.md §10). The caller
- * decides whether the GPU needs it (gdr facts: flush_needed). A driver
- * without the call (before CUDA 11.3) has nothing to flush: 0. Returns 0 or
- * a negative code with the reason in err.
- */
-int tw__cuda_flush_gdr_writes(int ordinal, char *err, size_t errlen);
-
-/*
  * Queues n copies (dst[i] <- src[i], len[i] bytes; device <-> pinned host
  * memory, to_host giving the direction) on stream, a created stream of
  * device `ordinal`'s primary context. One cuMemcpyBatchAsync where the
@@ -244,16 +234,23 @@ int tw__cuda_copy_batch(int ordinal, void *stream, void *const *dst, const void 
                         size_t errlen);
 
 /*
- * Waits for the CUDA copies libfabric's shm provider ran in THIS process
- * into device `ordinal`'s memory: shm moves GPU memory by CUDA IPC, the
- * target process copies with cudaMemcpy on the legacy default stream of
- * the device's primary context, and a device-to-device cudaMemcpy returns
- * (and shm completes the operation) before the bytes have landed.
- * cuStreamSynchronize(CU_STREAM_LEGACY) in that context; like any legacy
- * stream wait it also waits for earlier work on blocking streams there.
- * Returns 0 or a negative code with the reason in err.
+ * Makes writes already completed into device `ordinal`'s memory visible to
+ * later work on it (docs/protocol.md §10), through its primary context:
+ *  - ipc_copies: first waits for the CUDA copies libfabric's shm provider
+ *    ran in THIS process into it. shm moves GPU memory by CUDA IPC, the
+ *    target process copies with cudaMemcpy on the legacy default stream,
+ *    and a device-to-device cudaMemcpy returns (and shm completes the
+ *    operation) before the bytes have landed. cuStreamSynchronize(
+ *    CU_STREAM_LEGACY); like any legacy stream wait it also waits for
+ *    earlier work on blocking streams there.
+ *  - flush: then cuFlushGPUDirectRDMAWrites(CURRENT_CTX, TO_OWNER) for NIC
+ *    writes; the caller decides whether the GPU needs it (gdr facts:
+ *    flush_needed). A driver without the call (before CUDA 11.3) has
+ *    nothing to flush.
+ * Returns 0 (also when neither is asked) or a negative code with the
+ * reason in err.
  */
-int tw__cuda_sync_ipc_copies(int ordinal, char *err, size_t errlen);
+int tw__cuda_settle_writes(int ordinal, int ipc_copies, int flush, char *err, size_t errlen);
 
 /*
  * len bytes of device memory on GPU `ordinal` (cuMemAlloc in its primary

@@ -37,7 +37,7 @@
  * cuda:0 read into a client's cuda:0 buffer: every size from 1 B to 64
  * MiB, docs/gpudirect.md). With push the copy runs in the destination's
  * own process, which waits for it before it reports the transfer complete
- * (tw__cuda_sync_ipc_copies).
+ * (tw__cuda_settle_writes).
  */
 #include "proto/path.h"
 

@@ -170,15 +170,9 @@ int tw__srv_gdr_flush(const struct tw_srv_conn *c, const struct tw_tensor *t, ch
     if (ord >= srv->gdr->ngpus)
         return 0;
     /* shm: the bytes came by a CUDA copy shm ran in this process. */
-    if (c->fpeer &&
-        tw__path_provider_kind(tw__fabric_peer_provider(c->fpeer)) == TW_PATH_PROV_SHM) {
-        int rc = tw__cuda_sync_ipc_copies(ord, err, errlen);
-        if (rc < 0)
-            return rc;
-    }
-    if (!srv->gdr->flush_needed[ord])
-        return 0;
-    return tw__cuda_flush_gdr_writes(ord, err, errlen);
+    int ipc =
+        c->fpeer && tw__path_provider_kind(tw__fabric_peer_provider(c->fpeer)) == TW_PATH_PROV_SHM;
+    return tw__cuda_settle_writes(ord, ipc, srv->gdr->flush_needed[ord], err, errlen);
 }
 
 int tw__srv_gdr_crc(const struct tw_srv *srv, const struct tw_tensor *t, uint32_t *crc, char *err,

@@ -358,7 +358,7 @@ char *tw__srv_gdr_why_not(const struct tw_srv_conn *c, int ordinal, char *buf, s
 /* The verdict for tensor t's memory on c's rail: one table cell. */
 enum tw_path_gdr tw__srv_gdr_verdict(const struct tw_srv_conn *c, const struct tw_tensor *t);
 /* Makes writes into GPU tensor t visible to later GPU work: over shm, waits
- * for the CUDA IPC copies shm ran here (tw__cuda_sync_ipc_copies); then
+ * for the CUDA IPC copies shm ran here (tw__cuda_settle_writes); then
  * cuFlushGPUDirectRDMAWrites where the GPU says NIC writes need it; 0 for
  * host tensors. */
 int tw__srv_gdr_flush(const struct tw_srv_conn *c, const struct tw_tensor *t, char *err,
