@@ -148,7 +148,7 @@ static CUstream devmem_stream[TW_CUDA_MAX_DEVICES];
  * DEVMEM_BATCH are waiting, at the fence, and before any other copy or
  * free on that device (so nothing overtakes them, and their source
  * cannot be freed first). A batch the driver refused fails the next fence
- * (pend_err), since the requests that queued it were told "queued". */
+ * (err, why), since the requests that queued it were told "queued". */
 #define DEVMEM_BATCH 64
 struct devmem_pending {
     size_t n;
