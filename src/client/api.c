@@ -127,7 +127,8 @@ static int handshake(struct tw_client *c, const struct tw_client_options *o,
     int rc;
 
     snprintf(agent, sizeof(agent), "%s", o->agent ? o->agent : "libtensorwire/" TW_VERSION_STRING);
-    m.u.hello.caps = TW_CAP_INLINE_DATA | (o->checksum ? TW_CAP_PAYLOAD_CRC32C : 0);
+    m.u.hello.caps =
+        TW_CAP_INLINE_DATA | TW_CAP_EAGER_PUT | (o->checksum ? TW_CAP_PAYLOAD_CRC32C : 0);
     if (c->want_rdma) {
         m.u.hello.caps |= TW_CAP_RDMA_DATA_PLANE;
         if (o->push != TW_PUSH_NEVER)

@@ -32,6 +32,11 @@
  * less than the extra system calls. */
 #define TW__CLIENT_DIRECT_RECV_MIN (64u * 1024u)
 #define TW__RUN_SYNC SIZE_MAX
+/* Inline puts up to this size send their DATA right behind TENSOR_PUT when
+ * bit 4 (EAGER_PUT) was negotiated: no PUT_ACCEPT round trip. Larger ones
+ * wait, so a refused put (capacity, device) does not cost its bytes on
+ * the wire. */
+#define TW__EAGER_PUT_MAX (1u << 20)
 #define TW__CLIENT_PAGE 4096u /* tw_get_alloc alignment */
 
 enum tw__op {
@@ -127,6 +132,7 @@ struct tw__creq {
     int crc_done; /* put: r->crc is the bytes' CRC32C already (put_prepare) */
     int alloc;    /* get: allocate buf (page-aligned) at TENSOR_INFO */
     int started, finished;
+    int eager; /* put: its DATA was queued right after TENSOR_PUT (bit 4) */
     int status;
     uint8_t ping[TW_PING_PAYLOAD_LEN];
     struct tw__collect *collect; /* LIST, STATS */

@@ -347,6 +347,8 @@ static int dispatch(struct tw_client *c, const struct tw_msg *msg)
     case TW_TAG_PUT_ACCEPT:
         if (r->op != TW__OP_PUT)
             return TW_EOUT_OF_ORDER;
+        if (r->eager)
+            return 0; /* the bytes went behind the TENSOR_PUT (the sm checked the plane) */
         if (msg->u.put_accept.data_plane == TW_DP_INLINE)
             follow_inline(r);
         if (msg->u.put_accept.data_plane != r->dp->wire_plane)
@@ -579,6 +581,14 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
     }
     c->run_map[c->next_id - c->run_base] = r->index;
     c->next_id++;
+    /* Bit 4: a small inline put's bytes follow its TENSOR_PUT at once. */
+    if (r->op == TW__OP_PUT && (c->sm.caps & TW_CAP_EAGER_PUT) && r->dp == &tw__client_dp_inline &&
+        r->len <= TW__EAGER_PUT_MAX) {
+        rc = r->dp->put_start(c, r);
+        if (rc)
+            return rc;
+        r->eager = 1;
+    }
     return 0;
 }
 

@@ -90,7 +90,8 @@ enum tw_tag {
 #define TW_CAP_PAYLOAD_CRC32C (UINT64_C(1) << 1)
 #define TW_CAP_RDMA_DATA_PLANE (UINT64_C(1) << 2)
 #define TW_CAP_RDMA_GPUDIRECT (UINT64_C(1) << 3) /* MUST imply bit 2 */
-#define TW_CAP_KNOWN_MASK (UINT64_C(0xF))
+#define TW_CAP_EAGER_PUT (UINT64_C(1) << 4)      /* inline put DATA before PUT_ACCEPT */
+#define TW_CAP_KNOWN_MASK (UINT64_C(0x1F))
 
 enum tw_dtype {
     TW_DTYPE_F64 = 1,

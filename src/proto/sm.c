@@ -29,7 +29,8 @@ enum req_state {
     RS_RDMA_AWAIT_READY, /* both registered: RDMA_READY from the destination owner */
     RS_RDMA_PULL,        /* destination reads; it sends RDMA_DONE */
     RS_RDMA_PUSH,        /* source writes; it sends RDMA_DONE */
-    RS_PUT_AWAIT_ACCEPT, /* TENSOR_PUT sent: PUT_ACCEPT or ERROR next */
+    RS_PUT_AWAIT_ACCEPT, /* TENSOR_PUT sent: PUT_ACCEPT or ERROR next (or, eager, DATA) */
+    RS_PUT_EAGER_DONE,   /* eager put: all DATA sent before PUT_ACCEPT, which comes next */
     RS_PUT_AWAIT_RESULT, /* all bytes moved: OK or ERROR next */
     RS_LIST,             /* LIST_REPLY frames until MORE = 0 */
     RS_STAT,             /* TENSOR_INFO(none) next */
@@ -451,7 +452,8 @@ static int request_next(const struct tw_sm *sm, const struct tw_sm_req *r, const
         /* ADR-012: a put the server cannot place on the declared device is
          * refused before the RDMA handshake, i.e. instead of PUT_ACCEPT. */
         if (from == FROM_SERVER && m->u.error.code == TW_WIRE_DEVICE_UNAVAILABLE &&
-            r->kind == TW_REQ_TENSOR_PUT && r->state != RS_PUT_AWAIT_ACCEPT)
+            r->kind == TW_REQ_TENSOR_PUT && r->state != RS_PUT_AWAIT_ACCEPT &&
+            r->state != RS_PUT_EAGER_DONE)
             return TW_EOUT_OF_ORDER;
         *next = RS_FREE;
         return 0;
@@ -481,17 +483,25 @@ static int request_next(const struct tw_sm *sm, const struct tw_sm_req *r, const
     }
     case TW_TAG_PUT_ACCEPT: {
         uint8_t dp = m->u.put_accept.data_plane;
-        if (r->state != RS_PUT_AWAIT_ACCEPT)
+        if (r->state != RS_PUT_AWAIT_ACCEPT && r->state != RS_PUT_EAGER_DONE)
             return TW_EOUT_OF_ORDER;
         if (dp == TW_DP_RDMA && !(r->xfer_flags & TW_XFER_WANT_RDMA))
             return TW_ENOT_NEGOTIATED;
         if (dp == TW_DP_INLINE && !(sm->caps & TW_CAP_INLINE_DATA))
             return TW_ENOT_NEGOTIATED;
-        *next = dp == TW_DP_INLINE ? RS_INLINE_DATA : RS_RDMA_AWAIT_SRC;
+        /* Eager DATA already seen: the rest follows (or all of it came). */
+        if (r->state == RS_PUT_EAGER_DONE)
+            *next = RS_PUT_AWAIT_RESULT;
+        else
+            *next = dp == TW_DP_INLINE ? RS_INLINE_DATA : RS_RDMA_AWAIT_SRC;
         return 0;
     }
     case TW_TAG_DATA: {
-        if (r->state != RS_INLINE_DATA)
+        /* Bit 4: an inline put's DATA may precede its PUT_ACCEPT (only a
+         * put without WANT_RDMA, which can only be answered inline). */
+        int eager = r->state == RS_PUT_AWAIT_ACCEPT && (sm->caps & TW_CAP_EAGER_PUT) &&
+                    !(r->xfer_flags & TW_XFER_WANT_RDMA);
+        if (r->state != RS_INLINE_DATA && !eager)
             return TW_EOUT_OF_ORDER;
         if (from != src)
             return TW_EBAD_DIRECTION;
@@ -512,7 +522,10 @@ static int request_next(const struct tw_sm *sm, const struct tw_sm_req *r, const
         if (now != r->byte_length)
             return TW_EBAD_LENGTH;
         *done = now;
-        *next = r->kind == TW_REQ_TENSOR_PUT ? RS_PUT_AWAIT_RESULT : RS_FREE;
+        if (eager)
+            *next = RS_PUT_EAGER_DONE;
+        else
+            *next = r->kind == TW_REQ_TENSOR_PUT ? RS_PUT_AWAIT_RESULT : RS_FREE;
         return 0;
     }
     case TW_TAG_RDMA_REGISTER:

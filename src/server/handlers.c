@@ -12,8 +12,11 @@
 #include "server/server.h"
 
 /* Data planes this server always offers; RDMA (bit 2, and bit 3 unless
- * --push never) only when its plane opened (tw__srv_fabric_caps). */
-#define SERVER_CAPS (TW_CAP_INLINE_DATA | TW_CAP_PAYLOAD_CRC32C)
+ * --push never) only when its plane opened (tw__srv_fabric_caps). Eager
+ * puts (bit 4) cost nothing here: a TENSOR_PUT is answered as soon as it
+ * is read, before the DATA behind it (handle_put), and DATA of a put
+ * answered with ERROR is dropped as stale (conn.c begin_data). */
+#define SERVER_CAPS (TW_CAP_INLINE_DATA | TW_CAP_PAYLOAD_CRC32C | TW_CAP_EAGER_PUT)
 #define SERVER_AGENT "tensorwired/0.1"
 
 /* Names in messages: printable and bounded, so a 1 KiB name does not flood

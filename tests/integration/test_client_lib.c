@@ -364,6 +364,30 @@ static void test_capacity(void)
     d.shape[0] = 512u << 10;
     TW_ASSERT_OK(tw_put(c, "cap/fits", &d, buf, 512u << 10));
     TW_ASSERT_ERR(tw_stat(c, "cap/big", NULL), TW_ENOTFOUND);
+    /* Eager puts (bit 4, up to 1 MiB: the bytes follow the TENSOR_PUT at
+     * once) refused for capacity, alone and inside a batch: the bytes that
+     * arrive after the ERROR are dropped as stale, the connection goes on
+     * and the other items land. */
+    d.shape[0] = 768u << 10;
+    TW_ASSERT_ERR(tw_put(c, "cap/eager", &d, buf, 768u << 10), TW_ECAPACITY);
+    struct tw_batch_item items[3];
+    memset(items, 0, sizeof(items));
+    const size_t sizes[3] = {4096, 768u << 10, 8192};
+    const char *names[3] = {"cap/b0", "cap/b1", "cap/b2"};
+    for (int i = 0; i < 3; i++) {
+        items[i].name = names[i];
+        items[i].buf = buf;
+        items[i].len = sizes[i];
+        items[i].desc = (struct tw_tensor_desc){.dtype = TW_U8, .ndim = 1, .shape = {sizes[i]}};
+    }
+    TW_ASSERT_ERR(tw_batch_put(c, items, 3), TW_ECAPACITY);
+    TW_ASSERT_OK(items[0].status);
+    TW_ASSERT_ERR(items[1].status, TW_ECAPACITY);
+    TW_ASSERT_OK(items[2].status);
+    uint8_t back[8192];
+    TW_ASSERT_OK(tw_get(c, "cap/b2", back, sizeof(back), NULL));
+    TW_ASSERT_MEM_EQ(back, buf, sizeof(back));
+    TW_ASSERT(tw_client_is_connected(c));
     free(buf);
     tw_close(c);
     tw_test_server_stop(&s);

@@ -609,10 +609,13 @@ static void caps_and_hello(void)
     EXPECT(&f, TW_EBAD_CAPS);
     hello_frame(&f, 0xC, 1u << 20, 1, "a");
     EXPECT(&f, 0);
-    /* Reserved bits are ignored and masked off. */
-    hello_frame(&f, UINT64_C(0x8000000000000011), 1u << 20, 1, "a");
+    /* Reserved bits are ignored and masked off; bit 4 (EAGER_PUT) is kept. */
+    hello_frame(&f, UINT64_C(0x8000000000000021), 1u << 20, 1, "a");
     TW_ASSERT_OK(decode(&f, TW_PREAUTH_MAX_FRAME, &m));
     TW_ASSERT_EQ_U64(m.u.hello.caps, 0x1);
+    hello_frame(&f, UINT64_C(0x8000000000000011), 1u << 20, 1, "a");
+    TW_ASSERT_OK(decode(&f, TW_PREAUTH_MAX_FRAME, &m));
+    TW_ASSERT_EQ_U64(m.u.hello.caps, 0x11);
     /* ...but do not rescue bit 3 without bit 2. */
     hello_frame(&f, UINT64_C(0xFFFFFFFFFFFFFFF8), 1u << 20, 1, "a");
     EXPECT(&f, TW_EBAD_CAPS);

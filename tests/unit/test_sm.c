@@ -94,6 +94,79 @@ static void legal_inline_put(void)
     pair_destroy(&p);
 }
 
+/* Bit 4 (EAGER_PUT): an inline put's DATA right behind its TENSOR_PUT,
+ * PUT_ACCEPT after all of it, in the middle of it, or ERROR instead. */
+static void legal_eager_put(void)
+{
+    struct sm_pair p;
+    ready(&p, 0x11, 0, 0);
+    OK_SEND(&p, C, fx_put(1, 0, desc24()));
+    OK_SEND(&p, C, fx_data(1, 0, bytes24, 24, 0));
+    OK_SEND(&p, S, fx_put_accept(1, TW_DP_INLINE));
+    OK_SEND(&p, S, fx_msg(TW_TAG_OK, 1));
+    both_idle(&p, 1);
+    /* PUT_ACCEPT between two frames: the rest follows as usual. */
+    OK_SEND(&p, C, fx_put(2, 0, desc24()));
+    OK_SEND(&p, C, fx_data(2, 0, bytes24, 10, 1));
+    OK_SEND(&p, S, fx_put_accept(2, TW_DP_INLINE));
+    OK_SEND(&p, C, fx_data(2, 10, bytes24 + 10, 14, 0));
+    OK_SEND(&p, S, fx_msg(TW_TAG_OK, 2));
+    both_idle(&p, 2);
+    /* Refused after its bytes were sent: what comes later is stale. */
+    OK_SEND(&p, C, fx_put(3, 0, desc24()));
+    OK_SEND(&p, C, fx_data(3, 0, bytes24, 10, 1));
+    OK_SEND(&p, S, fx_error(3, TW_WIRE_CAPACITY_EXCEEDED, "full"));
+    RECV(&p.s, fx_data(3, 10, bytes24 + 10, 14, 0), TW_SM_STALE);
+    both_idle(&p, 3);
+    /* DEVICE_UNAVAILABLE is still allowed before PUT_ACCEPT. */
+    OK_SEND(&p, C, fx_put(4, 0, desc24()));
+    OK_SEND(&p, C, fx_data(4, 0, bytes24, 24, 0));
+    OK_SEND(&p, S, fx_error(4, TW_WIRE_DEVICE_UNAVAILABLE, "no cuda:7"));
+    both_idle(&p, 4);
+    TW_ASSERT_EQ(p.c.phase, TW_PHASE_READY);
+    TW_ASSERT_EQ(p.s.phase, TW_PHASE_READY);
+    pair_destroy(&p);
+}
+
+static void eager_put_violations(void)
+{
+    struct sm_pair p;
+    /* Not with WANT_RDMA: the answer could be the RDMA plane. */
+    ready(&p, 0x15, 0, 1);
+    OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
+    SEND_FAILS(&p.c, fx_data(1, 0, bytes24, 24, 0), TW_EOUT_OF_ORDER);
+    RECV(&p.s, fx_data(1, 0, bytes24, 24, 0), TW_EOUT_OF_ORDER);
+    pair_destroy(&p);
+    /* Not from the server, and not twice. */
+    ready(&p, 0x11, 0, 0);
+    OK_SEND(&p, C, fx_put(1, 0, desc24()));
+    SEND_FAILS(&p.s, fx_data(1, 0, bytes24, 24, 0), TW_EBAD_DIRECTION);
+    OK_SEND(&p, C, fx_data(1, 0, bytes24, 24, 0));
+    SEND_FAILS(&p.c, fx_data(1, 24, bytes24, 1, 0), TW_EOUT_OF_ORDER);
+    RECV(&p.s, fx_data(1, 24, bytes24, 1, 0), TW_EOUT_OF_ORDER);
+    pair_destroy(&p);
+    /* All bytes sent: OK before PUT_ACCEPT, the RDMA plane, a second
+     * PUT_ACCEPT. */
+    ready(&p, 0x11, 0, 0);
+    OK_SEND(&p, C, fx_put(1, 0, desc24()));
+    OK_SEND(&p, C, fx_data(1, 0, bytes24, 24, 0));
+    SEND_FAILS(&p.s, fx_msg(TW_TAG_OK, 1), TW_EOUT_OF_ORDER);
+    RECV(&p.c, fx_msg(TW_TAG_OK, 1), TW_EOUT_OF_ORDER);
+    pair_destroy(&p);
+    ready(&p, 0x11, 0, 0);
+    OK_SEND(&p, C, fx_put(1, 0, desc24()));
+    OK_SEND(&p, C, fx_data(1, 0, bytes24, 24, 0));
+    RECV(&p.c, fx_put_accept(1, TW_DP_RDMA), TW_ENOT_NEGOTIATED);
+    pair_destroy(&p);
+    ready(&p, 0x11, 0, 0);
+    OK_SEND(&p, C, fx_put(1, 0, desc24()));
+    OK_SEND(&p, C, fx_data(1, 0, bytes24, 24, 0));
+    OK_SEND(&p, S, fx_put_accept(1, TW_DP_INLINE));
+    SEND_FAILS(&p.s, fx_put_accept(1, TW_DP_INLINE), TW_EOUT_OF_ORDER);
+    RECV(&p.c, fx_put_accept(1, TW_DP_INLINE), TW_EOUT_OF_ORDER);
+    pair_destroy(&p);
+}
+
 static void legal_rdma_pull_get(void)
 {
     struct sm_pair p;
@@ -989,6 +1062,8 @@ int main(void)
 {
     TW_RUN(legal_inline_get);
     TW_RUN(legal_inline_put);
+    TW_RUN(legal_eager_put);
+    TW_RUN(eager_put_violations);
     TW_RUN(legal_rdma_pull_get);
     TW_RUN(legal_gpudirect_push_get);
     TW_RUN(legal_rdma_pull_put);
