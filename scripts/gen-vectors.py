@@ -291,6 +291,9 @@ def sm_sequences(v):
         return frame("RDMA_DONE", rid, p(("", u32(0)), ("", u32(0)), ("", u64(24))))
 
     hs = [(1, hello), (0, ack(0xF, 1)), (1, v["auth"]), (0, v["auth_ok"])]
+    hello_eager = frame("HELLO", 0, p(("", u64(0x1F)), ("", u32(1 << 20)), ("", u32(4)),
+                                      ("", u16(1)), ("", b"c")))
+    accept_inline = frame("PUT_ACCEPT", 1, p(("", u8(1)), ("", bytes(3))))
     ep = [(1, v["rdma_endpoint_offer"]), (0, v["rdma_endpoint_accept"])]
     seqs = {
         "inline_get": hs + [(1, req(1, 0)), (0, info(1, 1)), (0, data(1, 0, TENSOR[:16], 1)),
@@ -312,6 +315,16 @@ def sm_sequences(v):
            (1, frame("DELETE", 5, p(("", u16(len(NAME))), ("", NAME)))),
            (0, frame("ERROR", 5, p(("", u32(1)), ("", u16(0)), ("", b"")))),
            (1, frame("GOODBYE", 0, p(("", u32(0)))))],
+        # bit 4 (EAGER_PUT): DATA before PUT_ACCEPT, PUT_ACCEPT mid-stream,
+        # then an eager put refused with its DATA stale.
+        "eager_put": [(1, hello_eager), (0, ack(0x13, 0)), (1, putm(1, 0)),
+                      (1, data(1, 0, TENSOR[:16], 1)), (0, accept_inline),
+                      (1, data(1, 16, TENSOR[16:], 0)), (0, simple("OK", 1)),
+                      (1, putm(2, 0)), (1, data(2, 0, TENSOR, 0)),
+                      (0, frame("ERROR", 2, p(("", u32(5)), ("", u16(0)), ("", b"")))),
+                      (1, putm(3, 0)), (1, data(3, 0, TENSOR, 0)),
+                      (0, frame("PUT_ACCEPT", 3, p(("", u8(1)), ("", bytes(3))))),
+                      (0, simple("OK", 3))],
         "noauth_error": [(1, hello), (0, ack(0x1, 0)), (1, req(1, 0)), (1, req(2, 0)),
                          (0, frame("ERROR", 1, p(("", u32(1)), ("", u16(0)), ("", b"")))),
                          (0, info(2, 1)), (1, frame("ERROR", 2, p(("", u32(13)), ("", u16(0)), ("", b"")))),
