@@ -324,13 +324,14 @@ const char *tw_client_data_plane(const tw_client *c)
     /* GPU memory that could have moved by GPUDirect and did not: say why
      * ("rdma pull (shm) + staging (not GPUDirect: cuda:0 on shm:
      * provider_hmem: ...)"). */
-    if (c->last_path.reason == TW_PATH_R_STAGED_NO_GPUDIRECT && c->gdr_why[0]) {
+    const char *why = NULL;
+    if (c->last_path.reason == TW_PATH_R_STAGED_NO_GPUDIRECT && c->gdr_why[0])
+        why = c->gdr_why;
+    else if (c->last_path.reason == TW_PATH_R_STAGED_SHM_PULL)
+        why = tw__path_reason_str(c->last_path.reason);
+    if (why) {
         size_t n = strlen(m->plane_text);
-        snprintf(m->plane_text + n, sizeof(m->plane_text) - n, " (not GPUDirect: %s)", c->gdr_why);
-    } else if (c->last_path.reason == TW_PATH_R_STAGED_SHM_PULL) {
-        size_t n = strlen(m->plane_text);
-        snprintf(m->plane_text + n, sizeof(m->plane_text) - n, " (not GPUDirect: %s)",
-                 tw__path_reason_str(c->last_path.reason));
+        snprintf(m->plane_text + n, sizeof(m->plane_text) - n, " (not GPUDirect: %s)", why);
     }
     return m->plane_text;
 }
