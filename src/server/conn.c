@@ -475,6 +475,8 @@ static int queue_frame(struct tw_srv_conn *c, const struct tw_msg *m)
         return (int)n;
     }
     ch->ref = NULL;
+    ch->dev_gpu = -1;
+    ch->dev_ticket = 0;
     ch->body = NULL;
     ch->body_len = 0;
     ch->hdr_len = (size_t)n;
@@ -558,6 +560,8 @@ int tw__conn_send_data(struct tw_srv_conn *c, uint64_t id, struct tw_tensor *t, 
     ch->body_len = len;
     ch->sent = 0;
     ch->ref = t;
+    ch->dev_gpu = -1;
+    ch->dev_ticket = 0;
     tw__tensor_ref(t);
     enqueue(c, ch);
     return 0;
@@ -669,21 +673,28 @@ static void conn_flush(struct tw_srv_conn *c)
         pump_sources(c);
         if (!c->out_head || budget == 0)
             break;
-        if (c->dev_fence) {
-            /* Queued frames whose bytes are still being copied from a GPU. */
-            char err[256];
-            if (tw__srv_stage_fence(c, err, sizeof(err)) != 0) {
-                c->srv->stats.staged_failed++;
-                char why[320];
-                snprintf(why, sizeof(why), "a copy from the GPU for queued DATA failed: %s", err);
-                TW_LOGW("conn %llu %s: %s", (unsigned long long)c->id, c->peer, why);
-                tw__conn_destroy(c, why);
-                return;
-            }
-        }
+        /* The frames from the head whose bytes are in place: a frame whose
+         * copy from a GPU still runs ends the write (its copy and those
+         * after it overlap this send), unless it is the first, which is
+         * waited for (the socket holds what was sent before). */
         struct iovec iov[MAX_IOV];
         int n_iov = 0;
         for (struct tw_out_chunk *ch = c->out_head; ch && n_iov < MAX_IOV - 1; ch = ch->next) {
+            if (ch->dev_gpu >= 0) {
+                char err[256];
+                int r = tw__srv_stage_ready(c, ch, n_iov == 0, err, sizeof(err));
+                if (r < 0) {
+                    c->srv->stats.staged_failed++;
+                    char why[320];
+                    snprintf(why, sizeof(why), "a copy from the GPU for queued DATA failed: %s",
+                             err);
+                    TW_LOGW("conn %llu %s: %s", (unsigned long long)c->id, c->peer, why);
+                    tw__conn_destroy(c, why);
+                    return;
+                }
+                if (r == 0)
+                    break;
+            }
             size_t s = ch->sent;
             if (s < ch->hdr_len) {
                 iov[n_iov].iov_base = ch->hdr + s;

@@ -69,6 +69,11 @@ struct tw_out_chunk {
     size_t body_len;
     size_t hdr_len;
     size_t sent; /* bytes of hdr+body already written */
+    /* A DATA frame whose body a queued copy from store GPU dev_gpu is still
+     * filling (xfer_staged.c): sent once that copy's ticket is done.
+     * dev_gpu -1: nothing to wait for. */
+    int dev_gpu;
+    uint64_t dev_ticket;
     uint8_t hdr[];
 };
 
@@ -132,9 +137,10 @@ struct tw_srv_conn {
     size_t out_ctl_bytes;
     size_t out_data_frames;
     uint64_t out_data_bytes; /* body bytes of the queued DATA frames */
-    /* Store GPU indexes (bit i: store.gpu[i]) with copies queued for DATA
-     * frames in the output queue (xfer_staged.c): conn_flush waits for
-     * them (tw__srv_stage_fence) before it sends anything. */
+    /* Store GPU indexes (bit i: store.gpu[i]) that copies were queued on
+     * for this connection's DATA frames (xfer_staged.c): each frame waits
+     * for its own copy (dev_gpu, dev_ticket); a teardown, or a frame that
+     * was not queued, waits for all of them (tw__srv_stage_fence). */
     uint64_t dev_fence;
 
     /* Transfers by request id, and the sources waiting to produce. */
@@ -376,6 +382,12 @@ void tw__srv_stage_destroy(struct tw_srv *srv);
  * negative code when one failed (the frames hold wrong bytes: the caller
  * closes the connection), with the reason in err. */
 int tw__srv_stage_fence(struct tw_srv_conn *c, char *err, size_t errlen);
+/* Whether the copy filling DATA frame ch is complete: 1 yes (ch needs no
+ * more waiting), 0 not yet (only when !wait), negative when it failed
+ * (reason in err; the caller closes the connection). Counts blocking
+ * waits in STATS. */
+int tw__srv_stage_ready(struct tw_srv_conn *c, struct tw_out_chunk *ch, int wait, char *err,
+                        size_t errlen);
 /* Pinned host bytes kept now and pins held by transfers (STATS). */
 void tw__srv_stage_stats(struct tw_srv *srv, uint64_t *pinned_bytes, uint64_t *pins_in_use);
 /* A completion of a pipelined pull put's read (cookie with bit 0 set, as

@@ -10,6 +10,7 @@
 #include "gpu/cuda.h"
 #include "mem/hostmem.h"
 #include "mem/memkind.h"
+#include "server/copy_tickets.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -137,20 +138,26 @@ static void cuda_devmem_free(int ordinal, void *p)
     }
 }
 
-/* The stream of each device's queued copies (the event loop's only), by
- * ordinal. Blocking: its copies start after the synchronous copies queued
- * before them on the legacy default stream (a put's cuMemcpyHtoD into the
- * version may still be running when it returns). */
-static CUstream devmem_stream[TW_CUDA_MAX_DEVICES];
-
-/* Queued device->host copies not yet handed to the driver, by ordinal:
- * they go as one cuMemcpyBatchAsync (tw__cuda_copy_batch) when
- * DEVMEM_BATCH are waiting, at the fence, and before any other copy or
- * free on that device (so nothing overtakes them, and their source
- * cannot be freed first). A batch the driver refused fails the next fence
- * (err, why), since the requests that queued it were told "queued". */
-#define DEVMEM_BATCH 64
-struct devmem_pending {
+/* Queued device->host copies, per device (by ordinal; the event loop's
+ * only):
+ *  - stream: blocking, so its copies start after the synchronous copies
+ *    queued before them on the legacy default stream (a put's cuMemcpyHtoD
+ *    into the version may still be running when it returns);
+ *  - the copies not yet handed to the driver: they go as one
+ *    cuMemcpyBatchAsync (tw__cuda_copy_batch) when DEVMEM_BATCH are
+ *    waiting, when a caller waits for one of them, and before any other
+ *    copy or free on that device (so nothing overtakes them, and their
+ *    source cannot be freed first); an event recorded behind each batch
+ *    tells when its copies are complete (copy_tickets.h). DEVMEM_BATCH is
+ *    a trade: a batch of 64 costs ~1.4 us per 32 KiB copy on the H200, one
+ *    of 16 ~1.8 (docs/performance.md), and a frame waits for its batch;
+ *  - a batch the driver refused fails the next wait (err, why), since the
+ *    requests that queued it were told "queued". */
+#define DEVMEM_BATCH 32
+struct devmem_queue {
+    const struct tw_cuda_api *cu;
+    CUstream stream;
+    struct tw_copy_tickets tickets;
     size_t n;
     void *dst[DEVMEM_BATCH];
     const void *src[DEVMEM_BATCH];
@@ -158,32 +165,105 @@ struct devmem_pending {
     int err;
     char why[160];
 };
-static struct devmem_pending *devmem_pend[TW_CUDA_MAX_DEVICES];
+static struct devmem_queue *devmem_q[TW_CUDA_MAX_DEVICES];
 
-static void devmem_submit(int ordinal)
+/* Copy markers: CUDA events on the queue's stream (ctx: the queue; the
+ * device's context is current in every caller). */
+static int ev_create(void *ctx, void **marker, char *err, size_t errlen)
 {
-    struct devmem_pending *p =
-        ordinal >= 0 && ordinal < TW_CUDA_MAX_DEVICES ? devmem_pend[ordinal] : NULL;
-    if (!p || !p->n)
-        return;
-    char why[160];
-    int rc = tw__cuda_copy_batch(ordinal, devmem_stream[ordinal], p->dst, p->src, p->len, p->n, 1,
-                                 NULL, why, sizeof(why));
-    p->n = 0;
-    if (rc && !p->err) {
-        p->err = rc;
-        snprintf(p->why, sizeof(p->why), "%s", why);
+    struct devmem_queue *q = ctx;
+    CUevent ev = NULL;
+    CUresult r = q->cu->cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
+    if (r != CUDA_SUCCESS)
+        return tw__cuda_fail(r, err, errlen, "cuEventCreate");
+    *marker = ev;
+    return 0;
+}
+
+static void ev_destroy(void *ctx, void *marker)
+{
+    struct devmem_queue *q = ctx;
+    (void)q->cu->cuEventDestroy((CUevent)marker);
+}
+
+static int ev_record(void *ctx, void *marker, char *err, size_t errlen)
+{
+    struct devmem_queue *q = ctx;
+    CUresult r = q->cu->cuEventRecord((CUevent)marker, q->stream);
+    return r == CUDA_SUCCESS ? 0 : tw__cuda_fail(r, err, errlen, "cuEventRecord");
+}
+
+static int ev_query(void *ctx, void *marker, char *err, size_t errlen)
+{
+    struct devmem_queue *q = ctx;
+    CUresult r = q->cu->cuEventQuery((CUevent)marker);
+    if (r == CUDA_SUCCESS)
+        return 1;
+    if (r == CUDA_ERROR_NOT_READY)
+        return 0;
+    return tw__cuda_fail(r, err, errlen, "copies from the GPU (cuEventQuery)");
+}
+
+static int ev_wait(void *ctx, void *marker, char *err, size_t errlen)
+{
+    struct devmem_queue *q = ctx;
+    CUresult r = q->cu->cuEventSynchronize((CUevent)marker);
+    return r == CUDA_SUCCESS
+               ? 0
+               : tw__cuda_fail(r, err, errlen, "copies from the GPU (cuEventSynchronize)");
+}
+
+static const struct tw_copy_marker_ops devmem_markers = {
+    .create = ev_create,
+    .destroy = ev_destroy,
+    .record = ev_record,
+    .query = ev_query,
+    .wait = ev_wait,
+};
+
+static void devmem_fail(struct devmem_queue *q, int rc, const char *why)
+{
+    if (rc && !q->err) {
+        q->err = rc;
+        snprintf(q->why, sizeof(q->why), "%s", why);
     }
 }
 
+static void devmem_submit(int ordinal)
+{
+    struct devmem_queue *q =
+        ordinal >= 0 && ordinal < TW_CUDA_MAX_DEVICES ? devmem_q[ordinal] : NULL;
+    if (!q || !q->n)
+        return;
+    char why[160];
+    int rc = tw__cuda_copy_batch(ordinal, q->stream, q->dst, q->src, q->len, q->n, 1, NULL, why,
+                                 sizeof(why));
+    q->n = 0;
+    devmem_fail(q, rc, why);
+    /* Marked even when refused: the tickets must be waitable, and the
+     * refusal fails the wait. */
+    devmem_fail(q, tw__copy_tickets_mark(&q->tickets, why, sizeof(why)), why);
+}
+
+/* The queue's error, reported once (0 when none). */
+static int devmem_take_err(struct devmem_queue *q, char *err, size_t errlen)
+{
+    int rc = q->err;
+    if (rc && err && errlen)
+        snprintf(err, errlen, "%s", q->why);
+    q->err = 0;
+    return rc;
+}
+
 /* One copy between a version's device memory and host memory: synchronous,
- * or (queue) a device->host copy queued for the device's stream. */
+ * or (queue) a device->host copy queued for the device's stream, with its
+ * ticket in *ticket. */
 static int cuda_devmem_copy(int ordinal, void *dst, const void *src, size_t len, int to_host,
-                            int queue, char *err, size_t errlen)
+                            uint64_t *ticket, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    const char *what = queue ? "cuMemcpyDtoHAsync" : to_host ? "cuMemcpyDtoH" : "cuMemcpyHtoD";
-    if (queue && (ordinal < 0 || ordinal >= TW_CUDA_MAX_DEVICES))
+    const char *what = ticket ? "cuMemcpyDtoHAsync" : to_host ? "cuMemcpyDtoH" : "cuMemcpyHtoD";
+    if (ticket && (ordinal < 0 || ordinal >= TW_CUDA_MAX_DEVICES))
         return TW_EDEVICE;
     int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
     if (rc == 0)
@@ -191,17 +271,24 @@ static int cuda_devmem_copy(int ordinal, void *dst, const void *src, size_t len,
     if (rc)
         return rc;
     CUresult r;
-    if (queue) {
-        if (!devmem_stream[ordinal] &&
-            (r = cu->cuStreamCreate(&devmem_stream[ordinal], CU_STREAM_DEFAULT)) != CUDA_SUCCESS)
-            return tw__cuda_fail(r, err, errlen, "cuStreamCreate on cuda:%d", ordinal);
-        struct devmem_pending *p = devmem_pend[ordinal];
-        if (!p && !(p = devmem_pend[ordinal] = calloc(1, sizeof(*p))))
-            return -ENOMEM;
-        p->dst[p->n] = dst;
-        p->src[p->n] = src;
-        p->len[p->n] = len;
-        if (++p->n == DEVMEM_BATCH)
+    if (ticket) {
+        struct devmem_queue *q = devmem_q[ordinal];
+        if (!q) {
+            if (!(q = calloc(1, sizeof(*q))))
+                return -ENOMEM;
+            q->cu = cu;
+            if ((r = cu->cuStreamCreate(&q->stream, CU_STREAM_DEFAULT)) != CUDA_SUCCESS) {
+                free(q);
+                return tw__cuda_fail(r, err, errlen, "cuStreamCreate on cuda:%d", ordinal);
+            }
+            tw__copy_tickets_init(&q->tickets, &devmem_markers, q);
+            devmem_q[ordinal] = q;
+        }
+        q->dst[q->n] = dst;
+        q->src[q->n] = src;
+        q->len[q->n] = len;
+        *ticket = tw__copy_tickets_issue(&q->tickets);
+        if (++q->n == DEVMEM_BATCH)
             devmem_submit(ordinal);
         return 0;
     }
@@ -216,41 +303,55 @@ static int cuda_devmem_copy(int ordinal, void *dst, const void *src, size_t len,
 static int cuda_devmem_to_host(int ordinal, void *dst, const void *src, size_t len, char *err,
                                size_t errlen)
 {
-    return cuda_devmem_copy(ordinal, dst, src, len, 1, 0, err, errlen);
+    return cuda_devmem_copy(ordinal, dst, src, len, 1, NULL, err, errlen);
 }
 
 static int cuda_devmem_from_host(int ordinal, void *dst, const void *src, size_t len, char *err,
                                  size_t errlen)
 {
-    return cuda_devmem_copy(ordinal, dst, src, len, 0, 0, err, errlen);
+    return cuda_devmem_copy(ordinal, dst, src, len, 0, NULL, err, errlen);
 }
 
-static int cuda_devmem_to_host_async(int ordinal, void *dst, const void *src, size_t len, char *err,
-                                     size_t errlen)
+static int cuda_devmem_to_host_async(int ordinal, void *dst, const void *src, size_t len,
+                                     uint64_t *ticket, char *err, size_t errlen)
 {
-    return cuda_devmem_copy(ordinal, dst, src, len, 1, 1, err, errlen);
+    return cuda_devmem_copy(ordinal, dst, src, len, 1, ticket, err, errlen);
+}
+
+static int cuda_devmem_copied(int ordinal, uint64_t ticket, int wait, char *err, size_t errlen)
+{
+    const struct tw_cuda_api *cu;
+    struct devmem_queue *q =
+        ordinal >= 0 && ordinal < TW_CUDA_MAX_DEVICES ? devmem_q[ordinal] : NULL;
+    if (!q || ticket <= q->tickets.completed)
+        return 1;
+    int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
+    if (rc)
+        return rc;
+    if (ticket > q->tickets.marked)
+        devmem_submit(ordinal);
+    if ((rc = devmem_take_err(q, err, errlen)) != 0)
+        return rc;
+    return tw__copy_tickets_done(&q->tickets, ticket, wait, err, errlen);
 }
 
 static int cuda_devmem_fence(int ordinal, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    if (ordinal < 0 || ordinal >= TW_CUDA_MAX_DEVICES || !devmem_stream[ordinal])
+    struct devmem_queue *q =
+        ordinal >= 0 && ordinal < TW_CUDA_MAX_DEVICES ? devmem_q[ordinal] : NULL;
+    if (!q)
         return 0;
     int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
     if (rc)
         return rc;
     devmem_submit(ordinal);
-    CUresult r = cu->cuStreamSynchronize(devmem_stream[ordinal]);
-    struct devmem_pending *p = devmem_pend[ordinal];
-    if (p && p->err) {
-        rc = p->err;
-        if (err && errlen)
-            snprintf(err, errlen, "%s", p->why);
-        p->err = 0;
+    CUresult r = cu->cuStreamSynchronize(q->stream);
+    if ((rc = devmem_take_err(q, err, errlen)) != 0)
         return rc;
-    }
     if (r != CUDA_SUCCESS)
         return tw__cuda_fail(r, err, errlen, "copies from cuda:%d (cuStreamSynchronize)", ordinal);
+    tw__copy_tickets_all_done(&q->tickets);
     return 0;
 }
 
@@ -272,6 +373,7 @@ const struct tw_store_devmem_ops tw__store_devmem_cuda = {
     .pin = cuda_devmem_pin,
     .unpin = cuda_devmem_unpin,
     .to_host_async = cuda_devmem_to_host_async,
+    .copied = cuda_devmem_copied,
     .fence = cuda_devmem_fence,
 };
 

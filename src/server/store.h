@@ -84,14 +84,20 @@ struct tw_store_devmem_ops {
      * staged transfers pinned through a registration cache). */
     int (*pin)(int ordinal, void *p, size_t len, char *err, size_t errlen);
     void (*unpin)(int ordinal, void *p);
-    /* Optional (NULL: staging copies synchronously): queue a copy from
-     * device memory to pinned host memory on the device's own stream and
-     * return; the bytes are in place only after fence(ordinal) returned 0.
-     * dst must stay allocated until then. A copy refused when queued fails
-     * here (0 or a negative code, reason in err); one that fails while it
-     * runs fails the fence. */
-    int (*to_host_async)(int ordinal, void *dst, const void *src, size_t len, char *err,
-                         size_t errlen);
+    /* Optional, all three or none (NULL: staging copies synchronously):
+     * to_host_async queues a copy from device memory to pinned host memory
+     * on the device's own stream, returns and sets *ticket, the copy's
+     * number on that device (increasing). The bytes are in place once
+     * copied(ordinal, ticket, ...) answered 1 (which also covers every
+     * earlier ticket of the device) or fence(ordinal) returned 0. dst must
+     * stay allocated until then. copied: 1 done, 0 not yet (only when
+     * !wait; it never blocks then), or a negative code. A copy refused when
+     * queued fails here (0 or a negative code, reason in err); one that
+     * fails while it runs, or a batch the driver refused later, fails the
+     * next copied or fence of that device. */
+    int (*to_host_async)(int ordinal, void *dst, const void *src, size_t len, uint64_t *ticket,
+                         char *err, size_t errlen);
+    int (*copied)(int ordinal, uint64_t ticket, int wait, char *err, size_t errlen);
     int (*fence)(int ordinal, char *err, size_t errlen);
 };
 extern const struct tw_store_devmem_ops tw__store_devmem_cuda;

@@ -132,6 +132,24 @@ int tw__srv_stage_fence(struct tw_srv_conn *c, char *err, size_t errlen)
     return rc;
 }
 
+int tw__srv_stage_ready(struct tw_srv_conn *c, struct tw_out_chunk *ch, int wait, char *err,
+                        size_t errlen)
+{
+    struct tw_store *st = &c->srv->store;
+    const struct tw_store_devmem_ops *m = tw__store_devmem(st);
+    int ordinal = st->gpu[ch->dev_gpu].ordinal;
+    int r = m->copied(ordinal, ch->dev_ticket, 0, err, errlen);
+    if (r == 0 && wait) {
+        c->srv->stats.staged_copy_waits++;
+        uint64_t t0 = tw__now_ns();
+        r = m->copied(ordinal, ch->dev_ticket, 1, err, errlen);
+        c->srv->stats.staged_copy_wait_ns += tw__now_ns() - t0;
+    }
+    if (r == 1)
+        ch->dev_gpu = -1;
+    return r;
+}
+
 void tw__srv_stage_stats(struct tw_srv *srv, uint64_t *pinned_bytes, uint64_t *pins_in_use)
 {
     *pinned_bytes = *pins_in_use = 0;
@@ -566,17 +584,18 @@ static int staged_pump(struct tw_xfer *x)
         chunk = TW_SRV_DATA_CHUNK;
     uint64_t left = x->t->byte_length - x->done;
     size_t len = left < chunk ? (size_t)left : chunk;
+    uint64_t ticket = 0;
     if (len && x->dev_t) {
         char err[256];
         int ordinal = x->dev_t->store->gpu[x->dev_t->gpu].ordinal;
         int rc;
-        /* A small host copy in the pinned slab: queue the copy and let
-         * conn_flush wait once for all the frames it sends together (a
-         * synchronous copy costs ~9-13 us per 32 KiB block on the H200, a
-         * queued one ~2.4: docs/performance.md). */
-        if (x->t->pinned && m->to_host_async && m->fence) {
-            rc = m->to_host_async(ordinal, x->t->data + x->done, x->dev_t->data + x->done, len, err,
-                                  sizeof(err));
+        /* A small host copy in the pinned slab: queue the copy, and
+         * conn_flush sends the frame once its ticket is done (a synchronous
+         * copy costs ~9-13 us per 32 KiB block on the H200, a queued one
+         * ~1.4-2.4: docs/performance.md), the frames before it meanwhile. */
+        if (x->t->pinned && m->to_host_async && m->copied && m->fence) {
+            rc = m->to_host_async(ordinal, x->t->data + x->done, x->dev_t->data + x->done, len,
+                                  &ticket, err, sizeof(err));
             if (rc == 0) {
                 x->conn->dev_fence |= (uint64_t)1 << x->dev_t->gpu;
                 x->conn->srv->stats.staged_async_copies++;
@@ -593,7 +612,22 @@ static int staged_pump(struct tw_xfer *x)
             return rc;
         }
     }
+    struct tw_out_chunk *tail = x->conn->out_tail;
     int rc = inner_of(x)->pump(x);
+    if (rc >= 0 && ticket) {
+        /* The inline plane queued exactly one DATA frame: this copy's. */
+        struct tw_out_chunk *ch = x->conn->out_tail;
+        if (ch && ch != tail && ch->ref == x->t) {
+            ch->dev_gpu = x->dev_t->gpu;
+            ch->dev_ticket = ticket;
+        } else { /* not expected: make every frame wait for every copy */
+            char err[256];
+            if (tw__srv_stage_fence(x->conn, err, sizeof(err)) != 0) {
+                snprintf(x->why, sizeof(x->why), "copying it from the GPU failed: %.150s", err);
+                return TW_EINTERNAL;
+            }
+        }
+    }
     if (rc < 0 && x->conn->dev_fence) {
         /* The frame was not queued: the host copy may go with x, so no copy
          * may still be writing it. */
