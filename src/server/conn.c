@@ -1000,6 +1000,10 @@ static int process_buffered(struct tw_srv_conn *c)
         if (handle_verdict(c, v, &hdr, p, flen) < 0)
             return -1;
     } else {
+        /* Nothing but another put may run before the queued commits are
+         * published: a request after them sees them stored. */
+        if (c->commit_head && hdr.tag != TW_TAG_TENSOR_PUT)
+            tw__xfer_commits_flush(c);
         tw__handle_msg(c, &m);
     }
     c->in_start += flen;
@@ -1101,8 +1105,14 @@ static void conn_on_io(struct tw_loop *loop, struct tw_io *io, uint32_t events)
 {
     struct tw_srv_conn *c = io->data;
     c->in_io = 1;
-    if (events & EPOLLIN)
+    if (events & EPOLLIN) {
+        /* Small staged puts completed by this read queue their copies into
+         * the GPU and are published together at its end (xfer.h). */
+        c->defer_commits = 1;
         conn_read(c);
+        c->defer_commits = 0;
+        tw__xfer_commits_flush(c);
+    }
     if ((events & (EPOLLERR | EPOLLHUP)) && !(events & EPOLLIN))
         conn_eof(c, (events & EPOLLERR) ? "connection reset by peer" : "peer hung up", 0);
     else

@@ -142,6 +142,11 @@ struct tw_srv_conn {
      * for its own copy (dev_gpu, dev_ticket); a teardown, or a frame that
      * was not queued, waits for all of them (tw__srv_stage_fence). */
     uint64_t dev_fence;
+    /* Puts whose copy into the GPU was queued, to publish in this order
+     * (xfer.h, tw__xfer_commits_flush); defer_commits is set while the
+     * connection reads, the only time a commit may be queued. */
+    struct tw_xfer *commit_head, *commit_tail;
+    int defer_commits;
 
     /* Transfers by request id, and the sources waiting to produce. */
     struct tw_xfer **xtab;
@@ -176,6 +181,7 @@ struct tw_srv_stats {
     /* Small host copies queued asynchronously, and the waits for them
      * before sending (one wait covers every frame queued since the last). */
     uint64_t staged_async_copies, staged_copy_waits, staged_copy_wait_ns;
+    uint64_t staged_async_commits;
     /* Transfers that moved all their bytes, by path (tw__path_format's
      * words): every transfer records its path here and in the log. */
     uint64_t path_inline, path_inline_staged, path_rdma_pull, path_rdma_push, path_rdma_staged,
@@ -388,6 +394,9 @@ int tw__srv_stage_fence(struct tw_srv_conn *c, char *err, size_t errlen);
  * waits in STATS. */
 int tw__srv_stage_ready(struct tw_srv_conn *c, struct tw_out_chunk *ch, int wait, char *err,
                         size_t errlen);
+/* Waits for the queued copy of x's commit (x->commit_gpu, commit_ticket):
+ * 0, or a negative code with "copying it to cuda:N failed: ..." in err. */
+int tw__srv_stage_commit_wait(struct tw_xfer *x, char *err, size_t errlen);
 /* Pinned host bytes kept now and pins held by transfers (STATS). */
 void tw__srv_stage_stats(struct tw_srv *srv, uint64_t *pinned_bytes, uint64_t *pins_in_use);
 /* A completion of a pipelined pull put's read (cookie with bit 0 set, as

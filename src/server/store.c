@@ -98,7 +98,11 @@ uint64_t tw__store_trim_spares(struct tw_store *s)
         freed += s->spare[i].len;
         drop_spare(s, i);
     }
-    /* Small tensors' free blocks, by the same rule. */
+    /* Small tensors' free blocks, by the same rule; kept device blocks
+     * likewise, by size. */
+    const struct tw_store_devmem_ops *m = tw__store_devmem(s);
+    for (unsigned i = 0; m->trim && i < s->ngpus; i++)
+        freed += m->trim(s->gpu[i].ordinal, 0);
     return freed + tw__slab_trim(&s->slab);
 }
 
@@ -112,34 +116,8 @@ static uint64_t hash_name(const uint8_t *s, size_t n)
     return h;
 }
 
-/* GPU-resident versions: device memory on the device's primary context. */
-static int cuda_devmem_alloc(int ordinal, size_t len, void **p, char *err, size_t errlen)
-{
-    const struct tw_cuda_api *cu;
-    int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
-    if (rc)
-        return rc;
-    CUdeviceptr d = 0;
-    CUresult r = cu->cuMemAlloc(&d, len);
-    if (r != CUDA_SUCCESS)
-        return tw__cuda_fail(r, err, errlen, "cuMemAlloc(%zu) on cuda:%d", len, ordinal);
-    *p = (void *)(uintptr_t)d;
-    return 0;
-}
-
-static void devmem_submit(int ordinal);
-
-static void cuda_devmem_free(int ordinal, void *p)
-{
-    const struct tw_cuda_api *cu;
-    if (p && tw__cuda_enter(ordinal, &cu, NULL, 0) == 0) {
-        devmem_submit(ordinal); /* copies queued from it read it first */
-        cu->cuMemFree((CUdeviceptr)(uintptr_t)p);
-    }
-}
-
-/* Queued device->host copies, per device (by ordinal; the event loop's
- * only):
+/* Queued copies between device memory and pinned host memory, per device
+ * (by ordinal; the event loop's only):
  *  - stream: blocking, so its copies start after the synchronous copies
  *    queued before them on the legacy default stream (a put's cuMemcpyHtoD
  *    into the version may still be running when it returns);
@@ -154,16 +132,37 @@ static void cuda_devmem_free(int ordinal, void *p)
  *  - a batch the driver refused fails the next wait (err, why), since the
  *    requests that queued it were told "queued". */
 #define DEVMEM_BATCH 32
+#define DEVKEEP_MAX_LEN ((size_t)1 << 20)
+#define DEVKEEP_BYTES ((uint64_t)256 << 20)
+#define DEVKEEP_CLASSES 8
 struct devmem_queue {
     const struct tw_cuda_api *cu;
     CUstream stream;
     struct tw_copy_tickets tickets;
     size_t n;
+    int to_host; /* direction of the n copies waiting (one batch, one way) */
     void *dst[DEVMEM_BATCH];
     const void *src[DEVMEM_BATCH];
     size_t len[DEVMEM_BATCH];
     int err;
     char why[160];
+    /* Device blocks of freed small versions, kept for reuse by exact size:
+     * cuMemAlloc + cuMemFree cost ~6.3 us per 32 KiB block on the H200
+     * (docs/performance.md), and an overwrite frees a block of the size
+     * the next put needs. Blocks under DEVKEEP_MAX_LEN, at most
+     * DEVKEEP_BYTES per device; a class unused for a whole trim period is
+     * freed (tw__store_trim_spares). A kept block may still be read by
+     * copies queued before its free: it is handed out again only once
+     * they are done (its ticket). */
+    struct devkeep_class {
+        size_t len, n, cap;
+        struct devkeep_block {
+            void *p;
+            uint64_t ticket;
+        } * blk;
+        int used;
+    } keep[DEVKEEP_CLASSES];
+    uint64_t kept_bytes;
 };
 static struct devmem_queue *devmem_q[TW_CUDA_MAX_DEVICES];
 
@@ -236,8 +235,8 @@ static void devmem_submit(int ordinal)
     if (!q || !q->n)
         return;
     char why[160];
-    int rc = tw__cuda_copy_batch(ordinal, q->stream, q->dst, q->src, q->len, q->n, 1, NULL, why,
-                                 sizeof(why));
+    int rc = tw__cuda_copy_batch(ordinal, q->stream, q->dst, q->src, q->len, q->n, q->to_host, NULL,
+                                 why, sizeof(why));
     q->n = 0;
     devmem_fail(q, rc, why);
     /* Marked even when refused: the tickets must be waitable, and the
@@ -255,14 +254,150 @@ static int devmem_take_err(struct devmem_queue *q, char *err, size_t errlen)
     return rc;
 }
 
+/* Device ordinal's queue, made on first use (its context is current). */
+static int devmem_queue_of(int ordinal, const struct tw_cuda_api *cu, struct devmem_queue **out,
+                           char *err, size_t errlen)
+{
+    struct devmem_queue *q = devmem_q[ordinal];
+    if (!q) {
+        if (!(q = calloc(1, sizeof(*q))))
+            return -ENOMEM;
+        q->cu = cu;
+        CUresult r = cu->cuStreamCreate(&q->stream, CU_STREAM_DEFAULT);
+        if (r != CUDA_SUCCESS) {
+            free(q);
+            return tw__cuda_fail(r, err, errlen, "cuStreamCreate on cuda:%d", ordinal);
+        }
+        tw__copy_tickets_init(&q->tickets, &devmem_markers, q);
+        devmem_q[ordinal] = q;
+    }
+    *out = q;
+    return 0;
+}
+
+/* Frees the kept blocks of q's classes unused since the last call (all:
+ * every one). Returns the bytes freed. */
+static uint64_t devkeep_trim(struct devmem_queue *q, int all)
+{
+    uint64_t freed = 0;
+    for (int i = 0; i < DEVKEEP_CLASSES; i++) {
+        struct devkeep_class *k = &q->keep[i];
+        if (!all && k->used) {
+            k->used = 0;
+            continue;
+        }
+        for (size_t j = 0; j < k->n; j++)
+            (void)q->cu->cuMemFree((CUdeviceptr)(uintptr_t)k->blk[j].p);
+        freed += (uint64_t)k->n * k->len;
+        q->kept_bytes -= (uint64_t)k->n * k->len;
+        free(k->blk);
+        memset(k, 0, sizeof(*k));
+    }
+    return freed;
+}
+
+/* GPU-resident versions: device memory on the device's primary context,
+ * small blocks from the kept ones first. */
+static int cuda_devmem_alloc(int ordinal, size_t len, void **p, char *err, size_t errlen)
+{
+    const struct tw_cuda_api *cu;
+    struct devmem_queue *q = NULL;
+    int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
+    if (rc)
+        return rc;
+    if (len < DEVKEEP_MAX_LEN && ordinal < TW_CUDA_MAX_DEVICES &&
+        devmem_queue_of(ordinal, cu, &q, NULL, 0) == 0) {
+        for (int i = 0; i < DEVKEEP_CLASSES; i++) {
+            struct devkeep_class *k = &q->keep[i];
+            if (k->len != len || !k->n)
+                continue;
+            struct devkeep_block b = k->blk[--k->n];
+            q->kept_bytes -= len;
+            k->used = 1;
+            /* Copies queued before its free may still read it. */
+            if (b.ticket > q->tickets.completed) {
+                if (b.ticket > q->tickets.marked)
+                    devmem_submit(ordinal);
+                char why[160];
+                if (tw__copy_tickets_done(&q->tickets, b.ticket, 1, why, sizeof(why)) < 0) {
+                    (void)cu->cuMemFree((CUdeviceptr)(uintptr_t)b.p);
+                    break; /* the copy's failure is its reader's; allocate anew */
+                }
+            }
+            *p = b.p;
+            return 0;
+        }
+    }
+    CUdeviceptr d = 0;
+    CUresult r = cu->cuMemAlloc(&d, len);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && q && q->kept_bytes) {
+        devkeep_trim(q, 1); /* kept blocks must not make a put fail */
+        r = cu->cuMemAlloc(&d, len);
+    }
+    if (r != CUDA_SUCCESS)
+        return tw__cuda_fail(r, err, errlen, "cuMemAlloc(%zu) on cuda:%d", len, ordinal);
+    *p = (void *)(uintptr_t)d;
+    return 0;
+}
+
+static void cuda_devmem_free(int ordinal, void *p, size_t len)
+{
+    const struct tw_cuda_api *cu;
+    if (!p || tw__cuda_enter(ordinal, &cu, NULL, 0) != 0)
+        return;
+    devmem_submit(ordinal); /* copies queued from it read it first */
+    struct devmem_queue *q = ordinal < TW_CUDA_MAX_DEVICES ? devmem_q[ordinal] : NULL;
+    if (q && len < DEVKEEP_MAX_LEN && q->kept_bytes + len <= DEVKEEP_BYTES) {
+        struct devkeep_class *k = NULL;
+        for (int i = 0; i < DEVKEEP_CLASSES && !k; i++)
+            if (q->keep[i].len == len)
+                k = &q->keep[i];
+        for (int i = 0; i < DEVKEEP_CLASSES && !k; i++)
+            if (!q->keep[i].n && !q->keep[i].cap)
+                k = &q->keep[i];
+        if (k && k->n == k->cap) {
+            size_t cap = k->cap ? 2 * k->cap : 64;
+            struct devkeep_block *nb = realloc(k->blk, cap * sizeof(*nb));
+            if (nb) {
+                k->blk = nb;
+                k->cap = cap;
+            }
+        }
+        if (k && k->n < k->cap) {
+            k->len = len;
+            k->used = 1;
+            k->blk[k->n++] = (struct devkeep_block){.p = p, .ticket = q->tickets.issued};
+            q->kept_bytes += len;
+            return;
+        }
+    }
+    cu->cuMemFree((CUdeviceptr)(uintptr_t)p);
+}
+
+static uint64_t cuda_devmem_trim(int ordinal, int all)
+{
+    const struct tw_cuda_api *cu;
+    struct devmem_queue *q =
+        ordinal >= 0 && ordinal < TW_CUDA_MAX_DEVICES ? devmem_q[ordinal] : NULL;
+    if (!q || tw__cuda_enter(ordinal, &cu, NULL, 0) != 0)
+        return 0;
+    if (all) { /* nothing queued may still read them */
+        devmem_submit(ordinal);
+        (void)cu->cuStreamSynchronize(q->stream);
+    }
+    return devkeep_trim(q, all);
+}
+
 /* One copy between a version's device memory and host memory: synchronous,
- * or (queue) a device->host copy queued for the device's stream, with its
- * ticket in *ticket. */
+ * or (ticket not NULL) queued for the device's stream, with its ticket in
+ * *ticket. */
 static int cuda_devmem_copy(int ordinal, void *dst, const void *src, size_t len, int to_host,
                             uint64_t *ticket, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    const char *what = ticket ? "cuMemcpyDtoHAsync" : to_host ? "cuMemcpyDtoH" : "cuMemcpyHtoD";
+    const char *what = ticket    ? (to_host ? "cuMemcpyDtoHAsync" : "cuMemcpyHtoDAsync")
+                       : to_host ? "cuMemcpyDtoH"
+                                 : "cuMemcpyHtoD";
     if (ticket && (ordinal < 0 || ordinal >= TW_CUDA_MAX_DEVICES))
         return TW_EDEVICE;
     int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
@@ -272,18 +407,12 @@ static int cuda_devmem_copy(int ordinal, void *dst, const void *src, size_t len,
         return rc;
     CUresult r;
     if (ticket) {
-        struct devmem_queue *q = devmem_q[ordinal];
-        if (!q) {
-            if (!(q = calloc(1, sizeof(*q))))
-                return -ENOMEM;
-            q->cu = cu;
-            if ((r = cu->cuStreamCreate(&q->stream, CU_STREAM_DEFAULT)) != CUDA_SUCCESS) {
-                free(q);
-                return tw__cuda_fail(r, err, errlen, "cuStreamCreate on cuda:%d", ordinal);
-            }
-            tw__copy_tickets_init(&q->tickets, &devmem_markers, q);
-            devmem_q[ordinal] = q;
-        }
+        struct devmem_queue *q = NULL;
+        if ((rc = devmem_queue_of(ordinal, cu, &q, err, errlen)) != 0)
+            return rc;
+        if (q->n && q->to_host != to_host)
+            devmem_submit(ordinal); /* a batch goes one way */
+        q->to_host = to_host;
         q->dst[q->n] = dst;
         q->src[q->n] = src;
         q->len[q->n] = len;
@@ -312,10 +441,10 @@ static int cuda_devmem_from_host(int ordinal, void *dst, const void *src, size_t
     return cuda_devmem_copy(ordinal, dst, src, len, 0, NULL, err, errlen);
 }
 
-static int cuda_devmem_to_host_async(int ordinal, void *dst, const void *src, size_t len,
-                                     uint64_t *ticket, char *err, size_t errlen)
+static int cuda_devmem_copy_async(int ordinal, void *dst, const void *src, size_t len, int to_host,
+                                  uint64_t *ticket, char *err, size_t errlen)
 {
-    return cuda_devmem_copy(ordinal, dst, src, len, 1, ticket, err, errlen);
+    return cuda_devmem_copy(ordinal, dst, src, len, to_host, ticket, err, errlen);
 }
 
 static int cuda_devmem_copied(int ordinal, uint64_t ticket, int wait, char *err, size_t errlen)
@@ -368,11 +497,12 @@ static void cuda_devmem_unpin(int ordinal, void *p)
 const struct tw_store_devmem_ops tw__store_devmem_cuda = {
     .alloc = cuda_devmem_alloc,
     .free = cuda_devmem_free,
+    .trim = cuda_devmem_trim,
     .to_host = cuda_devmem_to_host,
     .from_host = cuda_devmem_from_host,
     .pin = cuda_devmem_pin,
     .unpin = cuda_devmem_unpin,
-    .to_host_async = cuda_devmem_to_host_async,
+    .copy_async = cuda_devmem_copy_async,
     .copied = cuda_devmem_copied,
     .fence = cuda_devmem_fence,
 };
@@ -500,6 +630,9 @@ void tw__store_destroy(struct tw_store *s)
         s->spare[i].p = NULL;
     }
     s->spare_bytes = 0;
+    const struct tw_store_devmem_ops *m = tw__store_devmem(s);
+    for (unsigned i = 0; m->trim && i < s->ngpus; i++)
+        (void)m->trim(s->gpu[i].ordinal, 1);
     tw__slab_destroy(&s->slab);
     tw__slab_destroy(&s->pinned_slab);
 }
@@ -642,7 +775,7 @@ void tw__tensor_unref(struct tw_tensor *t)
         const struct tw_store_devmem_ops *m = s->devmem ? s->devmem : &tw__store_devmem_cuda;
         s->gpu[t->gpu].reserved -= t->byte_length;
         if (t->data)
-            m->free(s->gpu[t->gpu].ordinal, t->data);
+            m->free(s->gpu[t->gpu].ordinal, t->data, t->alloc_len);
     } else {
         s->reserved -= t->byte_length;
         if (t->mmapped)

@@ -73,7 +73,12 @@ struct tw_tensor {
  * the daemon, a host-memory double in tests. */
 struct tw_store_devmem_ops {
     int (*alloc)(int ordinal, size_t len, void **p, char *err, size_t errlen);
-    void (*free)(int ordinal, void *p);
+    /* len: the alloc's. May keep the memory for a later alloc of the same
+     * len (the CUDA ops keep small blocks, up to a bound). */
+    void (*free)(int ordinal, void *p, size_t len);
+    /* Optional: gives back memory free kept since the previous call (all:
+     * every byte kept); the bytes given back. */
+    uint64_t (*trim)(int ordinal, int all);
     /* Synchronous copies between a version's device memory and host memory
      * (the staging planes, xfer_staged.c): 0 or a negative code with the
      * reason in err. NULL: GPU versions cannot be moved (staging refuses). */
@@ -85,18 +90,19 @@ struct tw_store_devmem_ops {
     int (*pin)(int ordinal, void *p, size_t len, char *err, size_t errlen);
     void (*unpin)(int ordinal, void *p);
     /* Optional, all three or none (NULL: staging copies synchronously):
-     * to_host_async queues a copy from device memory to pinned host memory
-     * on the device's own stream, returns and sets *ticket, the copy's
-     * number on that device (increasing). The bytes are in place once
-     * copied(ordinal, ticket, ...) answered 1 (which also covers every
-     * earlier ticket of the device) or fence(ordinal) returned 0. dst must
-     * stay allocated until then. copied: 1 done, 0 not yet (only when
-     * !wait; it never blocks then), or a negative code. A copy refused when
-     * queued fails here (0 or a negative code, reason in err); one that
-     * fails while it runs, or a batch the driver refused later, fails the
-     * next copied or fence of that device. */
-    int (*to_host_async)(int ordinal, void *dst, const void *src, size_t len, uint64_t *ticket,
-                         char *err, size_t errlen);
+     * copy_async queues a copy between device memory and pinned host
+     * memory (to_host: device -> host, else host -> device) on the
+     * device's own stream, in queue order, returns and sets *ticket, the
+     * copy's number on that device (increasing). The bytes are in place
+     * once copied(ordinal, ticket, ...) answered 1 (which also covers
+     * every earlier ticket of the device) or fence(ordinal) returned 0.
+     * Both buffers must stay allocated until then. copied: 1 done, 0 not
+     * yet (only when !wait; it never blocks then), or a negative code. A
+     * copy refused when queued fails here (0 or a negative code, reason in
+     * err); one that fails while it runs, or a batch the driver refused
+     * later, fails the next copied or fence of that device. */
+    int (*copy_async)(int ordinal, void *dst, const void *src, size_t len, int to_host,
+                      uint64_t *ticket, char *err, size_t errlen);
     int (*copied)(int ordinal, uint64_t ticket, int wait, char *err, size_t errlen);
     int (*fence)(int ordinal, char *err, size_t errlen);
 };

@@ -79,9 +79,30 @@ static void count_path(struct tw_srv_stats *st, const struct tw_xfer *x)
         (*(p->mode == TW_PATH_PUSH ? &st->path_rdma_push : &st->path_rdma_pull))++;
 }
 
+/* Takes x off c's list of queued commits. */
+static void commits_unlink(struct tw_srv_conn *c, struct tw_xfer *x)
+{
+    struct tw_xfer **pp = &c->commit_head, *prev = NULL;
+    for (; *pp && *pp != x; pp = &(*pp)->cnext)
+        prev = *pp;
+    if (!*pp)
+        return;
+    *pp = x->cnext;
+    if (c->commit_tail == x)
+        c->commit_tail = prev;
+    x->cnext = NULL;
+    x->in_commits = 0;
+}
+
 void tw__xfer_destroy(struct tw_xfer *x)
 {
     struct tw_srv_conn *c = x->conn;
+    if (x->in_commits) {
+        /* Not published: its copy must not run into freed memory. */
+        char err[128];
+        (void)tw__srv_stage_commit_wait(x, err, sizeof(err));
+        commits_unlink(c, x);
+    }
     count_path(&c->srv->stats, x);
     tw__metrics_xfer_end(&c->srv->metrics, x, tw__metrics_now_ns());
     tw__loop_timer_stop(&c->srv->loop, &x->deadline);
@@ -110,6 +131,21 @@ void tw__xfer_want_pump(struct tw_xfer *x)
     x->in_send_list = 1;
 }
 
+static void put_publish(struct tw_xfer *x, struct tw_tensor *t, uint64_t ms);
+
+/* The commit failed: INTERNAL, nothing stored; destroys x. */
+static void put_fail(struct tw_xfer *x, const char *why)
+{
+    struct tw_srv_conn *c = x->conn;
+    uint64_t id = x->id;
+    char name[80];
+    snprintf(name, sizeof(name), "%.64s", x->t->name);
+    x->failed = 1;
+    tw__xfer_destroy(x);
+    tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "put of '%s': %s; nothing was stored", name, why);
+    tw__conn_maybe_finish(c);
+}
+
 void tw__xfer_put_complete(struct tw_xfer *x)
 {
     struct tw_srv_conn *c = x->conn;
@@ -119,14 +155,21 @@ void tw__xfer_put_complete(struct tw_xfer *x)
     int crc_ok = !t->has_crc || x->crc == t->crc32c;
 
     if (crc_ok && x->ops->commit) {
-        char why[256], name[80];
+        char why[256];
         int rc = x->ops->commit(x, &t, why, sizeof(why));
         if (rc < 0) {
-            snprintf(name, sizeof(name), "%.64s", t->name);
-            tw__xfer_destroy(x);
-            tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "put of '%s': %s; nothing was stored",
-                                name, why);
-            tw__conn_maybe_finish(c);
+            put_fail(x, why);
+            return;
+        }
+        if (rc == 1) { /* published once its copy is done */
+            x->commit_t = t;
+            x->in_commits = 1;
+            x->cnext = NULL;
+            if (c->commit_tail)
+                c->commit_tail->cnext = x;
+            else
+                c->commit_head = x;
+            c->commit_tail = x;
             return;
         }
     }
@@ -143,6 +186,27 @@ void tw__xfer_put_complete(struct tw_xfer *x)
         tw__conn_maybe_finish(c);
         return;
     }
+    put_publish(x, t, ms);
+}
+
+void tw__xfer_commits_flush(struct tw_srv_conn *c)
+{
+    while (c->commit_head) {
+        struct tw_xfer *x = c->commit_head;
+        char why[256];
+        int rc = tw__srv_stage_commit_wait(x, why, sizeof(why));
+        commits_unlink(c, x);
+        if (rc < 0)
+            put_fail(x, why);
+        else
+            put_publish(x, x->commit_t, tw__loop_now(&c->srv->loop) - x->started_ms);
+    }
+}
+
+static void put_publish(struct tw_xfer *x, struct tw_tensor *t, uint64_t ms)
+{
+    struct tw_srv_conn *c = x->conn;
+    uint64_t id = x->id;
     tw__store_commit(&c->srv->store, t);
     c->srv->stats.puts++;
     TW_LOGD("conn %llu %s: stored '%s' (%llu bytes, %llu ms)", (unsigned long long)c->id, c->peer,

@@ -63,7 +63,10 @@ struct tw_dp_ops {
      * publish instead of x->t (the staging planes copy their host version
      * into the GPU version here and publish that; x keeps its references,
      * release drops them). 0, or a negative code with the reason in err:
-     * the put fails with INTERNAL. */
+     * the put fails with INTERNAL. Where the connection collects commits
+     * (conn->defer_commits) it may instead queue its copy and return 1
+     * with x->commit_gpu / x->commit_ticket set: the version is published
+     * (and OK sent) by tw__xfer_commits_flush once that copy is done. */
     int (*commit)(struct tw_xfer *x, struct tw_tensor **publish, char *err, size_t errlen);
     /* Releases data-plane resources (registrations); called by destroy. */
     void (*release)(struct tw_xfer *x);
@@ -106,6 +109,14 @@ struct tw_xfer {
      * says it all). */
     char why[200];
     struct tw_timer deadline;
+    /* A commit waiting for its copy (see commit above): the store GPU
+     * index and ticket of the copy, the version to publish, and the
+     * connection's list of them (in completion order). */
+    int commit_gpu;
+    uint64_t commit_ticket;
+    struct tw_tensor *commit_t;
+    struct tw_xfer *cnext;
+    int in_commits;
     struct tw_xfer *hnext;         /* connection's id table */
     struct tw_xfer *snext, *sprev; /* connection's list of sources to pump */
     int in_send_list;
@@ -120,8 +131,15 @@ struct tw_xfer *tw__xfer_new(struct tw_srv_conn *c, uint64_t id, enum tw_xfer_di
 /* Removes x from its connection and frees it (see Ownership above). */
 void tw__xfer_destroy(struct tw_xfer *x);
 /* A PUT whose bytes all arrived: verifies the CRC, publishes the version and
- * answers OK, or answers CHECKSUM_MISMATCH; then destroys x. */
+ * answers OK, or answers CHECKSUM_MISMATCH; then destroys x. A commit whose
+ * copy was queued leaves x on the connection's list instead. */
 void tw__xfer_put_complete(struct tw_xfer *x);
+/* Publishes (and answers) the puts on c's list of queued commits, in
+ * order, each once its copy is done (waiting for it); a failed copy fails
+ * its put with INTERNAL. Called before the event loop could let anything
+ * observe the store: at the end of the connection's read, and before a
+ * request other than a put is handled. */
+void tw__xfer_commits_flush(struct tw_srv_conn *c);
 /* Makes a source transfer eligible for pumping (round robin per connection). */
 void tw__xfer_want_pump(struct tw_xfer *x);
 

@@ -593,9 +593,9 @@ static int staged_pump(struct tw_xfer *x)
          * conn_flush sends the frame once its ticket is done (a synchronous
          * copy costs ~9-13 us per 32 KiB block on the H200, a queued one
          * ~1.4-2.4: docs/performance.md), the frames before it meanwhile. */
-        if (x->t->pinned && m->to_host_async && m->copied && m->fence) {
-            rc = m->to_host_async(ordinal, x->t->data + x->done, x->dev_t->data + x->done, len,
-                                  &ticket, err, sizeof(err));
+        if (x->t->pinned && m->copy_async && m->copied && m->fence) {
+            rc = m->copy_async(ordinal, x->t->data + x->done, x->dev_t->data + x->done, len, 1,
+                               &ticket, err, sizeof(err));
             if (rc == 0) {
                 x->conn->dev_fence |= (uint64_t)1 << x->dev_t->gpu;
                 x->conn->srv->stats.staged_async_copies++;
@@ -670,6 +670,26 @@ static int staged_commit(struct tw_xfer *x, struct tw_tensor **publish, char *er
         return TW_EINTERNAL;
     }
     int ordinal = dev->store->gpu[dev->gpu].ordinal;
+    /* The GPU version is published with the CRC the put announced. */
+    dev->has_crc = host->has_crc;
+    dev->crc32c = host->crc32c;
+    *publish = dev;
+    if (host->byte_length && host->pinned && x->conn->defer_commits && m->copy_async && m->copied &&
+        m->fence) {
+        /* A small put among others read in one go: its copy is queued and
+         * batched with theirs; the connection publishes it once done
+         * (tw__xfer_commits_flush). */
+        char why[200];
+        int rc = m->copy_async(ordinal, dev->data, host->data, (size_t)host->byte_length, 0,
+                               &x->commit_ticket, why, sizeof(why));
+        if (rc == 0) {
+            x->commit_gpu = dev->gpu;
+            x->conn->dev_fence |= (uint64_t)1 << dev->gpu;
+            x->conn->srv->stats.staged_async_commits++;
+            return 1;
+        }
+        TW_LOGD("put of '%s': queueing its copy failed (copying now): %s", host->name, why);
+    }
     if (host->byte_length) {
         char why[200];
         int rc = m->from_host(ordinal, dev->data, host->data, (size_t)host->byte_length, why,
@@ -680,11 +700,20 @@ static int staged_commit(struct tw_xfer *x, struct tw_tensor **publish, char *er
             return rc;
         }
     }
-    /* The GPU version is published with the CRC the put announced. */
-    dev->has_crc = host->has_crc;
-    dev->crc32c = host->crc32c;
-    *publish = dev;
     return 0;
+}
+
+int tw__srv_stage_commit_wait(struct tw_xfer *x, char *err, size_t errlen)
+{
+    struct tw_store *st = &x->conn->srv->store;
+    int ordinal = st->gpu[x->commit_gpu].ordinal;
+    char why[200] = "";
+    int rc = tw__store_devmem(st)->copied(ordinal, x->commit_ticket, 1, why, sizeof(why));
+    if (rc >= 0)
+        return 0;
+    x->conn->srv->stats.staged_failed++;
+    snprintf(err, errlen, "copying it to cuda:%d failed: %s", ordinal, why);
+    return rc;
 }
 
 /* The inner plane lets go of the host version; x->t is the GPU version

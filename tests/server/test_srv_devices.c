@@ -189,7 +189,7 @@ static int fake_dev_alloc(int ordinal, size_t len, void **p, char *err, size_t e
     return 0;
 }
 
-static void fake_dev_free(int ordinal, void *p)
+static void fake_dev_free(int ordinal, void *p, size_t len)
 {
     dev_frees++;
     free(p);

@@ -3,7 +3,8 @@
  * driver or device): a version tagged cuda:N lives in that device's memory
  * (the driver says so), counts against that GPU only, keeps its memory while
  * a reader holds it, and gives it back to the driver with the last
- * reference. Every visible GPU.
+ * reference (small blocks: kept for reuse, reused only after the copies
+ * queued from them, trimmed). Every visible GPU.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -64,8 +65,59 @@ static void test_gpu(const struct tw_cuda_api *cu, int ordinal)
     free(b);
 }
 
+/* Small versions' device blocks are kept when freed and handed out again
+ * for the same size, only after the copies queued from them finished; a
+ * trim gives back the sizes unused for a whole period, and every block
+ * when asked. */
+static void test_kept_blocks(const struct tw_cuda_api *cu, int ordinal)
+{
+    const struct tw_store_devmem_ops *m = &tw__store_devmem_cuda;
+    struct tw_mem_attr attr;
+    char err[256];
+    const size_t n = 32768;
+    void *a = NULL, *b = NULL;
+    uint8_t *host = NULL, *pat = malloc(n);
+    TW_ASSERT(pat);
+    for (size_t i = 0; i < n; i++)
+        pat[i] = (uint8_t)(i * 7 + 1);
+    TW_ASSERT_OK(cu->cuMemHostAlloc((void **)&host, n, 0) == CUDA_SUCCESS ? 0 : -1);
+    TW_ASSERT_OK(m->alloc(ordinal, n, &a, err, sizeof(err)));
+    TW_ASSERT_OK(m->from_host(ordinal, a, pat, n, err, sizeof(err)));
+    /* A copy queued from a, then a freed (kept) and allocated again: the
+     * copy must have read the old bytes before the block is reused. */
+    uint64_t ticket = 0;
+    TW_ASSERT_OK(m->copy_async(ordinal, host, a, n, 1, &ticket, err, sizeof(err)));
+    m->free(ordinal, a, n);
+    TW_ASSERT_OK(tw__memkind_cuda.query((uintptr_t)a, n, &attr, err, sizeof(err))); /* kept */
+    TW_ASSERT_OK(m->alloc(ordinal, n, &b, err, sizeof(err)));
+    TW_ASSERT(b == a);
+    TW_ASSERT_EQ(m->copied(ordinal, ticket, 0, err, sizeof(err)), 1);
+    TW_ASSERT_MEM_EQ(host, pat, n);
+    memset(pat, 0xA5, n);
+    TW_ASSERT_OK(m->from_host(ordinal, b, pat, n, err, sizeof(err)));
+    m->free(ordinal, b, n);
+    /* Another size is not served from them. */
+    TW_ASSERT_OK(m->alloc(ordinal, n + 4096, &b, err, sizeof(err)));
+    TW_ASSERT(b != a);
+    m->free(ordinal, b, n + 4096);
+    /* Used since the last trim: kept; unused for a period: given back. */
+    (void)m->trim(ordinal, 0);
+    TW_ASSERT_OK(tw__memkind_cuda.query((uintptr_t)a, n, &attr, err, sizeof(err)));
+    TW_ASSERT(m->trim(ordinal, 0) >= n);
+    TW_ASSERT(tw__memkind_cuda.query((uintptr_t)a, n, &attr, err, sizeof(err)) != 0);
+    TW_ASSERT_OK(m->alloc(ordinal, n, &a, err, sizeof(err)));
+    m->free(ordinal, a, n);
+    TW_ASSERT(m->trim(ordinal, 1) >= n);
+    TW_ASSERT(tw__memkind_cuda.query((uintptr_t)a, n, &attr, err, sizeof(err)) != 0);
+    cu->cuMemFreeHost(host);
+    free(pat);
+    fprintf(stderr, "cuda:%d: a freed 32 KiB block reused after its queued copy, trimmed\n",
+            ordinal);
+}
+
 int main(void)
 {
     tw_test_each_gpu("test_gpu", test_gpu);
+    tw_test_each_gpu("test_kept_blocks", test_kept_blocks);
     TW_DONE();
 }
