@@ -375,8 +375,10 @@ TW_EXTERN void tw_stats_free(struct tw_stat_entry *stats);
  * tw_batch_get: for each item, name and buf/len (capacity) are inputs; desc
  *   and status are outputs (status -ENOBUFS with desc.byte_length when len is
  *   too small). tw_batch_put: name, desc, buf, len are inputs, status output.
- * Items and their buffers must stay valid until the call returns. Buffers
- * of gets in one batch must not overlap. A name that appears twice in one
+ * Items and their buffers must stay valid until the call returns, and the
+ * bytes of puts unchanged: a put's bytes may be read at any time during the
+ * call (small puts from GPU memory are copied to host memory in groups,
+ * ahead of their requests). Buffers of gets in one batch must not overlap. A name that appears twice in one
  * tw_batch_put is stored twice, in an unspecified order: the tensor ends as
  * one of the two (each commit is atomic), never a mix.
  * Returns 0 when every item succeeded, otherwise the status of the first

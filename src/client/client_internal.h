@@ -161,6 +161,8 @@ struct tw__txseg {
 
 /* Small staging buffers kept per handle (dp_staging.c). */
 #define TW__STAGE_SMALL_KEEP 128
+/* Small puts from GPU memory copied to host memory ahead, at most. */
+#define TW__STAGE_AHEAD 32
 
 struct tw_client {
     int fd;
@@ -242,7 +244,19 @@ struct tw_client {
         int queued; /* handed to the stream (0: waits for stage_submit) */
     } stage_pend[TW__STAGE_SMALL_KEEP];
     unsigned nstage_pend;
-    unsigned nstage_unqueued;  /* of them, not handed to the stream yet */
+    unsigned nstage_unqueued; /* of them, not handed to the stream yet */
+    /* Small puts of the run from GPU memory whose bytes were copied into a
+     * small buffer ahead, by a group (dp_staging.c put_ahead), with the
+     * request's index in c->run; given back when the run ends
+     * (tw__client_stage_ahead_drop). The group's stream and device. */
+    struct tw__stage_ahead {
+        size_t index;
+        struct tw__stage_buf *buf;
+    } stage_ahead[TW__STAGE_AHEAD];
+    unsigned nstage_ahead;
+    void *stage_ahead_stream;
+    int stage_ahead_dev;
+    const struct tw_memkind_async_ops *stage_ahead_as;
     void **stage_fence_stream; /* by device ordinal (TW_CUDA_MAX_DEVICES), made on first use */
     const struct tw_memkind_async_ops *stage_fence_as; /* whose streams they are */
     /* The pinned chunk pool of RDMA pull gets into GPU memory (made on the
@@ -296,6 +310,9 @@ void tw__client_stage_free(struct tw_client *c);
  * before tw__client_engine_run returns, so every call returns with its
  * bytes in place. Returns 0 or the first failure. */
 int tw__client_stage_fence(struct tw_client *c);
+/* Gives back the buffers of puts copied ahead and not started (the run
+ * ended, or failed). Called where the run ends, with the fence. */
+void tw__client_stage_ahead_drop(struct tw_client *c);
 
 /* --- conn.c ------------------------------------------------------------ */
 

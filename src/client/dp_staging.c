@@ -252,6 +252,10 @@ int tw__client_stage_fence(struct tw_client *c)
 void tw__client_stage_free(struct tw_client *c)
 {
     (void)tw__client_stage_fence(c);
+    tw__client_stage_ahead_drop(c);
+    if (c->stage_ahead_stream)
+        c->stage_ahead_as->stream_destroy(c->stage_ahead_dev, c->stage_ahead_stream);
+    c->stage_ahead_stream = NULL;
     if (c->stage_fence_stream) {
         for (int dev = 0; dev < TW_CUDA_MAX_DEVICES; dev++)
             if (c->stage_fence_stream[dev])
@@ -370,11 +374,15 @@ static const struct tw__client_dp_ops *inner_of(const struct tw__creq *r)
 
 /* Swaps r->buf for a host buffer of len bytes (piped: keeps the device
  * pointer, the pool stands in for the buffer). */
-static int stage_begin(struct tw_client *c, struct tw__creq *r, size_t len, int piped)
+static int stage_begin(struct tw_client *c, struct tw__creq *r, size_t len, int piped,
+                       struct tw__stage_buf *given)
 {
     struct stage *st = calloc(1, sizeof(*st));
-    if (!st)
+    if (!st) {
+        if (given)
+            buf_put(c, given);
         return -ENOMEM;
+    }
     st->dev = r->buf;
     st->len = len;
     if (piped) {
@@ -382,7 +390,7 @@ static int stage_begin(struct tw_client *c, struct tw__creq *r, size_t len, int 
         r->stage = st;
         return 0;
     }
-    st->buf = buf_get(c, r, len);
+    st->buf = given ? given : buf_get(c, r, len);
     if (!st->buf) {
         free(st);
         tw__client_seterr(c, "'%s': cannot allocate %zu bytes of host memory to stage GPU memory",
@@ -445,7 +453,7 @@ static int staged_get_start(struct tw_client *c, struct tw__creq *r)
      * asynchronous copies and the pool. */
     int piped = inner_of(r) == &tw__client_dp_rdma && r->path.mode == TW_PATH_PULL &&
                 r->mem_ops->async && r->expect && pool_ready(c, r);
-    int rc = stage_begin(c, r, (size_t)r->expect, piped);
+    int rc = stage_begin(c, r, (size_t)r->expect, piped, NULL);
     if (rc)
         return rc;
     return inner_of(r)->get_start(c, r);
@@ -510,11 +518,118 @@ static int put_copy_crc(struct tw_client *c, struct tw__creq *r, struct stage *s
     return rc;
 }
 
+/* The buffer copied ahead for request `index` of the run, taken, or NULL. */
+static struct tw__stage_buf *ahead_take(struct tw_client *c, size_t index)
+{
+    for (unsigned i = 0; i < c->nstage_ahead; i++)
+        if (c->stage_ahead[i].index == index) {
+            struct tw__stage_buf *b = c->stage_ahead[i].buf;
+            c->stage_ahead[i] = c->stage_ahead[--c->nstage_ahead];
+            return b;
+        }
+    return NULL;
+}
+
+void tw__client_stage_ahead_drop(struct tw_client *c)
+{
+    while (c->nstage_ahead)
+        buf_put(c, c->stage_ahead[--c->nstage_ahead].buf);
+}
+
+/* Whether request q of the run is a small put from GPU memory of r's
+ * device and kind, which put_ahead may copy ahead. */
+static int ahead_candidate(struct tw_client *c, const struct tw__creq *r, const struct tw__creq *q)
+{
+    if (q->finished || q->op != TW__OP_PUT || !q->buf || !q->len || q->len > STAGE_SMALL_CAP ||
+        !q->desc)
+        return 0;
+    if (q == r)
+        return 1;
+    const struct tw_memkind_ops *ops;
+    struct tw_mem_attr a;
+    return tw__memkind_classify(c->memkinds, (uintptr_t)q->buf, q->len, TW_MEMKIND_AUTO, &ops, &a,
+                                NULL, 0) == 0 &&
+           ops == r->mem_ops && a.kind == r->mem.kind && a.device == r->mem.device;
+}
+
+/* Small puts from GPU memory (a KV cache's blocks): the copies of r and
+ * of the next small puts of the run from the same device go to host
+ * buffers in one batched driver call, with one wait, instead of a
+ * synchronous ~8.6 us copy each (H200, docs/performance.md). Leaves the
+ * buffers in c->stage_ahead; nothing when it cannot (the caller copies
+ * r alone). The caller guarantees the run's buffers stay unchanged while
+ * the call runs (client.h), so copying early is copying the same bytes. */
+static void put_ahead(struct tw_client *c, struct tw__creq *r)
+{
+    const struct tw_memkind_async_ops *as = r->mem_ops->async;
+    int dev = r->mem.device;
+    if (!as || !as->copy_batch_to_host_async || !c->run || dev < 0 || c->nstage_ahead)
+        return;
+    if (c->stage_ahead_stream && (c->stage_ahead_as != as || c->stage_ahead_dev != dev)) {
+        c->stage_ahead_as->stream_destroy(c->stage_ahead_dev, c->stage_ahead_stream);
+        c->stage_ahead_stream = NULL;
+    }
+    if (!c->stage_ahead_stream) {
+        if (as->stream_create(dev, &c->stage_ahead_stream, NULL, 0) != 0) {
+            c->stage_ahead_stream = NULL;
+            return;
+        }
+        c->stage_ahead_as = as;
+        c->stage_ahead_dev = dev;
+    }
+    void *dst[TW__STAGE_AHEAD];
+    const void *src[TW__STAGE_AHEAD];
+    size_t len[TW__STAGE_AHEAD], n = 0;
+    for (size_t i = r->index; i < c->run_n && n < TW__STAGE_AHEAD; i++) {
+        const struct tw__creq *q = &c->run[i];
+        if (!ahead_candidate(c, r, q))
+            break;
+        struct tw__stage_buf *b = buf_get(c, r, q->len);
+        if (!b)
+            break;
+        if (b->pin_dev < 0) { /* not page-locked: no asynchronous copy */
+            buf_put(c, b);
+            break;
+        }
+        c->stage_ahead[n] = (struct tw__stage_ahead){.index = i, .buf = b};
+        dst[n] = b->p;
+        src[n] = q->buf;
+        len[n++] = q->len;
+    }
+    /* One alone: the caller's synchronous copy is as good. Copies that
+     * were not queued, or a wait that failed: those requests copy alone
+     * (and report the failure if it is theirs). */
+    size_t keep = 0;
+    if (n > 1) {
+        size_t done = 0;
+        char err[200] = "";
+        int rc = as->copy_batch_to_host_async(dev, c->stage_ahead_stream, dst, src, len, n, &done,
+                                              err, sizeof(err));
+        size_t queued = rc == 0 ? n : done;
+        if (queued && as->stream_wait(dev, c->stage_ahead_stream, err, sizeof(err)) == 0)
+            keep = queued;
+        else if (queued) { /* errors stick to a stream: the next group gets a new one */
+            as->stream_destroy(dev, c->stage_ahead_stream);
+            c->stage_ahead_stream = NULL;
+        }
+    }
+    for (size_t k = keep; k < n; k++)
+        buf_put(c, c->stage_ahead[k].buf);
+    c->nstage_ahead = (unsigned)keep;
+}
+
 static int staged_put_prepare(struct tw_client *c, struct tw__creq *r)
 {
     char err[200];
-    int rc = stage_begin(c, r, r->len, 0);
-    if (rc || !r->len)
+    struct tw__stage_buf *ahead = NULL;
+    if (r->len && r->len <= STAGE_SMALL_CAP && c->run) {
+        if (!(ahead = ahead_take(c, r->index))) {
+            put_ahead(c, r);
+            ahead = ahead_take(c, r->index);
+        }
+    }
+    int rc = stage_begin(c, r, r->len, 0, ahead);
+    if (rc || !r->len || ahead) /* copied ahead: the engine sums the host bytes */
         return rc;
     struct stage *st = r->stage;
     if (c->checksum && r->mem_ops->async && st->buf->pin_dev >= 0)

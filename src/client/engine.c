@@ -729,6 +729,7 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     if (rc)
         goto out_fail;
     (void)tw__client_stage_fence(c); /* a failed copy fails its own request */
+    tw__client_stage_ahead_drop(c);
     c->run = NULL;
     free(c->run_map);
     c->run_map = NULL;
@@ -776,6 +777,7 @@ out_fail:
     c->nsegs = 0;
     tw__client_conn_fail(c, rc, 0);
     (void)tw__client_stage_fence(c);
+    tw__client_stage_ahead_drop(c);
     c->run = NULL;
     free(c->run_map);
     c->run_map = NULL;

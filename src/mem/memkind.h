@@ -76,6 +76,11 @@ struct tw_memkind_async_ops {
     int (*copy_batch_from_host_async)(int device, void *stream, void *const *dst,
                                       const void *const *src, const size_t *len, size_t n,
                                       size_t *done, char *err, size_t errlen);
+    /* Optional: the same the other way, this kind's memory src[i] to
+     * pinned host memory dst[i]. */
+    int (*copy_batch_to_host_async)(int device, void *stream, void *const *dst,
+                                    const void *const *src, const size_t *len, size_t n,
+                                    size_t *done, char *err, size_t errlen);
     /* Mark the end of the work queued so far on stream. */
     int (*event_record)(int device, void *event, void *stream, char *err, size_t errlen);
     /* 1 when the work before the record finished, 0 while it runs, or the

@@ -122,17 +122,31 @@ static int cuda_copy_from_host_async(void *stream, uintptr_t dst, const void *sr
     return r == CUDA_SUCCESS ? 0 : fail(r, "cuMemcpyHtoDAsync", attr->device, err, errlen);
 }
 
-static int cuda_copy_batch_from_host_async(int device, void *stream, void *const *dst,
-                                           const void *const *src, const size_t *len, size_t n,
-                                           size_t *done, char *err, size_t errlen)
+static int copy_batch_async(int device, void *stream, void *const *dst, const void *const *src,
+                            const size_t *len, size_t n, int to_host, size_t *done, char *err,
+                            size_t errlen)
 {
     /* The test hook refuses copy k as queued: the ones before it go. */
     size_t ok = 0;
     int hook = 0;
     while (ok < n && (hook = tw__cuda_test_copy_hook("cuMemcpyBatchAsync", err, errlen)) == 0)
         ok++;
-    int rc = tw__cuda_copy_batch(device, stream, dst, src, len, ok, 0, done, err, errlen);
+    int rc = tw__cuda_copy_batch(device, stream, dst, src, len, ok, to_host, done, err, errlen);
     return rc ? rc : hook;
+}
+
+static int cuda_copy_batch_from_host_async(int device, void *stream, void *const *dst,
+                                           const void *const *src, const size_t *len, size_t n,
+                                           size_t *done, char *err, size_t errlen)
+{
+    return copy_batch_async(device, stream, dst, src, len, n, 0, done, err, errlen);
+}
+
+static int cuda_copy_batch_to_host_async(int device, void *stream, void *const *dst,
+                                         const void *const *src, const size_t *len, size_t n,
+                                         size_t *done, char *err, size_t errlen)
+{
+    return copy_batch_async(device, stream, dst, src, len, n, 1, done, err, errlen);
 }
 
 static int cuda_event_record(int device, void *event, void *stream, char *err, size_t errlen)
@@ -179,6 +193,7 @@ const struct tw_memkind_async_ops tw__memkind_cuda_async = {
     .event_destroy = cuda_event_destroy,
     .copy_to_host_async = cuda_copy_to_host_async,
     .copy_batch_from_host_async = cuda_copy_batch_from_host_async,
+    .copy_batch_to_host_async = cuda_copy_batch_to_host_async,
     .copy_from_host_async = cuda_copy_from_host_async,
     .event_record = cuda_event_record,
     .event_query = cuda_event_query,

@@ -11,7 +11,9 @@
  * (TW_STAGING_CHUNK).
  * Against a real tensorwired, inline and over RDMA (cmake/parts/client.cmake):
  * round trips byte-exact with "+ staging" in the plane, one copy per chunk
- * at chunk size -1, +0, +1 and odd sizes, a batch of device slices, a copy
+ * at chunk size -1, +0, +1 and odd sizes, a batch of device slices (its
+ * puts copied to host memory ahead in groups, a group's failure leaving
+ * its blocks to the next group), a copy
  * failing at chunk k of a get (inline: the k-th frame's copy; RDMA: chunk
  * k's copy refused, or failing when it completes) and at the put's copy
  * (the request fails with the copy's code, the connection stays usable,
@@ -101,6 +103,24 @@ static int arena_stream_wait(int device, void *stream, char *err, size_t errlen)
     return rc;
 }
 
+/* Batched copies to the host: queued one by one on the stream double. */
+static unsigned batch_to_host_calls;
+static int arena_batch_to_host(int device, void *stream, void *const *dst, const void *const *src,
+                               const size_t *len, size_t n, size_t *done, char *err, size_t errlen)
+{
+    struct tw_mem_attr a = {.kind = TW_MEMKIND_CUDA, .device = device};
+    batch_to_host_calls++;
+    *done = 0;
+    for (size_t i = 0; i < n; i++) {
+        int rc =
+            fake_copy_to_host_async(stream, dst[i], (uintptr_t)src[i], len[i], &a, err, errlen);
+        if (rc)
+            return rc;
+        (*done)++;
+    }
+    return 0;
+}
+
 static const struct tw_memkind_async_ops arena_async = {
     .pin = fake_pin,
     .unpin = fake_unpin,
@@ -111,6 +131,7 @@ static const struct tw_memkind_async_ops arena_async = {
     .event_destroy = fake_event_destroy,
     .copy_to_host_async = fake_copy_to_host_async,
     .copy_from_host_async = fake_copy_from_host_async,
+    .copy_batch_to_host_async = arena_batch_to_host,
     .event_record = fake_event_record,
     .event_query = arena_event_query,
     .event_wait = arena_event_wait,
@@ -140,10 +161,12 @@ static void check_pool_idle(tw_client *c)
     if (c->stage_pool)
         TW_ASSERT_EQ(tw__staging_pool_free_slots(c->stage_pool),
                      tw__staging_pool_slots(c->stage_pool));
-    long held = 0; /* the handle's fence streams of small gets stay */
+    long held = 0; /* the handle's streams of small gets and puts stay */
     for (int d = 0; c->stage_fence_stream && d < 64; d++)
         held += c->stage_fence_stream[d] != NULL;
+    held += c->stage_ahead_stream != NULL;
     TW_ASSERT_EQ(c->nstage_pend, 0);
+    TW_ASSERT_EQ(c->nstage_ahead, 0);
     TW_ASSERT_EQ(fake.streams - held, fake.stream_frees);
     TW_ASSERT_EQ(fake.events, fake.event_frees);
 }
@@ -249,13 +272,44 @@ static void test_batch_of_slices(void)
                                           .buf = arena + (size_t)i * BLK,
                                           .len = BLK};
     }
+    /* Small puts from the device are copied to host memory ahead, in
+     * groups (one batched call and one wait each), none alone. */
+    unsigned th = copies_to_host, bt = batch_to_host_calls;
     TW_ASSERT_OK(tw_batch_put(c, items, N));
+    TW_ASSERT_EQ(copies_to_host, th);
+    TW_ASSERT_EQ(batch_to_host_calls - bt, (unsigned)(N / TW__STAGE_AHEAD));
     for (int i = 0; i < N; i++)
         items[i].buf = arena + ARENA_LEN / 2 + (size_t)i * BLK;
     TW_ASSERT_OK(tw_batch_get(c, items, N));
     dev_read(back, arena + ARENA_LEN / 2, (size_t)N * BLK);
     TW_ASSERT_MEM_EQ(back, src, (size_t)N * BLK);
     check_pool_idle(c);
+    /* A group whose 6th copy is refused, or whose copies fail when they
+     * run: the blocks it did not copy go in the next group (the one being
+     * opened when a wait failed copies alone), and the batch is stored
+     * whole. */
+    for (int at_completion = 0; at_completion < 2; at_completion++) {
+        fill(src, (size_t)N * BLK, 90 + (uint32_t)at_completion);
+        dev_write(arena, src, (size_t)N * BLK);
+        for (int i = 0; i < N; i++)
+            items[i].buf = arena + (size_t)i * BLK;
+        if (at_completion)
+            fake.fail_complete_at = fake.copies + 5;
+        else
+            fake.fail_submit_at = fake.copies + 5;
+        th = copies_to_host;
+        bt = batch_to_host_calls;
+        TW_ASSERT_OK(tw_batch_put(c, items, N));
+        fake.fail_submit_at = fake.fail_complete_at = -1;
+        TW_ASSERT_EQ(copies_to_host - th, (unsigned)at_completion);
+        TW_ASSERT_EQ(batch_to_host_calls - bt, 3u); /* 2 without the failure */
+        for (int i = 0; i < N; i++)
+            items[i].buf = arena + ARENA_LEN / 2 + (size_t)i * BLK;
+        TW_ASSERT_OK(tw_batch_get(c, items, N));
+        dev_read(back, arena + ARENA_LEN / 2, (size_t)N * BLK);
+        TW_ASSERT_MEM_EQ(back, src, (size_t)N * BLK);
+        check_pool_idle(c);
+    }
     if (!on_rdma(c)) {
         /* Small gets queue their copies to the device on one stream and
          * wait once per fence. A copy refused when queued fails its item
