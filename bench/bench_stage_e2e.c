@@ -13,7 +13,9 @@
  * bytes on cuda:0 got with one tw_batch_get into slices of one cuda:0
  * allocation, against one cuda:0 tensor of COUNT x BLOCK bytes got into
  * the same allocation, 3 times each alternating; prints the medians and
- * the ratio. Public API only (links libtensorwire).
+ * the ratio. Then the same for puts from that allocation (COUNT new
+ * names once, then overwrites, against one tensor): a second line. Public
+ * API only (links libtensorwire).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,9 +153,44 @@ int main(int argc, char **argv)
         printf("device batch %zu x %zu B, %s: batch %.1f MiB/s, one tensor %.1f MiB/s, ratio "
                "%.2f\n",
                count, block, argv[2], mb, m1, mb / m1);
-        for (size_t i = 0; i < count; i++)
+        fflush(stdout);
+        /* Puts from the device buffer the gets filled: new names once,
+         * then overwrites, against one tensor put from the same buffer. */
+        for (size_t i = 0; i < count; i++) {
+            snprintf(names[i], sizeof(names[i]), "bse/p%zu", i);
+            items[i].name = names[i];
+        }
+        double t0 = now_s();
+        rc = tw_batch_put(c, items, count);
+        if (rc)
+            die(c, "batch put (new names)", rc);
+        double mnew = (double)n / (now_s() - t0) / 1048576.0;
+        struct tw_tensor_desc d1 = {.dtype = TW_U8, .ndim = 1, .shape = {n}};
+        snprintf(d1.device_tag, sizeof(d1.device_tag), "cuda:0");
+        if ((rc = tw_put(c, "bse/pone", &d1, dev, n)) != 0) /* warm-up */
+            die(c, "put", rc);
+        for (int r = 0; r < reps; r++) {
+            t0 = now_s();
+            rc = tw_batch_put(c, items, count);
+            if (rc)
+                die(c, "batch put (overwrite)", rc);
+            a[r] = (double)n / (now_s() - t0) / 1048576.0;
+            t0 = now_s();
+            if ((rc = tw_put(c, "bse/pone", &d1, dev, n)) != 0)
+                die(c, "put", rc);
+            b[r] = (double)n / (now_s() - t0) / 1048576.0;
+        }
+        mb = median(a, reps), m1 = median(b, reps);
+        printf("device batch put %zu x %zu B, %s: new names %.1f MiB/s, overwrite %.1f MiB/s, "
+               "one tensor %.1f MiB/s, ratios %.2f / %.2f\n",
+               count, block, argv[2], mnew, mb, m1, mnew / m1, mb / m1);
+        for (size_t i = 0; i < count; i++) {
             tw_delete(c, names[i]);
+            snprintf(names[i], sizeof(names[i]), "bse/b%zu", i);
+            tw_delete(c, names[i]);
+        }
         tw_delete(c, "bse/one");
+        tw_delete(c, "bse/pone");
         free(items);
         free(names);
     }
