@@ -195,6 +195,10 @@ struct tw_client {
     size_t sync_pending; /* PINGs sent after cancels, not yet answered */
     uint64_t run_base;
     size_t err_index; /* index of the lowest failed request in the run */
+    /* The CUDA allocation an item of the run was last found in, and its
+     * memory kind's ops (NULL: none yet): tw__client_classify. */
+    struct tw_mem_attr run_alloc;
+    const struct tw_memkind_ops *run_alloc_ops;
 
     char errmsg[TW__CLIENT_ERRMSG_LEN];
 
@@ -363,6 +367,12 @@ int tw__client_conn_fail(struct tw_client *c, int err, int send_error);
 int tw__client_conn_last_words(struct tw_client *c);
 
 /* --- engine.c ---------------------------------------------------------- */
+
+/* The memory kind of [addr, addr+len) (tw__memkind_classify, AUTO, with
+ * c->memkinds); during a run, a range inside the CUDA allocation found for
+ * an earlier item reuses that answer. 0 or a negative code. */
+int tw__client_classify(struct tw_client *c, uintptr_t addr, size_t len,
+                        const struct tw_memkind_ops **ops, struct tw_mem_attr *attr);
 
 /* Runs reqs[0..n) to completion, keeping up to the negotiated max_inflight
  * in flight. Every request gets a status. Returns 0 or a connection-level

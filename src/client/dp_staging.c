@@ -547,9 +547,8 @@ static int ahead_candidate(struct tw_client *c, const struct tw__creq *r, const 
         return 1;
     const struct tw_memkind_ops *ops;
     struct tw_mem_attr a;
-    return tw__memkind_classify(c->memkinds, (uintptr_t)q->buf, q->len, TW_MEMKIND_AUTO, &ops, &a,
-                                NULL, 0) == 0 &&
-           ops == r->mem_ops && a.kind == r->mem.kind && a.device == r->mem.device;
+    return tw__client_classify(c, (uintptr_t)q->buf, q->len, &ops, &a) == 0 && ops == r->mem_ops &&
+           a.kind == r->mem.kind && a.device == r->mem.device;
 }
 
 /* Small puts from GPU memory (a KV cache's blocks): the copies of r and

@@ -413,6 +413,28 @@ static int name_msg(struct tw__creq *r, struct tw_bytes *b)
  * through host memory. A get into a library allocation is host memory. A
  * range that starts in a GPU allocation and leaves it is refused (r is
  * finished with TW_EINVAL): no CPU may touch it. */
+int tw__client_classify(struct tw_client *c, uintptr_t addr, size_t len,
+                        const struct tw_memkind_ops **ops, struct tw_mem_attr *attr)
+{
+    struct tw_mem_attr *k = &c->run_alloc;
+    /* Within a run the caller keeps every buffer allocated (client.h), so
+     * the CUDA allocation found for one item is still that allocation for
+     * the next: items sliced from one allocation (a KV cache) cost one
+     * driver query per run, not one each. */
+    if (c->run && c->run_alloc_ops && len && addr >= k->alloc_base &&
+        addr - k->alloc_base <= k->alloc_len && len <= k->alloc_len - (addr - k->alloc_base)) {
+        *ops = c->run_alloc_ops;
+        *attr = *k;
+        return 0;
+    }
+    int rc = tw__memkind_classify(c->memkinds, addr, len, TW_MEMKIND_AUTO, ops, attr, NULL, 0);
+    if (rc == 0 && attr->kind == TW_MEMKIND_CUDA && attr->alloc_len && c->run) {
+        c->run_alloc = *attr;
+        c->run_alloc_ops = *ops;
+    }
+    return rc;
+}
+
 static int classify_buffer(struct tw_client *c, struct tw__creq *r)
 {
     struct tw_mem_attr a;
@@ -423,8 +445,7 @@ static int classify_buffer(struct tw_client *c, struct tw__creq *r)
         return 0;
     const struct tw_memkind_ops *cuda =
         c->memkinds[TW_MEMKIND_CUDA] ? c->memkinds[TW_MEMKIND_CUDA] : &tw__memkind_cuda;
-    if (tw__memkind_classify(c->memkinds, (uintptr_t)r->buf, r->len, TW_MEMKIND_AUTO, &r->mem_ops,
-                             &r->mem, NULL, 0) == 0 &&
+    if (tw__client_classify(c, (uintptr_t)r->buf, r->len, &r->mem_ops, &r->mem) == 0 &&
         r->mem.kind == TW_MEMKIND_CUDA)
         return 0;
     r->mem_ops = &tw__memkind_host;
@@ -650,6 +671,7 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
         return -ENOTCONN;
     }
     c->run = reqs;
+    c->run_alloc_ops = NULL;
     c->run_n = n;
     c->run_active = 0;
     c->sync_pending = 0;
