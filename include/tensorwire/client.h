@@ -378,9 +378,10 @@ TW_EXTERN void tw_stats_free(struct tw_stat_entry *stats);
  * Items and their buffers must stay valid until the call returns, and the
  * bytes of puts unchanged: a put's bytes may be read at any time during the
  * call (small puts from GPU memory are copied to host memory in groups,
- * ahead of their requests). Buffers of gets in one batch must not overlap. A name that appears twice in one
- * tw_batch_put is stored twice, in an unspecified order: the tensor ends as
- * one of the two (each commit is atomic), never a mix.
+ * ahead of their requests). Buffers of gets in one batch must not overlap.
+ * A name that appears twice in one tw_batch_put is stored twice, in an
+ * unspecified order: the tensor ends as one of the two (each commit is
+ * atomic), never a mix.
  * Returns 0 when every item succeeded, otherwise the status of the first
  * failed item (by index). Argument errors (NULL items with n > 0) return
  * TW_EINVAL without touching the connection.
