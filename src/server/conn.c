@@ -1043,16 +1043,25 @@ static void conn_read(struct tw_srv_conn *c)
         }
         return;
     }
+    /* A read that returned less than it asked for emptied the socket: the
+     * next one would only say EAGAIN (one system call per wake-up for
+     * nothing). The loop stops there instead; epoll is level-triggered,
+     * so bytes that arrive later wake it again. */
+    int drained = 0;
     while (c->state == TW_CONN_OPEN && budget > 0) {
         if (c->out_ctl_bytes >= TW_SRV_OUT_CTL_HIGH ||
             (c->input_paused && c->out_ctl_bytes >= TW_SRV_OUT_CTL_HIGH / 2))
             break; /* the peer is not reading its replies: stop taking requests */
         ssize_t n;
+        size_t asked;
         if (c->body.active) {
+            if (drained)
+                break;
             size_t want = c->body.left > budget ? budget : (size_t)c->body.left;
             uint8_t *dst = c->body.x ? c->body.dst : srv->scratch;
             if (!c->body.x && want > srv->scratch_len)
                 want = srv->scratch_len;
+            asked = want;
             n = read(c->fd, dst, want);
             if (n > 0) {
                 c->body.left -= (uint64_t)n;
@@ -1067,12 +1076,15 @@ static void conn_read(struct tw_srv_conn *c)
                 return;
             if (r > 0)
                 continue;
+            if (drained)
+                break;
             if (c->in_start > 0) {
                 memmove(c->in, c->in + c->in_start, c->in_end - c->in_start);
                 c->in_end -= c->in_start;
                 c->in_start = 0;
             }
-            n = read(c->fd, c->in + c->in_end, TW_SRV_INBUF - c->in_end);
+            asked = TW_SRV_INBUF - c->in_end;
+            n = read(c->fd, c->in + c->in_end, asked);
             if (n > 0)
                 c->in_end += (size_t)n;
         }
@@ -1094,6 +1106,7 @@ static void conn_read(struct tw_srv_conn *c)
             conn_eof(c, why, 0);
             return;
         }
+        drained = (size_t)n < asked;
         budget = (size_t)n >= budget ? 0 : budget - (size_t)n;
         c->bytes_in += (uint64_t)n;
         srv->stats.bytes_in += (uint64_t)n;
