@@ -409,10 +409,6 @@ static int name_msg(struct tw__creq *r, struct tw_bytes *b)
     return tw__name_check(b->ptr, r->name_len);
 }
 
-/* What r's buffer is (host or GPU memory): the path stages GPU memory
- * through host memory. A get into a library allocation is host memory. A
- * range that starts in a GPU allocation and leaves it is refused (r is
- * finished with TW_EINVAL): no CPU may touch it. */
 int tw__client_classify(struct tw_client *c, uintptr_t addr, size_t len,
                         const struct tw_memkind_ops **ops, struct tw_mem_attr *attr)
 {
@@ -435,6 +431,10 @@ int tw__client_classify(struct tw_client *c, uintptr_t addr, size_t len,
     return rc;
 }
 
+/* What r's buffer is (host or GPU memory): the path stages GPU memory
+ * through host memory. A get into a library allocation is host memory. A
+ * range that starts in a GPU allocation and leaves it is refused (r is
+ * finished with TW_EINVAL): no CPU may touch it. */
 static int classify_buffer(struct tw_client *c, struct tw__creq *r)
 {
     struct tw_mem_attr a;

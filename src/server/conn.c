@@ -631,6 +631,10 @@ void tw__conn_fail(struct tw_srv_conn *c, uint32_t code, const char *fmt, ...)
     va_list ap;
     if (c->state != TW_CONN_OPEN)
         return;
+    /* Puts complete before the failure are stored and answered first. */
+    tw__xfer_commits_flush(c);
+    if (c->state != TW_CONN_OPEN)
+        return;
     va_start(ap, fmt);
     (void)vsend_error(c, 0, code, fmt, ap); /* a failure marked the connection: close is a no-op */
     va_end(ap);
@@ -1016,6 +1020,9 @@ static int process_buffered(struct tw_srv_conn *c)
 static void conn_eof(struct tw_srv_conn *c, const char *why, int clean)
 {
     char reason[200];
+    /* A peer that half-closed after its last puts still gets their OKs. */
+    if (c->state == TW_CONN_OPEN)
+        tw__xfer_commits_flush(c);
     snprintf(reason, sizeof(reason), "%s", why);
     if (c->state == TW_CONN_OPEN && c->nxfers > 0)
         snprintf(reason, sizeof(reason), "%s with %zu transfer%s in flight (abandoned)", why,

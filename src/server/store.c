@@ -276,10 +276,18 @@ static int devmem_queue_of(int ordinal, const struct tw_cuda_api *cu, struct dev
 }
 
 /* Frees the kept blocks of q's classes unused since the last call (all:
- * every one). Returns the bytes freed. */
-static uint64_t devkeep_trim(struct devmem_queue *q, int all)
+ * every one), once no queued copy may still read them. Returns the bytes
+ * freed. */
+static uint64_t devkeep_trim(int ordinal, struct devmem_queue *q, int all)
 {
     uint64_t freed = 0;
+    int any = 0;
+    for (int i = 0; i < DEVKEEP_CLASSES; i++)
+        any |= q->keep[i].n && (all || !q->keep[i].used);
+    if (any) {
+        devmem_submit(ordinal);
+        (void)q->cu->cuStreamSynchronize(q->stream);
+    }
     for (int i = 0; i < DEVKEEP_CLASSES; i++) {
         struct devkeep_class *k = &q->keep[i];
         if (!all && k->used) {
@@ -331,7 +339,7 @@ static int cuda_devmem_alloc(int ordinal, size_t len, void **p, char *err, size_
     CUdeviceptr d = 0;
     CUresult r = cu->cuMemAlloc(&d, len);
     if (r == CUDA_ERROR_OUT_OF_MEMORY && q && q->kept_bytes) {
-        devkeep_trim(q, 1); /* kept blocks must not make a put fail */
+        devkeep_trim(ordinal, q, 1); /* kept blocks must not make a put fail */
         r = cu->cuMemAlloc(&d, len);
     }
     if (r != CUDA_SUCCESS)
@@ -381,11 +389,7 @@ static uint64_t cuda_devmem_trim(int ordinal, int all)
         ordinal >= 0 && ordinal < TW_CUDA_MAX_DEVICES ? devmem_q[ordinal] : NULL;
     if (!q || tw__cuda_enter(ordinal, &cu, NULL, 0) != 0)
         return 0;
-    if (all) { /* nothing queued may still read them */
-        devmem_submit(ordinal);
-        (void)cu->cuStreamSynchronize(q->stream);
-    }
-    return devkeep_trim(q, all);
+    return devkeep_trim(ordinal, q, all);
 }
 
 /* One copy between a version's device memory and host memory: synchronous,
