@@ -18,7 +18,9 @@
  *     staged failure, no staging pin held, no host staging copy left
  *     (cpu reserved_bytes 0).
  *
- * Runs over inline and, through TW_TEST_FABRIC, RDMA tcp / shm. Links the
+ * Runs over inline and, through TW_TEST_FABRIC, RDMA tcp / shm, with
+ * GPUDirect off on both sides (a shm that registers CUDA memory would
+ * move GPU memory without copies to fail). Links the
  * internal library (the hook's setter, the client's pool counters). Exits
  * 77 (SKIPPED) without a CUDA driver or device.
  */
@@ -81,6 +83,30 @@ static void check_dev(const void *dev, const uint8_t *want, size_t n)
     free(back);
 }
 
+/* A client that stages GPU memory (GPUDirect off): where the provider
+ * registers CUDA memory (shm of a libfabric built with CUDA) GPU memory
+ * would otherwise move without the copies this test makes fail. */
+static tw_client *connect_opts(struct tw_test_server *srv, int checksum, int inline_only)
+{
+    struct tw_client_options o;
+    tw_client *c = NULL;
+    tw_test_client_options(&o);
+    o.gpudirect = TW_GPUDIRECT_OFF;
+    o.checksum = checksum;
+    /* Puts pulled by the server, on every provider: its pipelined copies
+     * are the ones counted below (a pushed put has one copy at commit). */
+    o.push = TW_PUSH_NEVER;
+    if (inline_only)
+        o.fabric = NULL;
+    TW_ASSERT_OK(tw_client_connect(srv->addr, &o, &c));
+    return c;
+}
+
+static tw_client *connect_staged(struct tw_test_server *srv, int checksum)
+{
+    return connect_opts(srv, checksum, 0);
+}
+
 static void expect_injected(tw_client *c, int rc, const char *what)
 {
     if (rc == 0)
@@ -96,9 +122,9 @@ static void expect_injected(tw_client *c, int rc, const char *what)
 static void test_client_side(void)
 {
     struct tw_test_server srv;
-    const char *args[] = {"--devices", "cpu,cuda:0", NULL};
+    const char *args[] = {"--devices", "cpu,cuda:0", "--gpudirect", "off", NULL};
     tw_test_server_start(&srv, args);
-    tw_client *c = tw_test_connect(&srv);
+    tw_client *c = connect_staged(&srv, 0);
     uint8_t *src = malloc(N);
     fill(src, N, 11);
     struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {N}};
@@ -136,11 +162,7 @@ static void test_client_side(void)
     /* With checksums the put copies chunk by chunk (the CRC folded in as
      * each lands): fail at chunk 3 of 9, then the put is stored (the
      * server verifies the CRC) and reads back byte-exact. */
-    struct tw_client_options o;
-    tw_test_client_options(&o);
-    o.checksum = 1;
-    tw_client *cc = NULL;
-    TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &cc));
+    tw_client *cc = connect_staged(&srv, 1);
     tw__cuda_test_fail_at(3);
     rc = tw_put(cc, "inj/crc", &d, dev, N);
     tw__cuda_test_fail_at(-1);
@@ -169,7 +191,7 @@ static void start_failing_server(struct tw_test_server *srv, long k)
 {
     char v[32];
     snprintf(v, sizeof(v), "%ld", k);
-    const char *args[] = {"--devices", "cpu,cuda:0", NULL};
+    const char *args[] = {"--devices", "cpu,cuda:0", "--gpudirect", "off", NULL};
     setenv("TW_TEST_CUDA_FAIL_AT_CHUNK", v, 1);
     tw_test_server_start(srv, args);
     unsetenv("TW_TEST_CUDA_FAIL_AT_CHUNK");
@@ -194,13 +216,16 @@ static void server_case(int get, long k)
     struct tw_test_server srv;
     const char *name = get ? "inj/ondev" : "inj/todev";
     start_failing_server(&srv, k);
-    tw_client *c = tw_test_connect(&srv);
+    tw_client *c = connect_staged(&srv, 0);
     uint8_t *src = malloc(N), *back = calloc(1, N);
     fill(src, N, get ? 22 : 33);
     struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {N}};
     snprintf(d.device_tag, sizeof(d.device_tag), "cuda:0");
     if (get) {
-        TW_ASSERT_OK(tw_put(c, name, &d, src, N));
+        /* Put inline: one copy into the GPU (copy 0) on every plane. */
+        tw_client *ci = connect_opts(&srv, 0, 1);
+        TW_ASSERT_OK(tw_put(ci, name, &d, src, N));
+        tw_close(ci);
         expect_injected(c, tw_get(c, name, back, N, NULL), "get of a cuda:0 tensor");
     } else {
         expect_injected(c, tw_put(c, name, &d, src, N), "put to cuda:0");
@@ -218,13 +243,12 @@ static void server_case(int get, long k)
     tw_test_server_stop(&srv);
 }
 
-/* The put first: inline one copy into the GPU (copy 0), then the get's
- * frames 1.., fail the third; RDMA the put's pipelined copies, one per
- * 8 MiB chunk (copies 0-8), then the get's one copy before RDMA_REGISTER
- * (copy 9). */
+/* The put first, inline: one copy into the GPU (copy 0); then the get's:
+ * inline its frames 1.., fail the third; RDMA its one copy before
+ * RDMA_REGISTER (copy 1). */
 static void test_server_get(void)
 {
-    server_case(1, rdma() ? 9 : 3);
+    server_case(1, rdma() ? 1 : 3);
 }
 
 /* The put's copy into the GPU: inline the one copy at commit; RDMA the
