@@ -259,6 +259,19 @@ static void test_round_trips(void)
     tw_close(c);
 }
 
+/* Gets the n items into the second half of the arena (slices of blk)
+ * and checks them against src; the pool is idle after. */
+static void get_slices_and_check(tw_client *c, struct tw_batch_item *items, int n, size_t blk,
+                                 const uint8_t *src, uint8_t *back)
+{
+    for (int i = 0; i < n; i++)
+        items[i].buf = arena + ARENA_LEN / 2 + (size_t)i * blk;
+    TW_ASSERT_OK(tw_batch_get(c, items, (size_t)n));
+    dev_read(back, arena + ARENA_LEN / 2, (size_t)n * blk);
+    TW_ASSERT_MEM_EQ(back, src, (size_t)n * blk);
+    check_pool_idle(c);
+}
+
 static void test_batch_of_slices(void)
 {
     tw_client *c = connect_fake(0);
@@ -284,12 +297,7 @@ static void test_batch_of_slices(void)
     /* Slices of one allocation: the kind is asked for once per run (the
      * path decision may ask again for its own reasons, not per item). */
     TW_ASSERT(arena_queries - q0 < N / 4);
-    for (int i = 0; i < N; i++)
-        items[i].buf = arena + ARENA_LEN / 2 + (size_t)i * BLK;
-    TW_ASSERT_OK(tw_batch_get(c, items, N));
-    dev_read(back, arena + ARENA_LEN / 2, (size_t)N * BLK);
-    TW_ASSERT_MEM_EQ(back, src, (size_t)N * BLK);
-    check_pool_idle(c);
+    get_slices_and_check(c, items, N, BLK, src, back);
     /* A group whose 6th copy is refused, or whose copies fail when they
      * run: the blocks it did not copy go in the next group (the one being
      * opened when a wait failed copies alone), and the batch is stored
@@ -309,12 +317,7 @@ static void test_batch_of_slices(void)
         fake.fail_submit_at = fake.fail_complete_at = -1;
         TW_ASSERT_EQ(copies_to_host - th, (unsigned)at_completion);
         TW_ASSERT_EQ(batch_to_host_calls - bt, 3u); /* 2 without the failure */
-        for (int i = 0; i < N; i++)
-            items[i].buf = arena + ARENA_LEN / 2 + (size_t)i * BLK;
-        TW_ASSERT_OK(tw_batch_get(c, items, N));
-        dev_read(back, arena + ARENA_LEN / 2, (size_t)N * BLK);
-        TW_ASSERT_MEM_EQ(back, src, (size_t)N * BLK);
-        check_pool_idle(c);
+        get_slices_and_check(c, items, N, BLK, src, back);
     }
     if (!on_rdma(c)) {
         /* Small gets queue their copies to the device on one stream and
