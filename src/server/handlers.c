@@ -270,6 +270,8 @@ static int device_ok(struct tw_srv_conn *c, uint64_t id, const struct tw_descrip
     struct tw_srv_device_verdict v =
         tw__srv_device_admit(&srv->devices, srv->gpu_count, free_bytes,
                              (const char *)d->device_tag.ptr, d->device_tag.len, d->byte_length);
+    if (v.reason == TW_SRV_DEVICE_OK)
+        return 1; /* the text below is for refusals only: a put pays nothing for it */
     show_name(&d->name, name, sizeof(name));
     show_name(&d->device_tag, tag, sizeof(tag));
     tw__srv_devices_format(&srv->devices, list, sizeof(list));
@@ -282,13 +284,10 @@ static int device_ok(struct tw_srv_conn *c, uint64_t id, const struct tw_descrip
                             (unsigned long long)d->byte_length, list);
         return 0;
     }
-    if (v.reason != TW_SRV_DEVICE_OK) {
-        tw__conn_send_error(c, id, TW_WIRE_DEVICE_UNAVAILABLE,
-                            "put of '%s': device %s %s (devices: %s)", name, tag,
-                            tw__srv_device_reason_str(v.reason), list);
-        return 0;
-    }
-    return 1;
+    tw__conn_send_error(c, id, TW_WIRE_DEVICE_UNAVAILABLE,
+                        "put of '%s': device %s %s (devices: %s)", name, tag,
+                        tw__srv_device_reason_str(v.reason), list);
+    return 0;
 }
 
 static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
