@@ -562,6 +562,16 @@ static void put_ahead(struct tw_client *c, struct tw__creq *r)
 {
     const struct tw_memkind_async_ops *as = r->mem_ops->async;
     int dev = r->mem.device;
+    /* Requests open in order: buffers of earlier ones that did not take
+     * theirs (finished early, or moved without staging) never will. */
+    for (unsigned i = 0; i < c->nstage_ahead;) {
+        if (c->stage_ahead[i].index < r->index) {
+            buf_put(c, c->stage_ahead[i].buf);
+            c->stage_ahead[i] = c->stage_ahead[--c->nstage_ahead];
+        } else {
+            i++;
+        }
+    }
     if (!as || !as->copy_batch_to_host_async || !c->run || dev < 0 || c->nstage_ahead)
         return;
     if (c->stage_ahead_stream && (c->stage_ahead_as != as || c->stage_ahead_dev != dev)) {

@@ -319,6 +319,23 @@ static void test_batch_of_slices(void)
         TW_ASSERT_EQ(batch_to_host_calls - bt, 3u); /* 2 without the failure */
         get_slices_and_check(c, items, N, BLK, src, back);
     }
+    /* An item of a group that never opens (a bad name fails it before its
+     * put starts): its buffer is dropped when the next group forms, which
+     * still copies ahead; the other items land. */
+    for (int i = 0; i < N; i++)
+        items[i].buf = arena + (size_t)i * BLK;
+    items[5].name = "st/bad\xff";
+    th = copies_to_host;
+    bt = batch_to_host_calls;
+    int rc = tw_batch_put(c, items, N);
+    items[5].name = names[5];
+    TW_ASSERT(rc < 0 && items[5].status == rc);
+    TW_ASSERT_EQ(copies_to_host, th);
+    TW_ASSERT_EQ(batch_to_host_calls - bt, 2u);
+    for (int i = 0; i < N; i++)
+        if (i != 5)
+            TW_ASSERT_EQ(items[i].status, 0);
+    get_slices_and_check(c, items, N, BLK, src, back); /* item 5: the same bytes, stored before */
     if (!on_rdma(c)) {
         /* Small gets queue their copies to the device on one stream and
          * wait once per fence. A copy refused when queued fails its item
