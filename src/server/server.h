@@ -384,9 +384,10 @@ int tw__srv_gdr_crc(const struct tw_srv *srv, const struct tw_tensor *t, uint32_
 /* Shutdown, before the store frees its memory: unpins the host copies kept
  * pinned (srv->stage_pins) and frees the cache. */
 void tw__srv_stage_destroy(struct tw_srv *srv);
-/* Waits for the copies queued for c's DATA frames (c->dev_fence): 0, or a
- * negative code when one failed (the frames hold wrong bytes: the caller
- * closes the connection), with the reason in err. */
+/* Waits for every copy queued on the GPUs in c->dev_fence (its DATA
+ * frames' and its queued commits'): 0, or a negative code when one failed
+ * (the frames hold wrong bytes: the caller closes the connection), with
+ * the reason in err. */
 int tw__srv_stage_fence(struct tw_srv_conn *c, char *err, size_t errlen);
 /* Whether the copy filling DATA frame ch is complete: 1 yes (ch needs no
  * more waiting), 0 not yet (only when !wait), negative when it failed
