@@ -64,6 +64,16 @@ int tw__copy_tickets_mark(struct tw_copy_tickets *t, char *err, size_t errlen)
     return 0;
 }
 
+/* Position (from the oldest) of the oldest marker covering ticket, which
+ * the caller knows is in the ring (completed < ticket <= marked). */
+static unsigned covering(const struct tw_copy_tickets *t, uint64_t ticket)
+{
+    unsigned k = 0;
+    while (t->slot[SLOT(t, k)].upto < ticket)
+        k++;
+    return k;
+}
+
 int tw__copy_tickets_done(struct tw_copy_tickets *t, uint64_t ticket, int wait, char *err,
                           size_t errlen)
 {
@@ -74,11 +84,9 @@ int tw__copy_tickets_done(struct tw_copy_tickets *t, uint64_t ticket, int wait, 
                  (unsigned long long)ticket);
         return TW_EINVAL;
     }
-    /* The oldest marker covering the ticket (the ring is in ticket order). */
-    unsigned k = 0;
-    while (t->slot[SLOT(t, k)].upto < ticket)
-        k++;
-    /* Reached markers leave the ring on the way, oldest first. */
+    /* Reached markers leave the ring, oldest first, up to the oldest one
+     * covering the ticket (the ring is in ticket order). */
+    unsigned k = covering(t, ticket);
     for (unsigned i = 0; i <= k; i++) {
         int r = t->ops->query(t->ctx, t->slot[t->head].marker, err, errlen);
         if (r < 0)
@@ -91,9 +99,7 @@ int tw__copy_tickets_done(struct tw_copy_tickets *t, uint64_t ticket, int wait, 
         return 1;
     if (!wait)
         return 0;
-    k = 0;
-    while (t->slot[SLOT(t, k)].upto < ticket)
-        k++;
+    k = covering(t, ticket);
     int rc = t->ops->wait(t->ctx, t->slot[SLOT(t, k)].marker, err, errlen);
     if (rc)
         return rc;

@@ -166,6 +166,12 @@ struct devmem_queue {
 };
 static struct devmem_queue *devmem_q[TW_CUDA_MAX_DEVICES];
 
+/* Device ordinal's queue, NULL when it has none (yet). */
+static struct devmem_queue *devmem_queue_at(int ordinal)
+{
+    return ordinal >= 0 && ordinal < TW_CUDA_MAX_DEVICES ? devmem_q[ordinal] : NULL;
+}
+
 /* Copy markers: CUDA events on the queue's stream (ctx: the queue; the
  * device's context is current in every caller). */
 static int ev_create(void *ctx, void **marker, char *err, size_t errlen)
@@ -230,8 +236,7 @@ static void devmem_fail(struct devmem_queue *q, int rc, const char *why)
 
 static void devmem_submit(int ordinal)
 {
-    struct devmem_queue *q =
-        ordinal >= 0 && ordinal < TW_CUDA_MAX_DEVICES ? devmem_q[ordinal] : NULL;
+    struct devmem_queue *q = devmem_queue_at(ordinal);
     if (!q || !q->n)
         return;
     char why[160];
@@ -354,7 +359,7 @@ static void cuda_devmem_free(int ordinal, void *p, size_t len)
     if (!p || tw__cuda_enter(ordinal, &cu, NULL, 0) != 0)
         return;
     devmem_submit(ordinal); /* copies queued from it read it first */
-    struct devmem_queue *q = ordinal < TW_CUDA_MAX_DEVICES ? devmem_q[ordinal] : NULL;
+    struct devmem_queue *q = devmem_queue_at(ordinal);
     if (q && len < DEVKEEP_MAX_LEN && q->kept_bytes + len <= DEVKEEP_BYTES) {
         struct devkeep_class *k = NULL;
         for (int i = 0; i < DEVKEEP_CLASSES && !k; i++)
@@ -385,8 +390,7 @@ static void cuda_devmem_free(int ordinal, void *p, size_t len)
 static uint64_t cuda_devmem_trim(int ordinal, int all)
 {
     const struct tw_cuda_api *cu;
-    struct devmem_queue *q =
-        ordinal >= 0 && ordinal < TW_CUDA_MAX_DEVICES ? devmem_q[ordinal] : NULL;
+    struct devmem_queue *q = devmem_queue_at(ordinal);
     if (!q || tw__cuda_enter(ordinal, &cu, NULL, 0) != 0)
         return 0;
     return devkeep_trim(ordinal, q, all);
@@ -454,8 +458,7 @@ static int cuda_devmem_copy_async(int ordinal, void *dst, const void *src, size_
 static int cuda_devmem_copied(int ordinal, uint64_t ticket, int wait, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    struct devmem_queue *q =
-        ordinal >= 0 && ordinal < TW_CUDA_MAX_DEVICES ? devmem_q[ordinal] : NULL;
+    struct devmem_queue *q = devmem_queue_at(ordinal);
     if (!q || ticket <= q->tickets.completed)
         return 1;
     int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
@@ -471,8 +474,7 @@ static int cuda_devmem_copied(int ordinal, uint64_t ticket, int wait, char *err,
 static int cuda_devmem_fence(int ordinal, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
-    struct devmem_queue *q =
-        ordinal >= 0 && ordinal < TW_CUDA_MAX_DEVICES ? devmem_q[ordinal] : NULL;
+    struct devmem_queue *q = devmem_queue_at(ordinal);
     if (!q)
         return 0;
     int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
@@ -572,7 +574,7 @@ static int alloc_on_gpu(struct tw_store *s, const struct tw_descriptor *d, int o
     if (d->byte_length > room(g->capacity, g->reserved))
         return TW_ECAPACITY;
     if (d->byte_length > 0) {
-        const struct tw_store_devmem_ops *m = s->devmem ? s->devmem : &tw__store_devmem_cuda;
+        const struct tw_store_devmem_ops *m = tw__store_devmem(s);
         void *p = NULL;
         int rc = m->alloc(ordinal, (size_t)d->byte_length, &p, NULL, 0);
         if (rc < 0)
@@ -776,7 +778,7 @@ void tw__tensor_unref(struct tw_tensor *t)
         return;
     struct tw_store *s = t->store;
     if (t->gpu >= 0) {
-        const struct tw_store_devmem_ops *m = s->devmem ? s->devmem : &tw__store_devmem_cuda;
+        const struct tw_store_devmem_ops *m = tw__store_devmem(s);
         s->gpu[t->gpu].reserved -= t->byte_length;
         if (t->data)
             m->free(s->gpu[t->gpu].ordinal, t->data, t->alloc_len);
