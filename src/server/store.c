@@ -11,6 +11,7 @@
 #include "mem/hostmem.h"
 #include "mem/memkind.h"
 #include "server/copy_tickets.h"
+#include "server/devslab.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -132,11 +133,11 @@ static uint64_t hash_name(const uint8_t *s, size_t n)
  *  - a batch the driver refused fails the next wait (err, why), since the
  *    requests that queued it were told "queued". */
 #define DEVMEM_BATCH 32
-#define DEVKEEP_MAX_LEN ((size_t)1 << 20)
-#define DEVKEEP_BYTES ((uint64_t)256 << 20)
-#define DEVKEEP_CLASSES 8
+/* Idle small-block chunks kept per device beyond a put (server/devslab.h). */
+#define DEVSLAB_KEEP ((uint64_t)256 << 20)
 struct devmem_queue {
     const struct tw_cuda_api *cu;
+    int ordinal;
     CUstream stream;
     struct tw_copy_tickets tickets;
     size_t n;
@@ -146,23 +147,16 @@ struct devmem_queue {
     size_t len[DEVMEM_BATCH];
     int err;
     char why[160];
-    /* Device blocks of freed small versions, kept for reuse by exact size:
-     * cuMemAlloc + cuMemFree cost ~6.3 us per 32 KiB block on the H200
-     * (docs/performance.md), and an overwrite frees a block of the size
-     * the next put needs. Blocks under DEVKEEP_MAX_LEN, at most
-     * DEVKEEP_BYTES per device; a class unused for a whole trim period is
-     * freed (tw__store_trim_spares). A kept block may still be read by
-     * copies queued before its free: it is handed out again only once
-     * they are done (its ticket). */
-    struct devkeep_class {
-        size_t len, n, cap;
-        struct devkeep_block {
-            void *p;
-            uint64_t ticket;
-        } * blk;
-        int used;
-    } keep[DEVKEEP_CLASSES];
-    uint64_t kept_bytes;
+    /* Device memory of small versions (under TW_DEVSLAB_MAX): blocks carved
+     * from 2 MiB chunks, so a put of a new name costs no cuMemAlloc
+     * (3.4 us on the H200, cuMemFree 2.9: docs/performance.md), and a
+     * freed block serves the next put of its size class. A freed block may
+     * still be read by copies queued before its free: it is handed out
+     * again only once they are done (its ticket). Idle chunks beyond
+     * DEVSLAB_KEEP go back at once, the others after a trim period unused
+     * (tw__store_trim_spares), all before an allocation fails for want of
+     * memory. */
+    struct tw_devslab slab;
 };
 static struct devmem_queue *devmem_q[TW_CUDA_MAX_DEVICES];
 
@@ -259,6 +253,39 @@ static int devmem_take_err(struct devmem_queue *q, char *err, size_t errlen)
     return rc;
 }
 
+/* The device memory under a queue's slab: cuMemAlloc / cuMemFree in the
+ * device's primary context (current in every caller: they entered it). */
+static int slab_alloc(void *ctx, size_t len, void **p, char *err, size_t errlen)
+{
+    struct devmem_queue *q = ctx;
+    CUdeviceptr d = 0;
+    CUresult r = q->cu->cuMemAlloc(&d, len);
+    if (r != CUDA_SUCCESS)
+        return tw__cuda_fail(r, err, errlen, "cuMemAlloc(%zu) on cuda:%d", len, q->ordinal);
+    *p = (void *)(uintptr_t)d;
+    return 0;
+}
+
+static void slab_free(void *ctx, void *p)
+{
+    struct devmem_queue *q = ctx;
+    (void)q->cu->cuMemFree((CUdeviceptr)(uintptr_t)p);
+}
+
+/* Every copy queued so far, submitted and finished. */
+static void slab_quiesce(void *ctx)
+{
+    struct devmem_queue *q = ctx;
+    devmem_submit(q->ordinal);
+    (void)q->cu->cuStreamSynchronize(q->stream);
+}
+
+static const struct tw_devslab_ops devmem_slab_ops = {
+    .alloc = slab_alloc,
+    .free = slab_free,
+    .quiesce = slab_quiesce,
+};
+
 /* Device ordinal's queue, made on first use (its context is current). */
 static int devmem_queue_of(int ordinal, const struct tw_cuda_api *cu, struct devmem_queue **out,
                            char *err, size_t errlen)
@@ -268,49 +295,45 @@ static int devmem_queue_of(int ordinal, const struct tw_cuda_api *cu, struct dev
         if (!(q = calloc(1, sizeof(*q))))
             return -ENOMEM;
         q->cu = cu;
+        q->ordinal = ordinal;
         CUresult r = cu->cuStreamCreate(&q->stream, CU_STREAM_DEFAULT);
         if (r != CUDA_SUCCESS) {
             free(q);
             return tw__cuda_fail(r, err, errlen, "cuStreamCreate on cuda:%d", ordinal);
         }
         tw__copy_tickets_init(&q->tickets, &devmem_markers, q);
+        tw__devslab_init(&q->slab, &devmem_slab_ops, q, DEVSLAB_KEEP);
         devmem_q[ordinal] = q;
     }
     *out = q;
     return 0;
 }
 
-/* Frees the kept blocks of q's classes unused since the last call (all:
- * every one), once no queued copy may still read them. Returns the bytes
- * freed. */
-static uint64_t devkeep_trim(int ordinal, struct devmem_queue *q, int all)
+/* A small version's block from the slab, once the copies queued before
+ * its last free are done. 1: none to be had there (out of memory, or that
+ * wait failed: the caller allocates on its own), 0, or a negative code. */
+static int devmem_slab_get(int ordinal, struct devmem_queue *q, size_t len, void **p, char *err,
+                           size_t errlen)
 {
-    uint64_t freed = 0;
-    int any = 0;
-    for (int i = 0; i < DEVKEEP_CLASSES; i++)
-        any |= q->keep[i].n && (all || !q->keep[i].used);
-    if (any) {
+    uint64_t ticket = 0;
+    int rc = tw__devslab_get(&q->slab, len, p, &ticket, err, errlen);
+    if (rc == -ENOMEM)
+        return 1;
+    if (rc || ticket <= q->tickets.completed)
+        return rc;
+    if (ticket > q->tickets.marked)
         devmem_submit(ordinal);
-        (void)q->cu->cuStreamSynchronize(q->stream);
+    char why[160];
+    if (tw__copy_tickets_done(&q->tickets, ticket, 1, why, sizeof(why)) < 0) {
+        /* The copy's failure is its reader's; this put takes other memory. */
+        (void)tw__devslab_put(&q->slab, *p, len, ticket);
+        return 1;
     }
-    for (int i = 0; i < DEVKEEP_CLASSES; i++) {
-        struct devkeep_class *k = &q->keep[i];
-        if (!all && k->used) {
-            k->used = 0;
-            continue;
-        }
-        for (size_t j = 0; j < k->n; j++)
-            (void)q->cu->cuMemFree((CUdeviceptr)(uintptr_t)k->blk[j].p);
-        freed += (uint64_t)k->n * k->len;
-        q->kept_bytes -= (uint64_t)k->n * k->len;
-        free(k->blk);
-        memset(k, 0, sizeof(*k));
-    }
-    return freed;
+    return 0;
 }
 
-/* GPU-resident versions: device memory on the device's primary context,
- * small blocks from the kept ones first. */
+/* GPU-resident versions: device memory on the device's primary context;
+ * small ones from the device's slab. */
 static int cuda_devmem_alloc(int ordinal, size_t len, void **p, char *err, size_t errlen)
 {
     const struct tw_cuda_api *cu;
@@ -318,33 +341,16 @@ static int cuda_devmem_alloc(int ordinal, size_t len, void **p, char *err, size_
     int rc = tw__cuda_enter(ordinal, &cu, err, errlen);
     if (rc)
         return rc;
-    if (len < DEVKEEP_MAX_LEN && ordinal < TW_CUDA_MAX_DEVICES &&
-        devmem_queue_of(ordinal, cu, &q, NULL, 0) == 0) {
-        for (int i = 0; i < DEVKEEP_CLASSES; i++) {
-            struct devkeep_class *k = &q->keep[i];
-            if (k->len != len || !k->n)
-                continue;
-            struct devkeep_block b = k->blk[--k->n];
-            q->kept_bytes -= len;
-            k->used = 1;
-            /* Copies queued before its free may still read it. */
-            if (b.ticket > q->tickets.completed) {
-                if (b.ticket > q->tickets.marked)
-                    devmem_submit(ordinal);
-                char why[160];
-                if (tw__copy_tickets_done(&q->tickets, b.ticket, 1, why, sizeof(why)) < 0) {
-                    (void)cu->cuMemFree((CUdeviceptr)(uintptr_t)b.p);
-                    break; /* the copy's failure is its reader's; allocate anew */
-                }
-            }
-            *p = b.p;
-            return 0;
-        }
+    if (ordinal < TW_CUDA_MAX_DEVICES && devmem_queue_of(ordinal, cu, &q, NULL, 0) == 0 &&
+        len > 0 && len < TW_DEVSLAB_MAX) {
+        rc = devmem_slab_get(ordinal, q, len, p, err, errlen);
+        if (rc <= 0)
+            return rc;
     }
     CUdeviceptr d = 0;
     CUresult r = cu->cuMemAlloc(&d, len);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY && q && q->kept_bytes) {
-        devkeep_trim(ordinal, q, 1); /* kept blocks must not make a put fail */
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && q && q->slab.idle_bytes) {
+        tw__devslab_trim(&q->slab, 1); /* idle chunks must not make a put fail */
         r = cu->cuMemAlloc(&d, len);
     }
     if (r != CUDA_SUCCESS)
@@ -360,31 +366,9 @@ static void cuda_devmem_free(int ordinal, void *p, size_t len)
         return;
     devmem_submit(ordinal); /* copies queued from it read it first */
     struct devmem_queue *q = devmem_queue_at(ordinal);
-    if (q && len < DEVKEEP_MAX_LEN && q->kept_bytes + len <= DEVKEEP_BYTES) {
-        struct devkeep_class *k = NULL;
-        for (int i = 0; i < DEVKEEP_CLASSES && !k; i++)
-            if (q->keep[i].len == len)
-                k = &q->keep[i];
-        for (int i = 0; i < DEVKEEP_CLASSES && !k; i++)
-            if (!q->keep[i].n && !q->keep[i].cap)
-                k = &q->keep[i];
-        if (k && k->n == k->cap) {
-            size_t cap = k->cap ? 2 * k->cap : 64;
-            struct devkeep_block *nb = realloc(k->blk, cap * sizeof(*nb));
-            if (nb) {
-                k->blk = nb;
-                k->cap = cap;
-            }
-        }
-        if (k && k->n < k->cap) {
-            k->len = len;
-            k->used = 1;
-            k->blk[k->n++] = (struct devkeep_block){.p = p, .ticket = q->tickets.issued};
-            q->kept_bytes += len;
-            return;
-        }
-    }
-    cu->cuMemFree((CUdeviceptr)(uintptr_t)p);
+    /* Not a slab block (allocated on its own): back to the driver. */
+    if (!q || tw__devslab_put(&q->slab, p, len, q->tickets.issued) != 0)
+        cu->cuMemFree((CUdeviceptr)(uintptr_t)p);
 }
 
 static uint64_t cuda_devmem_trim(int ordinal, int all)
@@ -393,7 +377,7 @@ static uint64_t cuda_devmem_trim(int ordinal, int all)
     struct devmem_queue *q = devmem_queue_at(ordinal);
     if (!q || tw__cuda_enter(ordinal, &cu, NULL, 0) != 0)
         return 0;
-    return devkeep_trim(ordinal, q, all);
+    return tw__devslab_trim(&q->slab, all);
 }
 
 /* One copy between a version's device memory and host memory: synchronous,

@@ -3,8 +3,9 @@
  * driver or device): a version tagged cuda:N lives in that device's memory
  * (the driver says so), counts against that GPU only, keeps its memory while
  * a reader holds it, and gives it back to the driver with the last
- * reference (small blocks: kept for reuse, reused only after the copies
- * queued from them, trimmed). Every visible GPU.
+ * reference (small blocks: carved from shared chunks, kept for reuse,
+ * reused only after the copies queued from them, trimmed). Every visible
+ * GPU.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -65,10 +66,11 @@ static void test_gpu(const struct tw_cuda_api *cu, int ordinal)
     free(b);
 }
 
-/* Small versions' device blocks are kept when freed and handed out again
- * for the same size, only after the copies queued from them finished; a
- * trim gives back the sizes unused for a whole period, and every block
- * when asked. */
+/* Small versions' device blocks are carved from one allocation of the
+ * driver (64 blocks of 32 KiB in a 2 MiB chunk, each usable on its own),
+ * kept when freed and handed out again for the same size, only after the
+ * copies queued from them finished; a trim gives back the chunks unused
+ * for a whole period, and every idle one when asked. */
 static void test_kept_blocks(const struct tw_cuda_api *cu, int ordinal)
 {
     const struct tw_store_devmem_ops *m = &tw__store_devmem_cuda;
@@ -81,7 +83,29 @@ static void test_kept_blocks(const struct tw_cuda_api *cu, int ordinal)
     for (size_t i = 0; i < n; i++)
         pat[i] = (uint8_t)(i * 7 + 1);
     TW_ASSERT_OK(cu->cuMemHostAlloc((void **)&host, n, 0) == CUDA_SUCCESS ? 0 : -1);
+    /* One driver allocation serves 64 blocks; each holds its own bytes. */
+    void *blk[64];
+    uintptr_t base = 0;
+    for (int i = 0; i < 64; i++) {
+        TW_ASSERT_OK(m->alloc(ordinal, n, &blk[i], err, sizeof(err)));
+        TW_ASSERT_OK(tw__memkind_cuda.query((uintptr_t)blk[i], n, &attr, err, sizeof(err)));
+        if (i == 0)
+            base = attr.alloc_base;
+        TW_ASSERT_EQ_U64(attr.alloc_base, base);
+        TW_ASSERT(attr.alloc_len >= 64 * n);
+        memset(pat, i + 1, n);
+        TW_ASSERT_OK(m->from_host(ordinal, blk[i], pat, n, err, sizeof(err)));
+    }
+    for (int i = 0; i < 64; i++) {
+        TW_ASSERT_OK(m->to_host(ordinal, host, blk[i], n, err, sizeof(err)));
+        TW_ASSERT(host[0] == i + 1 && host[n - 1] == i + 1);
+    }
+    for (int i = 63; i >= 0; i--)
+        m->free(ordinal, blk[i], n);
+    for (size_t i = 0; i < n; i++)
+        pat[i] = (uint8_t)(i * 7 + 1);
     TW_ASSERT_OK(m->alloc(ordinal, n, &a, err, sizeof(err)));
+    TW_ASSERT(a == blk[0]);
     TW_ASSERT_OK(m->from_host(ordinal, a, pat, n, err, sizeof(err)));
     /* A copy queued from a, then a freed (kept) and allocated again: the
      * copy must have read the old bytes before the block is reused. */
@@ -111,7 +135,9 @@ static void test_kept_blocks(const struct tw_cuda_api *cu, int ordinal)
     TW_ASSERT(tw__memkind_cuda.query((uintptr_t)a, n, &attr, err, sizeof(err)) != 0);
     cu->cuMemFreeHost(host);
     free(pat);
-    fprintf(stderr, "cuda:%d: a freed 32 KiB block reused after its queued copy, trimmed\n",
+    fprintf(stderr,
+            "cuda:%d: 64 x 32 KiB from one allocation; a freed block reused after its "
+            "queued copy, trimmed\n",
             ordinal);
 }
 
