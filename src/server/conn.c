@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "server/log.h"
@@ -1069,11 +1070,24 @@ static void conn_read(struct tw_srv_conn *c)
             if (!c->body.x && want > srv->scratch_len)
                 want = srv->scratch_len;
             asked = want;
-            n = read(c->fd, dst, want);
+            if (c->body.x && want == c->body.left) {
+                /* The rest of this payload goes to its destination and what
+                 * follows it into the (empty) buffer, in one call: a small
+                 * tail, so that the next payload, too, is mostly read in
+                 * place rather than buffered and copied. */
+                struct iovec iov[2] = {{dst, want}, {c->in, TW_SRV_SCATTER_TAIL}};
+                c->in_start = c->in_end = 0;
+                asked = want + TW_SRV_SCATTER_TAIL;
+                n = readv(c->fd, iov, 2);
+            } else {
+                n = read(c->fd, dst, want);
+            }
             if (n > 0) {
-                c->body.left -= (uint64_t)n;
+                size_t body_n = (size_t)n < want ? (size_t)n : want;
+                c->in_end += (size_t)n - body_n;
+                c->body.left -= (uint64_t)body_n;
                 if (c->body.x)
-                    c->body.dst += n;
+                    c->body.dst += body_n;
                 if (c->body.left == 0)
                     body_done(c);
             }

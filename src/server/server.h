@@ -33,6 +33,10 @@
 /* Input buffer: frame headers and control messages (the largest legal
  * client->server control payload is about 3 KiB; DATA bytes bypass it). */
 #define TW_SRV_INBUF 65536u
+/* Bytes read into the input buffer behind the rest of a DATA payload that
+ * is read in place (conn.c, conn_read): the next frames' headers and the
+ * start of the next payload. */
+#define TW_SRV_SCATTER_TAIL 4096u
 #define TW_SRV_MAX_CTL_PAYLOAD 16384u
 /* Stop reading from a peer whose unread replies exceed this (it is not
  * reading); resume below half. DATA frames of GETs are not counted: they
