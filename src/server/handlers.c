@@ -449,27 +449,35 @@ out_free_list:
 }
 
 /* Per device served: device.<dev>.{capacity,reserved,stored}_bytes, <dev>
- * being "cpu" or "cudaN" (STATS keys have no ':'). Adds to *count. */
+ * being "cpu" or "cudaN" (STATS keys have no ':'), and for a GPU the device
+ * memory held for small versions, device.cudaN.slab_{bytes,free_bytes}.
+ * Adds to *count. */
 static ssize_t encode_device_stats(struct tw_srv *srv, uint8_t *buf, size_t cap, uint32_t *count)
 {
     size_t used = 0;
     for (unsigned i = 0; i < srv->devices.n; i++) {
         const struct tw_device *d = &srv->devices.d[i].dev;
-        uint64_t v[3] = {srv->store.capacity, srv->store.reserved, srv->store.stored_bytes};
+        uint64_t v[5] = {srv->store.capacity, srv->store.reserved, srv->store.stored_bytes};
+        int nv = 3;
         char dev[16];
         if (d->type == TW_DEVICE_CUDA) {
             const struct tw_store_gpu *g = tw__store_gpu(&srv->store, d->ordinal);
+            const struct tw_store_devmem_ops *dm = tw__store_devmem(&srv->store);
             if (!g)
                 continue;
             v[0] = g->capacity;
             v[1] = g->reserved;
             v[2] = g->stored_bytes;
+            if (dm->held) {
+                dm->held(d->ordinal, &v[3], &v[4]);
+                nv = 5;
+            }
             snprintf(dev, sizeof(dev), "cuda%d", d->ordinal);
         } else {
             snprintf(dev, sizeof(dev), "cpu");
         }
-        static const char *const what[3] = {"capacity", "reserved", "stored"};
-        for (int k = 0; k < 3; k++) {
+        static const char *const what[5] = {"capacity", "reserved", "stored", "slab", "slab_free"};
+        for (int k = 0; k < nv; k++) {
             char key[64];
             snprintf(key, sizeof(key), "device.%s.%s_bytes", dev, what[k]);
             ssize_t w = tw__stats_entry_encode(key, v[k], buf + used, cap - used);
@@ -560,21 +568,26 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"regcache_bytes", mst.total.bytes},
         {"regcache_reg_ns", mst.total.reg_ns},
     };
-    uint8_t buf[8192];
+    /* About 2 KiB of counters, and up to 5 keys of ~40 bytes per device
+     * (TW_STORE_MAX_GPUS GPUs). */
+    const size_t cap = 16384;
+    uint8_t *buf = malloc(cap);
     size_t used = 0;
     uint32_t count = 0;
-    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++, count++) {
-        ssize_t w = tw__stats_entry_encode(kv[i].key, kv[i].value, buf + used, sizeof(buf) - used);
-        if (w < 0) {
-            tw__conn_send_error(c, m->hdr.request_id, TW_WIRE_INTERNAL, "cannot encode stats");
-            return;
-        }
-        used += (size_t)w;
+    if (!buf) {
+        tw__conn_send_error(c, m->hdr.request_id, TW_WIRE_INTERNAL, "out of memory for stats");
+        return;
     }
-    ssize_t w = encode_device_stats(srv, buf + used, sizeof(buf) - used, &count);
+    ssize_t w = 0;
+    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]) && w >= 0; i++, count++) {
+        w = tw__stats_entry_encode(kv[i].key, kv[i].value, buf + used, cap - used);
+        used += w > 0 ? (size_t)w : 0;
+    }
+    if (w >= 0)
+        w = encode_device_stats(srv, buf + used, cap - used, &count);
     if (w < 0) {
         tw__conn_send_error(c, m->hdr.request_id, TW_WIRE_INTERNAL, "cannot encode stats");
-        return;
+        goto out;
     }
     used += (size_t)w;
     struct tw_msg r;
@@ -584,7 +597,9 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
     r.u.stats_reply.count = count;
     r.u.stats_reply.entries.ptr = buf;
     r.u.stats_reply.entries.len = (uint32_t)used;
-    tw__conn_send(c, &r);
+    tw__conn_send(c, &r); /* encodes a copy */
+out:
+    free(buf);
 }
 
 static void handle_ping(struct tw_srv_conn *c, const struct tw_msg *m)

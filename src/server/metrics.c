@@ -230,6 +230,24 @@ int tw__metrics_render(const struct tw_srv *srv, char **out, size_t *len)
         }
     }
 
+    /* Device memory held for small GPU tensors (server/devslab.h). */
+    const struct tw_store_devmem_ops *dm = tw__store_devmem(sto);
+    if (dm->held && sto->ngpus) {
+        uint64_t held[TW_STORE_MAX_GPUS][2];
+        for (unsigned g = 0; g < sto->ngpus; g++)
+            dm->held(sto->gpu[g].ordinal, &held[g][0], &held[g][1]);
+        static const char *const slab_fields[2][2] = {
+            {"device_slab_bytes", "GPU memory held for tensors under 1 MiB (2 MiB chunks)."},
+            {"device_slab_free_bytes", "The part of device_slab_bytes no tensor uses now."},
+        };
+        for (int k = 0; k < 2; k++) {
+            family(f, slab_fields[k][0], "gauge", slab_fields[k][1]);
+            for (unsigned g = 0; g < sto->ngpus; g++)
+                fprintf(f, "tensorwire_%s{device=\"cuda:%d\"} %llu\n", slab_fields[k][0],
+                        sto->gpu[g].ordinal, (unsigned long long)held[g][k]);
+        }
+    }
+
     render_xfers(f, &srv->metrics);
 
     scalar(f, "rdma_enabled", "gauge", "1 when the RDMA data plane is open.", srv->fab != NULL);

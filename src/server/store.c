@@ -380,6 +380,13 @@ static uint64_t cuda_devmem_trim(int ordinal, int all)
     return tw__devslab_trim(&q->slab, all);
 }
 
+static void cuda_devmem_held(int ordinal, uint64_t *bytes, uint64_t *free_bytes)
+{
+    const struct devmem_queue *q = devmem_queue_at(ordinal);
+    *bytes = q ? q->slab.chunk_bytes : 0;
+    *free_bytes = q ? q->slab.free_bytes : 0;
+}
+
 /* One copy between a version's device memory and host memory: synchronous,
  * or (ticket not NULL) queued for the device's stream, with its ticket in
  * *ticket. */
@@ -495,6 +502,7 @@ const struct tw_store_devmem_ops tw__store_devmem_cuda = {
     .copy_async = cuda_devmem_copy_async,
     .copied = cuda_devmem_copied,
     .fence = cuda_devmem_fence,
+    .held = cuda_devmem_held,
 };
 
 const struct tw_store_devmem_ops *tw__store_devmem(const struct tw_store *s)

@@ -74,7 +74,8 @@ struct tw_tensor {
 struct tw_store_devmem_ops {
     int (*alloc)(int ordinal, size_t len, void **p, char *err, size_t errlen);
     /* len: the alloc's. May keep the memory for a later alloc of the same
-     * len (the CUDA ops keep small blocks, up to a bound). */
+     * size (the CUDA ops carve small versions from chunks they keep:
+     * server/devslab.h). */
     void (*free)(int ordinal, void *p, size_t len);
     /* Optional: gives back memory free kept since the previous call (all:
      * every byte kept); the bytes given back. */
@@ -105,6 +106,10 @@ struct tw_store_devmem_ops {
                       uint64_t *ticket, char *err, size_t errlen);
     int (*copied)(int ordinal, uint64_t ticket, int wait, char *err, size_t errlen);
     int (*fence)(int ordinal, char *err, size_t errlen);
+    /* Optional: device memory the ops hold from the driver for small
+     * versions (the CUDA ops' slab chunks) in *bytes, and how much of it
+     * no version uses now in *free_bytes (STATS). */
+    void (*held)(int ordinal, uint64_t *bytes, uint64_t *free_bytes);
 };
 extern const struct tw_store_devmem_ops tw__store_devmem_cuda;
 

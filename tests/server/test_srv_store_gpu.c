@@ -100,8 +100,15 @@ static void test_kept_blocks(const struct tw_cuda_api *cu, int ordinal)
         TW_ASSERT_OK(m->to_host(ordinal, host, blk[i], n, err, sizeof(err)));
         TW_ASSERT(host[0] == i + 1 && host[n - 1] == i + 1);
     }
+    uint64_t held = 0, held_free = 0;
+    m->held(ordinal, &held, &held_free); /* STATS device.cudaN.slab_* */
+    TW_ASSERT_EQ_U64(held, 64 * n);
+    TW_ASSERT_EQ_U64(held_free, 0);
     for (int i = 63; i >= 0; i--)
         m->free(ordinal, blk[i], n);
+    m->held(ordinal, &held, &held_free);
+    TW_ASSERT_EQ_U64(held, 64 * n);
+    TW_ASSERT_EQ_U64(held_free, 64 * n);
     for (size_t i = 0; i < n; i++)
         pat[i] = (uint8_t)(i * 7 + 1);
     TW_ASSERT_OK(m->alloc(ordinal, n, &a, err, sizeof(err)));
@@ -133,6 +140,8 @@ static void test_kept_blocks(const struct tw_cuda_api *cu, int ordinal)
     m->free(ordinal, a, n);
     TW_ASSERT(m->trim(ordinal, 1) >= n);
     TW_ASSERT(tw__memkind_cuda.query((uintptr_t)a, n, &attr, err, sizeof(err)) != 0);
+    m->held(ordinal, &held, &held_free);
+    TW_ASSERT_EQ_U64(held, 0);
     cu->cuMemFreeHost(host);
     free(pat);
     fprintf(stderr,
