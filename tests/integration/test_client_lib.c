@@ -225,6 +225,53 @@ static void test_batch_statuses(void)
     tw_close(c);
 }
 
+/* Puts of sizes around the server's input buffer (64 KiB) and the 4 KiB
+ * it reads behind a payload (conn.c: the rest of a payload is read in
+ * place, what follows into the buffer), many in flight, so frames start
+ * and end at every offset of a read: put, overwrite with other bytes, get
+ * back byte-exact. */
+static void test_batch_straddling_sizes(void)
+{
+    static const size_t sizes[] = {1,     100,   4071,  4072,   4095,  4096,  4097,
+                                   4200,  8192,  30000, 32768,  65511, 65512, 65535,
+                                   65536, 65537, 70000, 131079, 300001};
+    enum { N = 240, NS = sizeof(sizes) / sizeof(sizes[0]) };
+    tw_client *c = connect_default();
+    struct tw_batch_item *items = calloc(N, sizeof(*items));
+    size_t *off = calloc(N + 1, sizeof(*off));
+    char(*names)[32] = calloc(N, 32);
+    TW_ASSERT(items && off && names);
+    for (int i = 0; i < N; i++)
+        off[i + 1] = off[i] + sizes[(size_t)i * 7 % NS];
+    uint8_t *src = malloc(off[N]), *dst = malloc(off[N]);
+    TW_ASSERT(src && dst);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N; i++) {
+            size_t len = off[i + 1] - off[i];
+            snprintf(names[i], 32, "straddle/%03d", i);
+            fill(src + off[i], len, (uint32_t)(i * 2 + round));
+            items[i] = (struct tw_batch_item){.name = names[i], .buf = src + off[i], .len = len};
+            items[i].desc.dtype = TW_U8;
+            items[i].desc.ndim = 1;
+            items[i].desc.shape[0] = len;
+        }
+        TW_ASSERT_OK(tw_batch_put(c, items, N)); /* round 1: overwrites */
+        memset(dst, 0, off[N]);
+        for (int i = 0; i < N; i++)
+            items[i].buf = dst + off[i];
+        TW_ASSERT_OK(tw_batch_get(c, items, N));
+        TW_ASSERT_MEM_EQ(dst, src, off[N]);
+    }
+    for (int i = 0; i < N; i++)
+        TW_ASSERT_OK(tw_delete(c, names[i]));
+    free(items);
+    free(off);
+    free(names);
+    free(src);
+    free(dst);
+    tw_close(c);
+}
+
 static void test_checksum_and_stats(void)
 {
     struct tw_client_options o;
@@ -401,6 +448,7 @@ int main(void)
     TW_RUN(test_scalar_and_empty);
     TW_RUN(test_errors_surface);
     TW_RUN(test_batch_statuses);
+    TW_RUN(test_batch_straddling_sizes);
     TW_RUN(test_checksum_and_stats);
     TW_RUN(test_large_tensor);
     TW_RUN(test_list_spans_frames);
