@@ -1070,11 +1070,12 @@ static void conn_read(struct tw_srv_conn *c)
             if (!c->body.x && want > srv->scratch_len)
                 want = srv->scratch_len;
             asked = want;
-            if (c->body.x && want == c->body.left) {
+            if (c->body.x && want == c->body.left && c->in_start == c->in_end) {
                 /* The rest of this payload goes to its destination and what
-                 * follows it into the (empty) buffer, in one call: a small
-                 * tail, so that the next payload, too, is mostly read in
-                 * place rather than buffered and copied. */
+                 * follows it into the buffer (empty: begin_data took every
+                 * buffered byte before the body went on), in one call: a
+                 * small tail, so that the next payload, too, is mostly read
+                 * in place rather than buffered and copied. */
                 struct iovec iov[2] = {{dst, want}, {c->in, TW_SRV_SCATTER_TAIL}};
                 c->in_start = c->in_end = 0;
                 asked = want + TW_SRV_SCATTER_TAIL;
