@@ -77,6 +77,13 @@ const char *tw__name_problem(const uint8_t *s, size_t len)
         return "is empty";
     if (len > TW_MAX_NAME_LEN)
         return "is longer than 1024 bytes";
+    /* Printable ASCII (most names) passes in one look at each byte; the
+     * two passes below are for the rest. */
+    size_t i = 0;
+    while (i < len && s[i] >= 0x20 && s[i] < 0x7f)
+        i++;
+    if (i == len)
+        return NULL;
     if (!tw__utf8_valid(s, len))
         return "is not valid UTF-8";
     if (has_control(s, len))

@@ -519,6 +519,12 @@ static void names(void)
         {"truncated 3-byte", "ab\xe2\x82", 4, TW_EBAD_NAME},
         {"truncated 4-byte", "\xf0\x9f\x98", 3, TW_EBAD_NAME},
         {"bad continuation", "\xe2\x28\xa1", 3, TW_EBAD_NAME},
+        {"ESC", "a\x1b[2Jb", 6, TW_EBAD_NAME},
+        {"DEL last", "layer0.weight\x7f", 14, TW_EBAD_NAME},
+        {"tab first", "\tlayer0", 7, TW_EBAD_NAME},
+        {"C1 NEL after ASCII", "kv/0/\xc2\x85", 7, TW_EBAD_NAME},
+        {"U+00A0 ok", "kv\xc2\xa0", 4, 0},
+        {"space and tilde ok", " ~", 2, 0},
     };
     struct fb f;
     for (unsigned i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
