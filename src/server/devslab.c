@@ -110,7 +110,6 @@ static void release_at(struct tw_devslab *s, size_t i)
     s->free_bytes -= (uint64_t)c->nfree * c->bsize;
     if (c->nfree == c->nblk)
         s->idle_bytes -= len;
-    s->chunk_frees++;
     s->ops->free(s->ctx, (void *)c->base);
     free(c);
 }

@@ -63,7 +63,7 @@ struct tw_devslab {
     uint64_t chunk_bytes;                                 /* all chunks */
     uint64_t free_bytes;                                  /* free blocks (their class sizes) */
     uint64_t idle_bytes;                                  /* idle chunks */
-    uint64_t chunk_allocs, chunk_frees;                   /* driver calls so far */
+    uint64_t chunk_allocs;                                /* chunks allocated so far */
 };
 
 /* The block size serving len (0 < len < TW_DEVSLAB_MAX) and its class

@@ -272,7 +272,9 @@ static void slab_free(void *ctx, void *p)
     (void)q->cu->cuMemFree((CUdeviceptr)(uintptr_t)p);
 }
 
-/* Every copy queued so far, submitted and finished. */
+/* Every copy queued so far, submitted and finished. Not the fence op: a
+ * queue error stays for the copy's own reader to take, and no ticket is
+ * marked done here (a refused batch must still fail its wait). */
 static void slab_quiesce(void *ctx)
 {
     struct devmem_queue *q = ctx;
