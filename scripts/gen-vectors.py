@@ -26,7 +26,7 @@ TAGS = {
     "PUT_ACCEPT": 0x09, "RDMA_ENDPOINT": 0x0A, "RDMA_DONE": 0x0B, "RDMA_REGISTER": 0x0C,
     "RDMA_READY": 0x0D, "ERROR": 0x0E, "OK": 0x0F, "LIST": 0x10, "LIST_REPLY": 0x11,
     "STAT": 0x12, "DELETE": 0x13, "PING": 0x14, "PONG": 0x15, "GOODBYE": 0x16,
-    "STATS": 0x17, "STATS_REPLY": 0x18,
+    "STATS": 0x17, "STATS_REPLY": 0x18, "RDMA_AVAILABLE": 0x19,
 }
 
 
@@ -202,6 +202,13 @@ def vectors():
         ("rkey u64 = 0x1234", u64(0x1234)),
         ("remote_addr u64 = 0x7f0000001000 (FI_MR_VIRT_ADDR)", u64(0x7F0000001000)),
         ("length u64 = 24 (== descriptor byte_length)", u64(24))))
+    v["rdma_register_more"] = frame("RDMA_REGISTER", 4, p(
+        ("rkey u64 = 0x1234", u64(0x1234)),
+        ("remote_addr u64 = 0x7f0000001000 (FI_MR_VIRT_ADDR)", u64(0x7F0000001000)),
+        ("length u64 = 24 (== descriptor byte_length); MORE: readable as RDMA_AVAILABLE says",
+         u64(24))), flags=1)
+    v["rdma_available"] = frame("RDMA_AVAILABLE", 4, p(
+        ("ready u64 = 16 (bytes 0..15 may be read)", u64(16))))
     v["rdma_ready"] = frame("RDMA_READY", 4, p())
     msg = b"no tensor named \"x\""
     v["error"] = frame("ERROR", 5, p(
@@ -284,6 +291,12 @@ def sm_sequences(v):
     def reg(rid):
         return frame("RDMA_REGISTER", rid, p(("", u64(7)), ("", u64(0)), ("", u64(24))))
 
+    def reg_more(rid):
+        return frame("RDMA_REGISTER", rid, p(("", u64(7)), ("", u64(0)), ("", u64(24))), flags=1)
+
+    def avail(rid, n):
+        return frame("RDMA_AVAILABLE", rid, p(("", u64(n))))
+
     def simple(tag, rid):
         return frame(tag, rid, p())
 
@@ -293,6 +306,8 @@ def sm_sequences(v):
     hs = [(1, hello), (0, ack(0xF, 1)), (1, v["auth"]), (0, v["auth_ok"])]
     hello_eager = frame("HELLO", 0, p(("", u64(0x1F)), ("", u32(1 << 20)), ("", u32(4)),
                                       ("", u16(1)), ("", b"c")))
+    hello_prog = frame("HELLO", 0, p(("", u64(0x2F)), ("", u32(1 << 20)), ("", u32(4)),
+                                     ("", u16(1)), ("", b"c")))
     accept_inline = frame("PUT_ACCEPT", 1, p(("", u8(1)), ("", bytes(3))))
     ep = [(1, v["rdma_endpoint_offer"]), (0, v["rdma_endpoint_accept"])]
     seqs = {
@@ -309,6 +324,13 @@ def sm_sequences(v):
         "push_put": hs + ep + [(1, putm(1, 1)), (0, frame("PUT_ACCEPT", 1, p(("", u8(2)), ("", bytes(3))))),
                                (1, reg(1)), (0, reg(1)), (0, simple("RDMA_READY", 1)), (1, done(1)),
                                (0, simple("OK", 1))],
+        # bit 5 (RDMA_PROGRESSIVE): the source registers before its bytes
+        # are in place and announces them; pull and push.
+        "progressive_get": [(1, hello_prog), (0, ack(0x2F, 0))] + ep
+        + [(1, req(1, 1)), (0, info(1, 2)), (0, reg_more(1)), (1, simple("RDMA_READY", 1)),
+           (0, avail(1, 8)), (0, avail(1, 24)), (1, done(1)),
+           (1, req(2, 1)), (0, info(2, 2)), (0, reg_more(2)), (0, avail(2, 16)), (1, reg(2)),
+           (1, simple("RDMA_READY", 2)), (0, avail(2, 24)), (0, done(2))],
         "misc": hs + [(1, frame("LIST", 2, p(("", u16(0)), ("", b"")))), (0, frame("LIST_REPLY", 2, p(("", u32(0)))))]
         + [(1, frame("PING", 3, p(("", b"pingpong")))), (0, frame("PONG", 3, p(("", b"pingpong")))),
            (1, frame("STATS", 4, p())), (0, frame("STATS_REPLY", 4, p(("", u32(0))))),

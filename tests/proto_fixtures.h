@@ -124,6 +124,22 @@ static inline struct tw_msg fx_register(uint64_t id, uint64_t rkey, uint64_t add
     return m;
 }
 
+/* A source registration whose bytes follow (bit 5: MORE). */
+static inline struct tw_msg fx_register_more(uint64_t id, uint64_t rkey, uint64_t addr,
+                                             uint64_t len)
+{
+    struct tw_msg m = fx_register(id, rkey, addr, len);
+    m.hdr.flags = TW_FRAME_MORE;
+    return m;
+}
+
+static inline struct tw_msg fx_available(uint64_t id, uint64_t ready)
+{
+    struct tw_msg m = fx_msg(TW_TAG_RDMA_AVAILABLE, id);
+    m.u.rdma_available.ready = ready;
+    return m;
+}
+
 static inline struct tw_msg fx_done(uint64_t id, uint32_t status, uint64_t bytes)
 {
     struct tw_msg m = fx_msg(TW_TAG_RDMA_DONE, id);

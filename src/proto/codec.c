@@ -217,6 +217,13 @@ static int check_request_id(uint32_t tag, uint64_t id)
 
 /* ---- header ------------------------------------------------------------ */
 
+int tw__tag_may_have_more(uint32_t tag)
+{
+    /* RDMA_REGISTER: a source registration whose bytes follow (bit 5; the
+     * state machine refuses it elsewhere). */
+    return tag == TW_TAG_DATA || tag == TW_TAG_LIST_REPLY || tag == TW_TAG_RDMA_REGISTER;
+}
+
 int tw__frame_decode_header(const uint8_t *buf, size_t len, uint32_t max_frame,
                             struct tw_frame_header *hdr)
 {
@@ -235,7 +242,7 @@ int tw__frame_decode_header(const uint8_t *buf, size_t len, uint32_t max_frame,
     uint8_t flags = wire_get_u8(buf + 5);
     if ((flags & ~TW_FRAME_FLAGS_KNOWN) || wire_get_u16(buf + 6) != 0)
         return TW_EBAD_FLAGS;
-    if ((flags & TW_FRAME_MORE) && tag != TW_TAG_DATA && tag != TW_TAG_LIST_REPLY)
+    if ((flags & TW_FRAME_MORE) && !tw__tag_may_have_more(tag))
         return TW_EBAD_FLAGS;
     hdr->version = TW_PROTO_VERSION;
     hdr->flags = flags;
@@ -482,6 +489,9 @@ int tw__msg_decode_payload(const struct tw_frame_header *hdr, const uint8_t *pay
         msg->u.rdma_register.remote_addr = rd_u64(&r);
         msg->u.rdma_register.length = rd_u64(&r);
         break;
+    case TW_TAG_RDMA_AVAILABLE:
+        msg->u.rdma_available.ready = rd_u64(&r);
+        break;
     case TW_TAG_RDMA_READY:
     case TW_TAG_OK:
     case TW_TAG_STATS:
@@ -680,6 +690,8 @@ static int64_t payload_len_of(const struct tw_msg *m)
         return 16;
     case TW_TAG_RDMA_REGISTER:
         return 24;
+    case TW_TAG_RDMA_AVAILABLE:
+        return 8;
     case TW_TAG_RDMA_READY:
     case TW_TAG_OK:
     case TW_TAG_STATS:
@@ -721,7 +733,7 @@ ssize_t tw__msg_encoded_len(const struct tw_msg *msg)
     if (h->tag == 0 || h->tag > TW_TAG_MAX)
         return TW_EUNKNOWN_TAG;
     if ((h->flags & ~TW_FRAME_FLAGS_KNOWN) ||
-        ((h->flags & TW_FRAME_MORE) && h->tag != TW_TAG_DATA && h->tag != TW_TAG_LIST_REPLY))
+        ((h->flags & TW_FRAME_MORE) && !tw__tag_may_have_more(h->tag)))
         return TW_EBAD_FLAGS;
     int rc = check_request_id(h->tag, h->request_id);
     if (rc < 0)
@@ -822,6 +834,9 @@ static void put_payload(uint8_t *p, const struct tw_msg *m)
         wire_put_u64(p, m->u.rdma_register.rkey);
         wire_put_u64(p + 8, m->u.rdma_register.remote_addr);
         wire_put_u64(p + 16, m->u.rdma_register.length);
+        break;
+    case TW_TAG_RDMA_AVAILABLE:
+        wire_put_u64(p, m->u.rdma_available.ready);
         break;
     case TW_TAG_ERROR:
         wire_put_u32(p, m->u.error.code);

@@ -85,6 +85,8 @@ int tw__msg_equal(const struct tw_msg *a, const struct tw_msg *b)
         return a->u.rdma_register.rkey == b->u.rdma_register.rkey &&
                a->u.rdma_register.remote_addr == b->u.rdma_register.remote_addr &&
                a->u.rdma_register.length == b->u.rdma_register.length;
+    case TW_TAG_RDMA_AVAILABLE:
+        return a->u.rdma_available.ready == b->u.rdma_available.ready;
     case TW_TAG_ERROR:
         return a->u.error.code == b->u.error.code &&
                bytes_eq(&a->u.error.message, &b->u.error.message);

@@ -70,6 +70,7 @@ static const char *const tag_names[TW_TAG_MAX + 1] = {
     [TW_TAG_GOODBYE] = "GOODBYE",
     [TW_TAG_STATS] = "STATS",
     [TW_TAG_STATS_REPLY] = "STATS_REPLY",
+    [TW_TAG_RDMA_AVAILABLE] = "RDMA_AVAILABLE",
 };
 
 const char *tw__tag_name(uint32_t tag)
@@ -110,6 +111,7 @@ static const uint32_t max_payload[TW_TAG_MAX + 1] = {
     [TW_TAG_GOODBYE] = 4,
     [TW_TAG_STATS] = 0,
     [TW_TAG_STATS_REPLY] = UINT32_MAX,
+    [TW_TAG_RDMA_AVAILABLE] = 8,
 };
 
 uint32_t tw__max_payload_len(uint32_t tag)

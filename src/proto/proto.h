@@ -25,7 +25,9 @@
 #define TW_FRAME_HEADER_LEN 24
 
 /* Frame header flags (byte 5). */
-#define TW_FRAME_MORE 0x01u /* DATA, LIST_REPLY: more frames of this reply follow */
+#define TW_FRAME_MORE                                                                              \
+    0x01u /* DATA, LIST_REPLY: more frames of this reply follow;                                   \
+           * RDMA_REGISTER (bit 5): its bytes follow */
 #define TW_FRAME_FLAGS_KNOWN TW_FRAME_MORE
 
 /* Limits (docs/protocol.md, "Limits"). */
@@ -82,16 +84,20 @@ enum tw_tag {
     TW_TAG_GOODBYE = 0x16,        /* Either */
     TW_TAG_STATS = 0x17,          /* C->S */
     TW_TAG_STATS_REPLY = 0x18,    /* S->C */
-    TW_TAG_MAX = 0x18
+    TW_TAG_RDMA_AVAILABLE = 0x19, /* source owner -> destination owner (bit 5) */
+    TW_TAG_MAX = 0x19
 };
 
-/* capability_flags (u64). Bits 4..63 reserved: send 0, ignore on receipt. */
+/* capability_flags (u64). Bits 6..63 reserved: send 0, ignore on receipt. */
 #define TW_CAP_INLINE_DATA (UINT64_C(1) << 0)
 #define TW_CAP_PAYLOAD_CRC32C (UINT64_C(1) << 1)
 #define TW_CAP_RDMA_DATA_PLANE (UINT64_C(1) << 2)
 #define TW_CAP_RDMA_GPUDIRECT (UINT64_C(1) << 3) /* MUST imply bit 2 */
 #define TW_CAP_EAGER_PUT (UINT64_C(1) << 4)      /* inline put DATA before PUT_ACCEPT */
-#define TW_CAP_KNOWN_MASK (UINT64_C(0x1F))
+/* A source registration may precede its bytes: RDMA_REGISTER with MORE,
+ * then RDMA_AVAILABLE frames say how far the region may be read. */
+#define TW_CAP_RDMA_PROGRESSIVE (UINT64_C(1) << 5)
+#define TW_CAP_KNOWN_MASK (UINT64_C(0x3F))
 
 enum tw_dtype {
     TW_DTYPE_F64 = 1,
@@ -218,6 +224,9 @@ struct tw_msg {
             uint64_t remote_addr;
             uint64_t length;
         } rdma_register;
+        struct {            /* RDMA_AVAILABLE (bit 5) */
+            uint64_t ready; /* bytes from the region's start that may be read */
+        } rdma_available;
         struct { /* ERROR */
             uint32_t code;
             struct tw_bytes message;
@@ -253,6 +262,8 @@ const char *tw__dtype_name(uint8_t dtype);
 uint8_t tw__dtype_from_name(const char *name);
 /* Message tag name ("RDMA_REGISTER"), "UNKNOWN" otherwise. */
 const char *tw__tag_name(uint32_t tag);
+/* Whether MORE is legal on tag (DATA, LIST_REPLY, RDMA_REGISTER). */
+int tw__tag_may_have_more(uint32_t tag);
 /* Largest payload_len a valid frame of this tag can have (docs/protocol.md,
  * "Limits"): e.g. 1212 for TENSOR_PUT. UINT32_MAX for DATA, LIST_REPLY and
  * STATS_REPLY (bounded only by max_frame), 0 for an unknown tag. A reader

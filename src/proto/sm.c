@@ -46,6 +46,10 @@ struct tw_sm_req {
     uint8_t xfer_flags; /* TENSOR_REQUEST / TENSOR_PUT flags */
     uint64_t byte_length;
     uint64_t done; /* DATA bytes seen so far */
+    /* Bit 5: the source registered with MORE; bytes announced so far by
+     * RDMA_AVAILABLE. */
+    uint8_t progressive;
+    uint64_t avail;
     uint8_t ping[TW_PING_PAYLOAD_LEN];
 };
 
@@ -442,11 +446,12 @@ static int step_open(struct tw_sm *sm, const struct tw_msg *m, int sending)
 /* Verdict and next state of one in-request message. *next = RS_FREE ends
  * the request. Pure: mutates nothing. */
 static int request_next(const struct tw_sm *sm, const struct tw_sm_req *r, const struct tw_msg *m,
-                        int from, uint8_t *next, uint64_t *done)
+                        int from, uint8_t *next, uint64_t *done, uint64_t *avail)
 {
     int src = src_owner(r), dst = !src;
     *next = r->state;
     *done = r->done;
+    *avail = r->avail;
     switch (m->hdr.tag) {
     case TW_TAG_ERROR:
         /* ADR-012: a put the server cannot place on the declared device is
@@ -542,8 +547,28 @@ static int request_next(const struct tw_sm *sm, const struct tw_sm_req *r, const
         } else {
             return TW_EOUT_OF_ORDER;
         }
+        if (m->hdr.flags & TW_FRAME_MORE) {
+            /* Bit 5: only the source's registration, of at least a byte. */
+            if (r->state != RS_RDMA_AWAIT_SRC)
+                return TW_EBAD_FLAGS;
+            if (!(sm->caps & TW_CAP_RDMA_PROGRESSIVE))
+                return TW_ENOT_NEGOTIATED;
+            if (r->byte_length == 0)
+                return TW_EBAD_LENGTH;
+        }
         if (m->u.rdma_register.length != r->byte_length)
             return TW_EBAD_FIELD;
+        return 0;
+    case TW_TAG_RDMA_AVAILABLE:
+        if (from != src)
+            return TW_EBAD_DIRECTION;
+        if (!r->progressive || (r->state != RS_RDMA_AWAIT_DST && r->state != RS_RDMA_AWAIT_READY &&
+                                r->state != RS_RDMA_PULL && r->state != RS_RDMA_PUSH))
+            return TW_EOUT_OF_ORDER;
+        /* Strictly increasing, up to the whole region. */
+        if (m->u.rdma_available.ready <= r->avail || m->u.rdma_available.ready > r->byte_length)
+            return TW_EBAD_LENGTH;
+        *avail = m->u.rdma_available.ready;
         return 0;
     case TW_TAG_RDMA_READY:
         if (from != dst)
@@ -567,6 +592,9 @@ static int request_next(const struct tw_sm *sm, const struct tw_sm_req *r, const
         }
         if (m->u.rdma_done.status == 0 && m->u.rdma_done.bytes != r->byte_length)
             return TW_EBAD_LENGTH;
+        /* Bit 5: every byte was announced before a successful end. */
+        if (m->u.rdma_done.status == 0 && r->progressive && r->avail != r->byte_length)
+            return TW_EOUT_OF_ORDER;
         *done = m->u.rdma_done.bytes;
         *next = r->kind == TW_REQ_TENSOR_PUT ? RS_PUT_AWAIT_RESULT : RS_FREE;
         return 0;
@@ -600,11 +628,14 @@ static int request_next(const struct tw_sm *sm, const struct tw_sm_req *r, const
 
 /* TENSOR_INFO carries the byte length of a get; remember it on commit. */
 static void request_commit(struct tw_sm *sm, struct tw_sm_req *r, const struct tw_msg *m,
-                           uint8_t next, uint64_t done)
+                           uint8_t next, uint64_t done, uint64_t avail)
 {
     if (m->hdr.tag == TW_TAG_TENSOR_INFO)
         r->byte_length = m->u.tensor_info.desc.byte_length;
+    if (m->hdr.tag == TW_TAG_RDMA_REGISTER && (m->hdr.flags & TW_FRAME_MORE))
+        r->progressive = 1;
     r->done = done;
+    r->avail = avail;
     if (next == RS_FREE)
         slot_remove(sm, r);
     else
@@ -664,12 +695,12 @@ static int step(struct tw_sm *sm, const struct tw_msg *m, int sending, int commi
         return tag == TW_TAG_ERROR ? 0 : TW_EUNKNOWN_REQUEST;
     }
     uint8_t next;
-    uint64_t done;
-    int v = request_next(sm, r, m, from, &next, &done);
+    uint64_t done, avail;
+    int v = request_next(sm, r, m, from, &next, &done, &avail);
     if (v < 0)
         return v;
     if (commit)
-        request_commit(sm, r, m, next, done);
+        request_commit(sm, r, m, next, done, avail);
     return 0;
 }
 

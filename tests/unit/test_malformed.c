@@ -199,7 +199,7 @@ static void header_rules_in_order(void)
         g.b[4] = versions[i];
         EXPECT(&g, TW_EBAD_VERSION);
     }
-    static const uint32_t tags[] = {0, 0x19, 0x100, 0x01000005u, 0xFFFFFFFFu};
+    static const uint32_t tags[] = {0, 0x1A, 0x100, 0x01000005u, 0xFFFFFFFFu};
     for (unsigned i = 0; i < 5; i++) {
         struct fb g = f;
         for (int k = 0; k < 4; k++)
@@ -216,10 +216,20 @@ static void header_rules_in_order(void)
         g.b[k] = 1;
         EXPECT(&g, TW_EBAD_FLAGS);
     }
-    /* MORE is only for DATA and LIST_REPLY. */
+    /* MORE is only for DATA, LIST_REPLY and RDMA_REGISTER (bit 5). */
     struct fb g = f;
     g.b[5] = TW_FRAME_MORE;
     EXPECT(&g, TW_EBAD_FLAGS);
+    static const uint32_t no_more[] = {TW_TAG_RDMA_AVAILABLE, TW_TAG_RDMA_DONE, TW_TAG_RDMA_READY};
+    for (unsigned i = 0; i < 3; i++) {
+        struct fb h = f;
+        h.b[5] = TW_FRAME_MORE;
+        for (int k = 0; k < 4; k++)
+            h.b[8 + k] = (uint8_t)(no_more[i] >> (8 * k));
+        TW_ASSERT_ERR(tw__frame_decode_header(h.b, TW_FRAME_HEADER_LEN, TW_DEFAULT_MAX_FRAME,
+                                              &(struct tw_frame_header){0}),
+                      TW_EBAD_FLAGS);
+    }
 
     /* Order: magic before version before tag before size before flags. */
     g = f;
@@ -615,10 +625,14 @@ static void caps_and_hello(void)
     EXPECT(&f, TW_EBAD_CAPS);
     hello_frame(&f, 0xC, 1u << 20, 1, "a");
     EXPECT(&f, 0);
-    /* Reserved bits are ignored and masked off; bit 4 (EAGER_PUT) is kept. */
-    hello_frame(&f, UINT64_C(0x8000000000000021), 1u << 20, 1, "a");
+    /* Reserved bits are ignored and masked off; bits 4 (EAGER_PUT) and 5
+     * (RDMA_PROGRESSIVE) are kept. */
+    hello_frame(&f, UINT64_C(0x8000000000000041), 1u << 20, 1, "a");
     TW_ASSERT_OK(decode(&f, TW_PREAUTH_MAX_FRAME, &m));
     TW_ASSERT_EQ_U64(m.u.hello.caps, 0x1);
+    hello_frame(&f, UINT64_C(0x8000000000000021), 1u << 20, 1, "a");
+    TW_ASSERT_OK(decode(&f, TW_PREAUTH_MAX_FRAME, &m));
+    TW_ASSERT_EQ_U64(m.u.hello.caps, 0x21);
     hello_frame(&f, UINT64_C(0x8000000000000011), 1u << 20, 1, "a");
     TW_ASSERT_OK(decode(&f, TW_PREAUTH_MAX_FRAME, &m));
     TW_ASSERT_EQ_U64(m.u.hello.caps, 0x11);

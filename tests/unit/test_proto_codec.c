@@ -178,8 +178,10 @@ static void encoder_refuses_invalid(void)
     TW_ASSERT_ERR(tw__msg_encode(&m, buf, sizeof(buf)), TW_EBAD_FLAGS);
     m = fx_request(1, 0, "");
     TW_ASSERT_ERR(tw__msg_encode(&m, buf, sizeof(buf)), TW_EBAD_NAME);
-    m = fx_hello(0x20 | 0x1, 1u << 20, 1, "a"); /* bit 5: reserved */
+    m = fx_hello(0x40 | 0x1, 1u << 20, 1, "a"); /* bit 6: reserved */
     TW_ASSERT_ERR(tw__msg_encode(&m, buf, sizeof(buf)), TW_EBAD_CAPS);
+    m = fx_hello(0x20 | 0x1, 1u << 20, 1, "a"); /* bit 5: RDMA_PROGRESSIVE */
+    TW_ASSERT(tw__msg_encode(&m, buf, sizeof(buf)) > 0);
     m = fx_hello(0x10 | 0x1, 1u << 20, 1, "a"); /* bit 4: EAGER_PUT */
     TW_ASSERT(tw__msg_encode(&m, buf, sizeof(buf)) > 0);
     m = fx_hello(0x8, 1u << 20, 1, "a");
@@ -200,7 +202,8 @@ static void names_and_tags(void)
     TW_ASSERT_EQ(tw__dtype_from_name("bool"), TW_DTYPE_BOOL);
     TW_ASSERT_EQ(tw__dtype_from_name("f128"), 0);
     TW_ASSERT_STR_EQ(tw__tag_name(TW_TAG_RDMA_REGISTER), "RDMA_REGISTER");
-    TW_ASSERT_STR_EQ(tw__tag_name(0x19), "UNKNOWN");
+    TW_ASSERT_STR_EQ(tw__tag_name(0x19), "RDMA_AVAILABLE");
+    TW_ASSERT_STR_EQ(tw__tag_name(0x1A), "UNKNOWN");
     TW_ASSERT_OK(tw__device_tag_check((const uint8_t *)"cuda:255", 8));
     TW_ASSERT_ERR(tw__device_tag_check((const uint8_t *)"cuda:256", 8), TW_EBAD_DEVICE_TAG);
     TW_ASSERT_ERR(tw__device_tag_check((const uint8_t *)"cuda:01", 7), TW_EBAD_DEVICE_TAG);

@@ -736,6 +736,105 @@ static void ready_and_done_violations(void)
     pair_destroy(&p);
 }
 
+/* Bit 5: a source registration with MORE, then RDMA_AVAILABLE. */
+static void legal_progressive_source(void)
+{
+    struct sm_pair p;
+    /* Pull: the reader may end only once every byte was announced. */
+    rdma_get_to_register(&p, 0x25);
+    OK_SEND(&p, S, fx_register_more(1, 1, 0, 24));
+    OK_SEND(&p, C, fx_msg(TW_TAG_RDMA_READY, 1));
+    OK_SEND(&p, S, fx_available(1, 8));
+    SEND_FAILS(&p.c, fx_done(1, 0, 24), TW_EOUT_OF_ORDER);
+    OK_SEND(&p, C, fx_done(1, TW_WIRE_INTERNAL, 8)); /* a failed read may end it */
+    both_idle(&p, 1);
+    pair_destroy(&p);
+
+    rdma_get_to_register(&p, 0x25);
+    OK_SEND(&p, S, fx_register_more(1, 1, 0, 24));
+    OK_SEND(&p, S, fx_available(1, 1)); /* before RDMA_READY: legal */
+    OK_SEND(&p, C, fx_msg(TW_TAG_RDMA_READY, 1));
+    OK_SEND(&p, S, fx_available(1, 24));
+    OK_SEND(&p, C, fx_done(1, 0, 24));
+    both_idle(&p, 1);
+    pair_destroy(&p);
+
+    /* Push: the destination registers; the source announces, then ends. */
+    rdma_get_to_register(&p, 0x2D);
+    OK_SEND(&p, S, fx_register_more(1, 1, 0, 24));
+    OK_SEND(&p, C, fx_register(1, 2, 0, 24));
+    OK_SEND(&p, S, fx_available(1, 16));
+    OK_SEND(&p, C, fx_msg(TW_TAG_RDMA_READY, 1));
+    SEND_FAILS(&p.s, fx_done(1, 0, 24), TW_EOUT_OF_ORDER);
+    OK_SEND(&p, S, fx_available(1, 24));
+    OK_SEND(&p, S, fx_done(1, 0, 24));
+    both_idle(&p, 1);
+    pair_destroy(&p);
+
+    /* A put: the client is the source. */
+    rdma_put_to_register(&p, 0x25);
+    OK_SEND(&p, C, fx_register_more(1, 1, 0, 24));
+    OK_SEND(&p, S, fx_msg(TW_TAG_RDMA_READY, 1));
+    OK_SEND(&p, C, fx_available(1, 24));
+    OK_SEND(&p, S, fx_done(1, 0, 24));
+    OK_SEND(&p, S, fx_msg(TW_TAG_OK, 1));
+    both_idle(&p, 1);
+    pair_destroy(&p);
+}
+
+static void progressive_violations(void)
+{
+    struct sm_pair p;
+    /* MORE without bit 5. */
+    rdma_get_to_register(&p, 0x5);
+    SEND_FAILS(&p.s, fx_register_more(1, 1, 0, 24), TW_ENOT_NEGOTIATED);
+    RECV(&p.c, fx_register_more(1, 1, 0, 24), TW_ENOT_NEGOTIATED);
+    TW_ASSERT_EQ(p.c.phase, TW_PHASE_DEAD);
+    pair_destroy(&p);
+    /* MORE on the destination's registration. */
+    rdma_get_to_register(&p, 0x2D);
+    OK_SEND(&p, S, fx_register(1, 1, 0, 24));
+    SEND_FAILS(&p.c, fx_register_more(1, 2, 0, 24), TW_EBAD_FLAGS);
+    RECV(&p.s, fx_register_more(1, 2, 0, 24), TW_EBAD_FLAGS);
+    pair_destroy(&p);
+    /* RDMA_AVAILABLE after a plain registration, from the destination,
+     * not increasing, past the end, and after the last byte. */
+    rdma_get_to_register(&p, 0x25);
+    OK_SEND(&p, S, fx_register(1, 1, 0, 24));
+    RECV(&p.c, fx_available(1, 8), TW_EOUT_OF_ORDER);
+    TW_ASSERT_EQ(p.c.phase, TW_PHASE_DEAD);
+    pair_destroy(&p);
+    rdma_get_to_register(&p, 0x25);
+    OK_SEND(&p, S, fx_register_more(1, 1, 0, 24));
+    SEND_FAILS(&p.c, fx_available(1, 8), TW_EBAD_DIRECTION);
+    RECV(&p.s, fx_available(1, 8), TW_EBAD_DIRECTION);
+    pair_destroy(&p);
+    rdma_get_to_register(&p, 0x25);
+    OK_SEND(&p, S, fx_register_more(1, 1, 0, 24));
+    OK_SEND(&p, S, fx_available(1, 8));
+    SEND_FAILS(&p.s, fx_available(1, 8), TW_EBAD_LENGTH);
+    SEND_FAILS(&p.s, fx_available(1, 4), TW_EBAD_LENGTH);
+    SEND_FAILS(&p.s, fx_available(1, 25), TW_EBAD_LENGTH);
+    OK_SEND(&p, S, fx_available(1, 24));
+    RECV(&p.c, fx_available(1, 24), TW_EBAD_LENGTH);
+    TW_ASSERT_EQ(p.c.phase, TW_PHASE_DEAD);
+    pair_destroy(&p);
+    /* Before any registration, and on an inline get. */
+    rdma_get_to_register(&p, 0x25);
+    RECV(&p.c, fx_available(1, 8), TW_EOUT_OF_ORDER);
+    pair_destroy(&p);
+    /* After the request ended: stale, discarded. */
+    rdma_get_to_register(&p, 0x25);
+    OK_SEND(&p, S, fx_register_more(1, 1, 0, 24));
+    OK_SEND(&p, C, fx_msg(TW_TAG_RDMA_READY, 1));
+    OK_SEND(&p, C, fx_error(1, TW_WIRE_CANCELLED, "deadline"));
+    {
+        struct tw_msg a = fx_available(1, 24);
+        TW_ASSERT_EQ(pair_recv_only(&p.c, &a), TW_SM_STALE);
+    }
+    pair_destroy(&p);
+}
+
 static void register_length_mismatch(void)
 {
     struct sm_pair p;
@@ -1085,6 +1184,8 @@ int main(void)
     TW_RUN(second_register_without_gpudirect);
     TW_RUN(register_from_wrong_side);
     TW_RUN(ready_and_done_violations);
+    TW_RUN(legal_progressive_source);
+    TW_RUN(progressive_violations);
     TW_RUN(register_length_mismatch);
     TW_RUN(rdma_info_violations);
     TW_RUN(data_violations);

@@ -117,6 +117,10 @@ static void transfer_vectors(void)
     check_vector("put_accept", &m);
     m = fx_register(4, 0x1234, 0x7f0000001000ull, 24);
     check_vector("rdma_register", &m);
+    m = fx_register_more(4, 0x1234, 0x7f0000001000ull, 24);
+    check_vector("rdma_register_more", &m);
+    m = fx_available(4, 16);
+    check_vector("rdma_available", &m);
     m = fx_msg(TW_TAG_RDMA_READY, 4);
     check_vector("rdma_ready", &m);
     m = fx_done(4, 0, 24);
@@ -185,11 +189,11 @@ static void other_vectors(void)
 static void every_tag_has_a_vector(void)
 {
     static const char *const names[] = {
-        "hello",      "hello_ack",     "auth",       "auth_ok",    "tensor_request",
-        "tensor_put", "tensor_info",   "data",       "put_accept", "rdma_endpoint_offer",
-        "rdma_done",  "rdma_register", "rdma_ready", "error",      "ok",
-        "list",       "list_reply",    "stat",       "delete",     "ping",
-        "pong",       "goodbye",       "stats",      "stats_reply"};
+        "hello",      "hello_ack",     "auth",       "auth_ok",     "tensor_request",
+        "tensor_put", "tensor_info",   "data",       "put_accept",  "rdma_endpoint_offer",
+        "rdma_done",  "rdma_register", "rdma_ready", "error",       "ok",
+        "list",       "list_reply",    "stat",       "delete",      "ping",
+        "pong",       "goodbye",       "stats",      "stats_reply", "rdma_available"};
     for (uint32_t tag = 1; tag <= TW_TAG_MAX; tag++) {
         size_t n = tw_load_vector(names[tag - 1], file_buf, sizeof(file_buf));
         struct tw_frame_header h;
