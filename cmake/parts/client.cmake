@@ -73,6 +73,19 @@ foreach(prov tcp shm)
                     "integration;fabric")
 endforeach()
 
+# Bit 5 (a source that registers before its bytes are in place): the
+# server announces every RDMA get of a host tensor in parts
+# (TW_TEST_PROGRESSIVE_CHUNKS, test only), so the client's reads that
+# follow RDMA_AVAILABLE run without a GPU: the plain pull (test_client_lib:
+# every size, batches) and the pipelined pull into "device" memory
+# (test_client_staging's fake CUDA kind, chunk +-1 and odd sizes).
+foreach(t test_client_lib test_client_staging)
+  add_test(NAME ${t}_tcp_progressive COMMAND ${t})
+  set_tests_properties(${t}_tcp_progressive PROPERTIES TIMEOUT 600
+    LABELS "integration;fabric" SKIP_RETURN_CODE 77
+    ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=tcp;TW_TEST_PUSH=never;TW_TEST_PROGRESSIVE_CHUNKS=5")
+endforeach()
+
 # The client's GPUDirect rows (issue 12) with a fake CUDA kind and a
 # stand-in verdict (no GPU needed): gdr push get, gdr put, refused ->
 # staging with the reason, flush order and failure, inline answer ->

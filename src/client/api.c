@@ -130,7 +130,9 @@ static int handshake(struct tw_client *c, const struct tw_client_options *o,
     m.u.hello.caps =
         TW_CAP_INLINE_DATA | TW_CAP_EAGER_PUT | (o->checksum ? TW_CAP_PAYLOAD_CRC32C : 0);
     if (c->want_rdma) {
-        m.u.hello.caps |= TW_CAP_RDMA_DATA_PLANE;
+        /* Bit 5: our reads follow a source's RDMA_AVAILABLE (dp_rdma.c,
+         * dp_staging.c); we never send MORE ourselves. */
+        m.u.hello.caps |= TW_CAP_RDMA_DATA_PLANE | TW_CAP_RDMA_PROGRESSIVE;
         if (o->push != TW_PUSH_NEVER)
             m.u.hello.caps |= TW_CAP_RDMA_GPUDIRECT;
     }

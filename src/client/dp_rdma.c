@@ -75,6 +75,12 @@ struct tw__rdma_req {
     struct tw__rdma_req *ready_next;
     struct tw_fabric_completion fc;
     int watching; /* pull put: counted in c->target_watch */
+    /* Pull get of a progressive source (bit 5, RDMA_REGISTER with MORE):
+     * bytes announced so far (RDMA_AVAILABLE), and bytes of the reads
+     * submitted / completed. Reads go one range at a time: what was
+     * announced when the previous one ended. Without MORE avail = expect
+     * and there is one read. */
+    uint64_t avail, submitted, moved;
 };
 
 /* Pull put: until RDMA_DONE the server's reads of our memory are the
@@ -450,10 +456,12 @@ static int settle_busy(struct tw_client *c, struct tw__creq *r,
     return tw__client_conn_fail(c, fc->status < 0 ? fc->status : TW_EINTERNAL, 0);
 }
 
-/* Submits r's transfer; its completion comes back through
- * tw__client_rdma_reap(). A submit the plane refuses completes at once
- * (queued on c->rdma_ready with that status), like a transfer that failed. */
-static void start_xfer(struct tw_client *c, struct tw__creq *r, enum tw_fabric_op op, uint64_t len)
+/* Submits r's transfer of len bytes at offset off of both regions; its
+ * completion comes back through tw__client_rdma_reap(). A submit the plane
+ * refuses completes at once (queued on c->rdma_ready with that status),
+ * like a transfer that failed. */
+static void start_xfer(struct tw_client *c, struct tw__creq *r, enum tw_fabric_op op, uint64_t off,
+                       uint64_t len)
 {
     struct tw__rdma_req *q = req_state(r);
     struct tw_fabric_xfer_desc d;
@@ -466,7 +474,10 @@ static void start_xfer(struct tw_client *c, struct tw__creq *r, enum tw_fabric_o
     } else {
         d.local = q->mr;
     }
+    d.local_offset += off;
     d.remote = q->remote;
+    d.remote.remote_addr += off;
+    d.remote.length -= off;
     d.length = len;
     d.stall_ns = stall_ns(c);
     d.cookie = (uint64_t)(uintptr_t)q;
@@ -524,6 +535,18 @@ static int check_get(struct tw_client *c, struct tw__creq *r)
 
 /* ---- get: the client is the destination ---- */
 
+/* Submits the read of what is announced and not yet read, unless a read
+ * runs (it ends in get_pulled, which comes back here). */
+static void pull_more(struct tw_client *c, struct tw__creq *r)
+{
+    struct tw__rdma_req *q = req_state(r);
+    if (q->fx || q->ready || q->submitted >= q->avail || (!q->mr && !q->mrc))
+        return;
+    uint64_t off = q->submitted;
+    q->submitted = q->avail;
+    start_xfer(c, r, TW_FABRIC_PULL, off, q->avail - off);
+}
+
 static int rdma_get_start(struct tw_client *c, struct tw__creq *r)
 {
     r->received = 0;
@@ -568,7 +591,24 @@ static int get_on_register(struct tw_client *c, struct tw__creq *r, const struct
     rc = queue_simple(c, r, TW_TAG_RDMA_READY);
     if (rc)
         return rc;
-    start_xfer(c, r, TW_FABRIC_PULL, r->expect); /* ends in get_pulled */
+    /* Bit 5: only what RDMA_AVAILABLE announces may be read. */
+    q->avail = (m->hdr.flags & TW_FRAME_MORE) ? 0 : r->expect;
+    if (r->expect == 0)
+        start_xfer(c, r, TW_FABRIC_PULL, 0, 0); /* nothing to read: completes at once */
+    else
+        pull_more(c, r);
+    return 0;
+}
+
+/* The server announced more of a progressive source: read it (a push get
+ * lets the server write; it needs nothing from these). */
+static int get_on_available(struct tw_client *c, struct tw__creq *r, const struct tw_msg *m)
+{
+    struct tw__rdma_req *q = req_state(r);
+    if (r->path.mode == TW_PATH_PUSH)
+        return 0;
+    q->avail = m->u.rdma_available.ready; /* increasing, <= length: the state machine checked */
+    pull_more(c, r);
     return 0;
 }
 
@@ -582,14 +622,20 @@ static int xfer_over(struct tw_client *c, struct tw__creq *r, const struct tw_fa
     return 0;
 }
 
-/* Our reads of a pull get are over. */
+/* A read of a pull get is over: the next announced range, or the end. */
 static int get_pulled(struct tw_client *c, struct tw__creq *r,
                       const struct tw_fabric_completion *fc)
 {
+    struct tw__rdma_req *q = req_state(r);
+    q->moved += fc->bytes;
+    if (fc->status == 0 && !fc->buffer_busy && q->moved < r->expect) {
+        pull_more(c, r); /* or wait for the next RDMA_AVAILABLE */
+        return 0;
+    }
     int rc = xfer_over(c, r, fc);
     if (rc)
         return rc;
-    rc = queue_done(c, r, tw__fabric_status_to_wire(fc->status), fc->bytes);
+    rc = queue_done(c, r, tw__fabric_status_to_wire(fc->status), q->moved);
     if (rc)
         return rc;
     if (fc->status != 0) {
@@ -645,7 +691,7 @@ static int put_on_ready(struct tw_client *c, struct tw__creq *r)
     }
     /* Push: the server, the destination, chose it. */
     r->path.mode = TW_PATH_PUSH;
-    start_xfer(c, r, TW_FABRIC_PUSH, r->len); /* ends in put_pushed */
+    start_xfer(c, r, TW_FABRIC_PUSH, 0, r->len); /* ends in put_pushed */
     return 0;
 }
 
@@ -684,6 +730,8 @@ static int rdma_on_message(struct tw_client *c, struct tw__creq *r, const struct
             return get_on_register(c, r, m);
         if (m->hdr.tag == TW_TAG_RDMA_DONE && r->path.mode == TW_PATH_PUSH)
             return get_on_done(c, r, m);
+        if (m->hdr.tag == TW_TAG_RDMA_AVAILABLE)
+            return get_on_available(c, r, m);
         return TW_EOUT_OF_ORDER;
     }
     switch (m->hdr.tag) {

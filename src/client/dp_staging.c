@@ -70,7 +70,13 @@ struct stage {
     size_t copied; /* get: bytes already copied to the device */
     int failed;    /* get: a copy to the device failed (text in c->errmsg) */
     int piped;     /* RDMA pull get through the pool (no host buffer) */
-    void *stream;  /* inline get: the stream its copies are queued on, or NULL */
+    /* The pipelined pull once the server registered its source: the pipe,
+     * the region, bytes read, and bytes the server announced (bit 5: its
+     * RDMA_AVAILABLE; the whole length without MORE). */
+    struct tw_staging_pipe *pipe;
+    struct tw_fabric_rkey remote;
+    uint64_t moved, avail;
+    void *stream; /* inline get: the stream its copies are queued on, or NULL */
 };
 
 /* The pool of pipelined pulls: chunk size and slots. An RDMA read of a
@@ -728,73 +734,22 @@ static uint64_t pipe_stall_ns(const struct tw_client *c)
  * the reads: RDMA_DONE carries the failure and the bytes read, the request
  * fails with the first error, the pipe gives its slots back (it waits for
  * its queued copies first) and the connection stays in step.
+ *
+ * A progressive source (bit 5: RDMA_REGISTER with MORE) is read only as
+ * far as its RDMA_AVAILABLE frames announced: piped_pump reads up to
+ * st->avail and returns; the next RDMA_AVAILABLE pumps again, so the
+ * server's copies to its host memory overlap our reads and our copies.
  */
-static int piped_pull(struct tw_client *c, struct tw__creq *r, const struct tw_msg *m)
+static int piped_finish(struct tw_client *c, struct tw__creq *r, int status, int net_failed,
+                        const char *why, const struct tw_fabric_completion *fc)
 {
     struct stage *st = r->stage;
-    char why[TW_FABRIC_ERRMSG_LEN + 64] = "";
-    int status = 0, net_failed = 0;
-    uint64_t moved = 0;
-    struct tw_fabric_completion fc;
-    memset(&fc, 0, sizeof(fc));
-    if (m->u.rdma_register.length != r->expect) {
-        tw__client_seterr(c, "RDMA_REGISTER for '%s' has %llu bytes, TENSOR_INFO said %llu",
-                          r->name, (unsigned long long)m->u.rdma_register.length,
-                          (unsigned long long)r->expect);
-        return TW_EBAD_LENGTH;
-    }
-    int rc = queue_tag(c, r, TW_TAG_RDMA_READY, 0, 0);
-    if (rc)
-        return rc;
-    struct tw_staging_pipe *p = NULL;
-    rc = tw__staging_begin(c->stage_pool, TW_STAGING_TO_DEVICE, r->mem_ops, &r->mem,
-                           (uintptr_t)st->dev, r->expect, STAGE_PIPE_DEPTH,
-                           r->check_crc ? TW_STAGING_CRC : 0, &p, why, sizeof(why));
-    if (rc) {
-        status = rc;
-        goto out_done;
-    }
-    while (moved < r->expect) {
-        struct tw_staging_chunk ch;
-        int got = tw__staging_acquire(p, &ch);
-        if (got == 0) /* the slot's previous copy still runs */
-            got = tw__staging_wait(p, 1000);
-        if (got < 0) {
-            status = got;
-            snprintf(why, sizeof(why), "%s", tw__staging_error(p));
-            break;
-        }
-        if (got == 0)
-            continue;
-        struct tw_fabric_xfer_desc d;
-        memset(&d, 0, sizeof(d));
-        d.op = TW_FABRIC_PULL;
-        d.peer = c->fpeer;
-        d.local = c->stage_pool_mr;
-        d.local_offset = ch.pool_offset;
-        d.remote.key = m->u.rdma_register.rkey;
-        d.remote.remote_addr = m->u.rdma_register.remote_addr + ch.offset;
-        d.remote.length = r->expect - ch.offset;
-        d.length = ch.len;
-        d.stall_ns = pipe_stall_ns(c);
-        rc = tw__fabric_xfer_run(c->fab, &d, &fc);
-        if (rc < 0 || fc.status) {
-            status = fc.status ? fc.status : rc;
-            net_failed = 1;
-            snprintf(why, sizeof(why), "rdma read from the server failed: %s",
-                     fc.msg[0] ? fc.msg : tw_strerror(status));
-            break;
-        }
-        moved += ch.len;
-        rc = tw__staging_release(p, &ch);
-        if (rc < 0) {
-            status = rc;
-            snprintf(why, sizeof(why), "%s", tw__staging_error(p));
-            break;
-        }
-    }
-out_done:
-    if (fc.buffer_busy) {
+    struct tw_staging_pipe *p = st->pipe;
+    char text[TW_FABRIC_ERRMSG_LEN + 64];
+    int rc;
+    snprintf(text, sizeof(text), "%s", why);
+    st->pipe = NULL;
+    if (fc && fc->buffer_busy) {
         rc = pool_busy(c, r);
         if (rc) {
             tw__staging_end(p);
@@ -805,23 +760,23 @@ out_done:
                    status == 0  ? 0
                    : net_failed ? tw__fabric_status_to_wire(status)
                                 : TW_WIRE_INTERNAL,
-                   moved);
+                   st->moved);
     if (rc) { /* the connection is gone */
         tw__staging_end(p);
         return rc;
     }
-    while (status == 0 && (rc = tw__staging_complete(p)) == 0)
+    while (status == 0 && p && (rc = tw__staging_complete(p)) == 0)
         rc = tw__staging_wait(p, 1000);
     if (status == 0 && rc < 0) {
         status = rc;
-        snprintf(why, sizeof(why), "%s", tw__staging_error(p));
+        snprintf(text, sizeof(text), "%s", tw__staging_error(p));
     }
     if (status == 0)
         r->crc = tw__staging_crc(p);
     tw__staging_end(p);
     st->copied = status == 0 ? (size_t)r->expect : 0;
     if (status) {
-        finish_fmt(c, r, status, "'%s': %s", r->name, why);
+        finish_fmt(c, r, status, "'%s': %s", r->name, text);
         return 0;
     }
     r->received = r->expect;
@@ -834,11 +789,105 @@ out_done:
     return 0;
 }
 
+/* Reads chunk after chunk while they lie within what the server announced;
+ * ends the pull once every byte is read (or a read or copy failed). */
+static int piped_pump(struct tw_client *c, struct tw__creq *r)
+{
+    struct stage *st = r->stage;
+    struct tw_staging_pipe *p = st->pipe;
+    char why[TW_FABRIC_ERRMSG_LEN + 64] = "";
+    struct tw_fabric_completion fc;
+    memset(&fc, 0, sizeof(fc));
+    size_t chunk = tw__staging_pool_chunk(c->stage_pool);
+    while (st->moved < r->expect) {
+        struct tw_staging_chunk ch;
+        /* The next chunk starts at st->moved (chunks go in order): wait
+         * until all of it is announced. */
+        uint64_t want = r->expect - st->moved < chunk ? r->expect - st->moved : chunk;
+        if (st->avail - st->moved < want)
+            return 0;
+        int got = tw__staging_acquire(p, &ch);
+        if (got == 0) /* the slot's previous copy still runs */
+            got = tw__staging_wait(p, 1000);
+        if (got < 0) {
+            snprintf(why, sizeof(why), "%s", tw__staging_error(p));
+            return piped_finish(c, r, got, 0, why, NULL);
+        }
+        if (got == 0)
+            continue;
+        struct tw_fabric_xfer_desc d;
+        memset(&d, 0, sizeof(d));
+        d.op = TW_FABRIC_PULL;
+        d.peer = c->fpeer;
+        d.local = c->stage_pool_mr;
+        d.local_offset = ch.pool_offset;
+        d.remote = st->remote;
+        d.remote.remote_addr += ch.offset;
+        d.remote.length -= ch.offset;
+        d.length = ch.len;
+        d.stall_ns = pipe_stall_ns(c);
+        int rc = tw__fabric_xfer_run(c->fab, &d, &fc);
+        if (rc < 0 || fc.status) {
+            int status = fc.status ? fc.status : rc;
+            snprintf(why, sizeof(why), "rdma read from the server failed: %s",
+                     fc.msg[0] ? fc.msg : tw_strerror(status));
+            return piped_finish(c, r, status, 1, why, &fc);
+        }
+        st->moved += ch.len;
+        rc = tw__staging_release(p, &ch);
+        if (rc < 0) {
+            snprintf(why, sizeof(why), "%s", tw__staging_error(p));
+            return piped_finish(c, r, rc, 0, why, NULL);
+        }
+    }
+    return piped_finish(c, r, 0, 0, "", NULL);
+}
+
+static int piped_pull(struct tw_client *c, struct tw__creq *r, const struct tw_msg *m)
+{
+    struct stage *st = r->stage;
+    char why[TW_FABRIC_ERRMSG_LEN + 64] = "";
+    if (m->u.rdma_register.length != r->expect) {
+        tw__client_seterr(c, "RDMA_REGISTER for '%s' has %llu bytes, TENSOR_INFO said %llu",
+                          r->name, (unsigned long long)m->u.rdma_register.length,
+                          (unsigned long long)r->expect);
+        return TW_EBAD_LENGTH;
+    }
+    int rc = queue_tag(c, r, TW_TAG_RDMA_READY, 0, 0);
+    if (rc)
+        return rc;
+    st->remote.key = m->u.rdma_register.rkey;
+    st->remote.remote_addr = m->u.rdma_register.remote_addr;
+    st->remote.length = m->u.rdma_register.length;
+    st->moved = 0;
+    st->avail = (m->hdr.flags & TW_FRAME_MORE) ? 0 : r->expect;
+    rc = tw__staging_begin(c->stage_pool, TW_STAGING_TO_DEVICE, r->mem_ops, &r->mem,
+                           (uintptr_t)st->dev, r->expect, STAGE_PIPE_DEPTH,
+                           r->check_crc ? TW_STAGING_CRC : 0, &st->pipe, why, sizeof(why));
+    if (rc) {
+        st->pipe = NULL;
+        return piped_finish(c, r, rc, 0, why, NULL);
+    }
+    return piped_pump(c, r);
+}
+
+/* Bit 5: more of the server's source is in place. */
+static int piped_available(struct tw_client *c, struct tw__creq *r, const struct tw_msg *m)
+{
+    struct stage *st = r->stage;
+    st->avail = m->u.rdma_available.ready; /* increasing, <= length: the state machine checked */
+    if (!st->pipe)
+        return 0; /* the pull already ended (a failure) */
+    return piped_pump(c, r);
+}
+
 static int staged_on_message(struct tw_client *c, struct tw__creq *r, const struct tw_msg *msg)
 {
     struct stage *st = r->stage;
     if (st && st->piped && r->op == TW__OP_GET && msg->hdr.tag == TW_TAG_RDMA_REGISTER)
         return piped_pull(c, r, msg);
+    if (st && st->piped && r->op == TW__OP_GET && msg->hdr.tag == TW_TAG_RDMA_AVAILABLE)
+        return piped_available(c, r, msg);
     const struct tw__client_dp_ops *in = inner_of(r);
     if (!in->on_message)
         return TW_EBAD_FIELD;
@@ -863,6 +912,12 @@ static void staged_release(struct tw_client *c, struct tw__creq *r)
             rc = stage_to_device(c, r, st, (size_t)r->expect, 0);
         if (rc)
             r->status = rc;
+    }
+    /* A pipelined pull that ended before its last read (an ERROR, a closed
+     * connection): its slots go back once its queued copies are done. */
+    if (st->pipe) {
+        tw__staging_end(st->pipe);
+        st->pipe = NULL;
     }
     /* Always, before the host buffer can go to another request. */
     int drc = stage_drain(c, r, st);

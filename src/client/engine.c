@@ -379,6 +379,7 @@ static int dispatch(struct tw_client *c, const struct tw_msg *msg)
     case TW_TAG_RDMA_REGISTER:
     case TW_TAG_RDMA_READY:
     case TW_TAG_RDMA_DONE:
+    case TW_TAG_RDMA_AVAILABLE:
         if (!r->dp->on_message)
             return TW_ENOT_NEGOTIATED;
         return r->dp->on_message(c, r, msg);

@@ -402,6 +402,14 @@ int tw__srv_stage_ready(struct tw_srv_conn *c, struct tw_out_chunk *ch, int wait
 /* Waits for the queued copy of x's commit (x->commit_gpu, commit_ticket):
  * 0, or a negative code with "copying it to cuda:N failed: ..." in err. */
 int tw__srv_stage_commit_wait(struct tw_xfer *x, char *err, size_t errlen);
+/* A progressive get's source (x->progressive with copies, xfer_staged.c):
+ * waits until its last copy to the host is done. 0 or a negative code with
+ * the reason in err; 0 at once when nothing is in flight. */
+int tw__srv_stage_prog_wait(struct tw_xfer *x, char *err, size_t errlen);
+/* Bit 5: queues RDMA_AVAILABLE(ready) for get x, to be sent once the copy
+ * with `ticket` on store GPU `gpu` is done (gpu -1: at once). 0 or the
+ * negative code of tw__conn_send. */
+int tw__srv_rdma_announce(struct tw_xfer *x, uint64_t ready, int gpu, uint64_t ticket);
 /* Pinned host bytes kept now and pins held by transfers (STATS). */
 void tw__srv_stage_stats(struct tw_srv *srv, uint64_t *pinned_bytes, uint64_t *pins_in_use);
 /* A completion of a pipelined pull put's read (cookie with bit 0 set, as

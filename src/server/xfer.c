@@ -41,6 +41,7 @@ struct tw_xfer *tw__xfer_new(struct tw_srv_conn *c, uint64_t id, enum tw_xfer_di
     x->t = t;
     tw__tensor_ref(t);
     x->ops = ops;
+    x->prog_gpu = -1;
     x->started_ms = tw__loop_now(&c->srv->loop);
     x->started_ns = tw__metrics_now_ns();
     tw__timer_init(&x->deadline, on_deadline, x);

@@ -52,7 +52,11 @@ struct tw_rdma_st {
     struct tw_fabric_xfer *fx; /* fabric transfer in flight, else NULL */
     struct tw_fabric_rkey remote;
     int got_dst; /* GET: the client registered its destination */
-    int busy;    /* the last completion had buffer_busy */
+    /* TW_TEST_PROGRESSIVE_CHUNKS: parts announced so far, of test_parts,
+     * one per tick of test_timer (armed while x lives). */
+    unsigned test_parts, test_next;
+    struct tw_timer test_timer;
+    int busy; /* the last completion had buffer_busy */
     struct tw_rdma_st *idle_next;
     struct tw_rdma_st *lnext, *lprev; /* srv->rdma_live (loop thread only) */
 };
@@ -155,10 +159,71 @@ static int send_register(struct tw_xfer *x, const struct tw_fabric_mrc *mr)
     memset(&m, 0, sizeof(m));
     m.hdr.tag = TW_TAG_RDMA_REGISTER;
     m.hdr.request_id = x->id;
+    /* Only the source's registration: a push put's destination never. */
+    if (x->progressive && x->dir == TW_XFER_GET)
+        m.hdr.flags = TW_FRAME_MORE;
     m.u.rdma_register.rkey = k.key;
     m.u.rdma_register.remote_addr = k.remote_addr;
     m.u.rdma_register.length = x->t->byte_length;
     return tw__conn_send(x->conn, &m);
+}
+
+int tw__srv_rdma_announce(struct tw_xfer *x, uint64_t ready, int gpu, uint64_t ticket)
+{
+    struct tw_srv_conn *c = x->conn;
+    struct tw_msg m;
+    memset(&m, 0, sizeof(m));
+    m.hdr.tag = TW_TAG_RDMA_AVAILABLE;
+    m.hdr.request_id = x->id;
+    m.u.rdma_available.ready = ready;
+    int rc = tw__conn_send(c, &m);
+    if (rc < 0)
+        return rc;
+    /* conn_flush sends it once that copy is done (the frames before it
+     * meanwhile), as it does for a DATA frame whose bytes a copy fills. */
+    if (gpu >= 0 && c->out_tail) {
+        c->out_tail->dev_gpu = gpu;
+        c->out_tail->dev_ticket = ticket;
+    }
+    return 0;
+}
+
+/* TW_TEST_PROGRESSIVE_CHUNKS=N (tests only): a get of a host version is
+ * announced progressively too, in N parts 2 ms apart, so the destination's
+ * handling of bit 5 runs without a GPU (CI): a client that read past an
+ * announcement would send RDMA_DONE before the last one, which the state
+ * machine refuses (the connection fails, and so does the test). */
+static unsigned test_progressive_chunks(void)
+{
+    static int read_env = 0;
+    static unsigned chunks;
+    if (!read_env) {
+        const char *v = getenv("TW_TEST_PROGRESSIVE_CHUNKS");
+        long n = v && *v ? strtol(v, NULL, 10) : 0;
+        chunks = n > 0 && n <= 64 ? (unsigned)n : 0;
+        read_env = 1;
+    }
+    return chunks;
+}
+
+static void test_announce_next(struct tw_loop *loop, struct tw_timer *t)
+{
+    struct tw_rdma_st *st = t->data;
+    struct tw_xfer *x = st->x;
+    if (!x)
+        return;
+    uint64_t len = x->t->byte_length;
+    while (st->test_next < st->test_parts) {
+        st->test_next++;
+        uint64_t ready = len * st->test_next / st->test_parts;
+        if (ready > len * (st->test_next - 1) / st->test_parts) {
+            if (tw__srv_rdma_announce(x, ready, -1, 0) < 0)
+                return;
+            break;
+        }
+    }
+    if (st->test_next < st->test_parts)
+        tw__loop_timer_start(loop, t, 2);
 }
 
 static int send_simple(struct tw_xfer *x, uint32_t tag)
@@ -321,7 +386,19 @@ static int rdma_start(struct tw_xfer *x)
                 (unsigned long long)x->t->byte_length, err);
         return rc;
     }
-    return send_register(x, st->mr) < 0 ? TW_ESHUTDOWN : 0;
+    unsigned test_parts = x->progressive ? 0 : test_progressive_chunks();
+    if (test_parts && (c->caps & TW_CAP_RDMA_PROGRESSIVE) && x->t->byte_length)
+        x->progressive = 1;
+    else
+        test_parts = 0;
+    if (send_register(x, st->mr) < 0)
+        return TW_ESHUTDOWN;
+    if (test_parts) {
+        st->test_parts = test_parts;
+        tw__timer_init(&st->test_timer, test_announce_next, st);
+        tw__loop_timer_start(&c->srv->loop, &st->test_timer, 2);
+    }
+    return 0;
 }
 
 static int get_on_msg(struct tw_xfer *x, const struct tw_msg *m)
@@ -338,9 +415,15 @@ static int get_on_msg(struct tw_xfer *x, const struct tw_msg *m)
     case TW_TAG_RDMA_READY:
         if (!st->got_dst)
             return 0; /* pull: the client reads, then sends RDMA_DONE */
-        /* Push: the client, the destination, chose it. */
+        /* Push: the client, the destination, chose it. A progressive
+         * source writes once all of its bytes are in place. */
         x->path.mode = TW_PATH_PUSH;
         {
+            char err[256];
+            if (tw__srv_stage_prog_wait(x, err, sizeof(err)) < 0) {
+                fail_xfer(x, TW_WIRE_INTERNAL, "copying it from the GPU failed", err);
+                return 0;
+            }
             int rc = submit(x, TW_FABRIC_PUSH);
             if (rc < 0)
                 fail_xfer(x, TW_WIRE_INTERNAL, "cannot start writing",
@@ -376,6 +459,8 @@ static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
     int rc;
     switch (m->hdr.tag) {
     case TW_TAG_RDMA_REGISTER: /* the client's source */
+        /* Bit 5: its bytes follow; read once all are announced. */
+        x->prog_wait = (m->hdr.flags & TW_FRAME_MORE) != 0;
         st->remote.key = m->u.rdma_register.rkey;
         st->remote.remote_addr = m->u.rdma_register.remote_addr;
         st->remote.length = m->u.rdma_register.length;
@@ -395,10 +480,24 @@ static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
             return 0;
         if (send_simple(x, TW_TAG_RDMA_READY) < 0)
             return 0;
-        if (!push) {
+        if (!push && !x->prog_wait) {
             rc = submit(x, TW_FABRIC_PULL);
             if (rc < 0)
                 fail_xfer(x, TW_WIRE_INTERNAL, "cannot start reading", tw__fabric_errmsg(srv->fab));
+        }
+        return 0;
+    case TW_TAG_RDMA_AVAILABLE:
+        /* The state machine checked it (increasing, after a MORE
+         * registration). A pull reads once the whole source is announced;
+         * a push (the client writes) needs nothing from it. */
+        if (m->u.rdma_available.ready == x->t->byte_length && x->prog_wait) {
+            x->prog_wait = 0;
+            if (!push && st->mr) {
+                rc = submit(x, TW_FABRIC_PULL);
+                if (rc < 0)
+                    fail_xfer(x, TW_WIRE_INTERNAL, "cannot start reading",
+                              tw__fabric_errmsg(srv->fab));
+            }
         }
         return 0;
     case TW_TAG_RDMA_DONE: { /* push: the client's writes are over */
@@ -447,6 +546,8 @@ static void rdma_release(struct tw_xfer *x)
         return;
     x->dp = NULL;
     st->x = NULL;
+    if (st->test_parts)
+        tw__loop_timer_stop(&st->srv->loop, &st->test_timer);
     if (st->mr || st->fx) {
         st->hold = x->t; /* the memory stays until the plane lets go */
         tw__tensor_ref(x->t);

@@ -77,28 +77,31 @@ static const struct tw_registrar_ops pin_registrar = {
 };
 
 /* Makes sure host version t's memory is pinned (kept so in the cache; no
- * reference is held: an eviction only makes a later copy slower). */
-static void pin_host_copy(struct tw_srv *srv, const struct tw_tensor *t)
+ * reference is held: an eviction only makes a later copy slower). Returns
+ * whether it is pinned now. */
+static int pin_host_copy(struct tw_srv *srv, const struct tw_tensor *t)
 {
     const struct tw_store_devmem_ops *m = tw__store_devmem(&srv->store);
     if (!m->pin || !m->unpin || !t->mmapped || t->alloc_len < STAGE_PIN_MIN ||
         srv->store.ngpus == 0)
-        return;
+        return 0;
     if (!srv->stage_pins) {
         struct tw_regcache_config cfg = {.max_entries = 64, .max_host_bytes = STAGE_PIN_MAX};
         if (tw__regcache_create(&cfg, &pin_registrar, srv, &srv->stage_pins) != 0) {
             srv->stage_pins = NULL;
-            return;
+            return 0;
         }
     }
     struct tw_regcache_region *r = NULL;
     char err[200];
     if (tw__regcache_lookup(srv->stage_pins, t->data, t->alloc_len, TW_ACCESS_LOCAL_READ,
-                            TW_MEMKIND_HOST, &r, err, sizeof(err)) == 0)
+                            TW_MEMKIND_HOST, &r, err, sizeof(err)) == 0) {
         tw__regcache_release(srv->stage_pins, r);
-    else
-        TW_LOGD("staging: pinning %zu bytes of host memory failed (copies run unpinned): %s",
-                t->alloc_len, err);
+        return 1;
+    }
+    TW_LOGD("staging: pinning %zu bytes of host memory failed (copies run unpinned): %s",
+            t->alloc_len, err);
+    return 0;
 }
 
 void tw__srv_stage_destroy(struct tw_srv *srv)
@@ -176,8 +179,9 @@ static int gpu_ordinal(const struct tw_xfer *x)
     return x->t->store->gpu[x->t->gpu].ordinal;
 }
 
-/* Puts a new host version shaped like the GPU version x->t in its place. */
-static int stage_host_version(struct tw_xfer *x)
+/* Puts a new host version shaped like the GPU version x->t in its place;
+ * *pinned says whether its memory is page-locked (NULL: not wanted). */
+static int stage_host_version(struct tw_xfer *x, int *pinned)
 {
     struct tw_tensor *dev = x->t, *host = NULL;
     struct tw_descriptor d;
@@ -189,7 +193,9 @@ static int stage_host_version(struct tw_xfer *x)
     int rc = tw__store_alloc_pinned(dev->store, &d, &host);
     if (rc)
         return rc;
-    pin_host_copy(x->conn->srv, host);
+    int p = pin_host_copy(x->conn->srv, host);
+    if (pinned)
+        *pinned = p;
     x->dev_t = dev; /* x's reference moves along */
     x->t = host;    /* and x holds the host version's only reference */
     return 0;
@@ -245,6 +251,7 @@ struct put_pipe {
     uint64_t submitted; /* bytes of chunks whose read was submitted */
     uint64_t next_release;
     int busy;     /* a read completed with buffer_busy */
+    int wait_all; /* bit 5: the client's source is not all announced yet */
     int finished; /* RDMA_DONE sent, or failing, or failed: no more reads */
     /* A failure waiting for the reads in flight: the ERROR goes only once
      * they completed, because the client revokes its source on ERROR
@@ -505,6 +512,7 @@ static int put_pipe_register(struct tw_xfer *x, const struct tw_msg *m)
     char err[TW_FABRIC_ERRMSG_LEN];
     if (m->u.rdma_register.length != x->t->byte_length)
         return TW_EBAD_LENGTH;
+    pp->wait_all = (m->hdr.flags & TW_FRAME_MORE) != 0;
     pp->remote.key = m->u.rdma_register.rkey;
     pp->remote.remote_addr = m->u.rdma_register.remote_addr;
     pp->remote.length = m->u.rdma_register.length;
@@ -531,8 +539,100 @@ static int put_pipe_register(struct tw_xfer *x, const struct tw_msg *m)
     r.hdr.request_id = x->id;
     if (tw__conn_send(c, &r) < 0)
         return 0;
-    put_pipe_pump(pp);
+    if (!pp->wait_all)
+        put_pipe_pump(pp);
     return 0;
+}
+
+/* Bit 5: the client announced more of its source; the reads start once
+ * all of it is (a simpler rule than reading behind the announcements, and
+ * tensorwire's client never sends MORE). */
+static int put_pipe_available(struct tw_xfer *x, const struct tw_msg *m)
+{
+    struct put_pipe *pp = x->stage;
+    if (m->u.rdma_available.ready == x->t->byte_length && pp->wait_all && pp->pipe) {
+        pp->wait_all = 0;
+        put_pipe_pump(pp);
+    }
+    return 0;
+}
+
+/* ---- progressive RDMA get (bit 5) ----
+ *
+ * Without bit 5 an RDMA get copies the whole GPU version to the host before
+ * RDMA_REGISTER (the client may read at once). With it, the copy is queued
+ * in PROG_CHUNKS parts of at least PROG_ALIGN bytes, each handed to the
+ * driver at once with its own marker (copy_tickets.h), RDMA_REGISTER goes
+ * with MORE, and an RDMA_AVAILABLE per part follows, each sent by
+ * conn_flush once its part's copy is done: the client's reads of part k
+ * overlap the copies of parts k+1.. (docs/protocol.md §9.3). Few parts,
+ * because every part takes a marker of the device's ring (16, shared by
+ * the connection's other copies) and a full ring waits. Below PROG_MIN the
+ * whole copy takes under ~0.2 ms at the pinned rate: not worth the frames.
+ * A part's copy that fails after its frame was queued closes the
+ * connection (as for a DATA frame a copy fills); one refused when queued
+ * fails the request before RDMA_REGISTER. The host version is freed only
+ * after its last copy is done (staged_release).
+ */
+#define PROG_MIN ((uint64_t)8 << 20)
+#define PROG_CHUNKS 8u
+#define PROG_ALIGN ((uint64_t)1 << 20)
+
+struct prog_plan {
+    unsigned n;
+    uint64_t end[PROG_CHUNKS];
+    uint64_t ticket[PROG_CHUNKS];
+};
+
+static int progressive_wanted(const struct tw_xfer *x, const struct tw_store_devmem_ops *m,
+                              int pinned)
+{
+    return x->dir == TW_XFER_GET && inner_of(x) == &tw__dp_rdma_ops &&
+           (x->conn->caps & TW_CAP_RDMA_PROGRESSIVE) && x->t->byte_length >= PROG_MIN &&
+           m->copy_async && m->copied && pinned;
+}
+
+static int stage_progressive(struct tw_xfer *x, const struct tw_store_devmem_ops *m, int ordinal,
+                             struct prog_plan *pl, char *err, size_t errlen)
+{
+    uint64_t len = x->t->byte_length;
+    uint64_t part = (len + PROG_CHUNKS - 1) / PROG_CHUNKS;
+    part = (part + PROG_ALIGN - 1) & ~(PROG_ALIGN - 1);
+    pl->n = 0;
+    for (uint64_t off = 0; off < len;) {
+        uint64_t n = len - off < part ? len - off : part;
+        uint64_t ticket = 0;
+        int rc = m->copy_async(ordinal, x->t->data + off, x->dev_t->data + off, (size_t)n, 1,
+                               &ticket, err, errlen);
+        if (rc)
+            return rc; /* the parts queued before it are waited for in release */
+        x->prog_gpu = x->dev_t->gpu;
+        x->prog_ticket = ticket;
+        /* Hands it to the driver now, behind its own marker. */
+        rc = m->copied(ordinal, ticket, 0, err, errlen);
+        if (rc < 0)
+            return rc;
+        off += n;
+        pl->end[pl->n] = off;
+        pl->ticket[pl->n++] = ticket;
+    }
+    x->conn->srv->stats.staged_async_copies += pl->n;
+    x->progressive = 1;
+    return 0;
+}
+
+int tw__srv_stage_prog_wait(struct tw_xfer *x, char *err, size_t errlen)
+{
+    if (x->prog_gpu < 0 || !x->dev_t)
+        return 0;
+    struct tw_store *st = x->dev_t->store;
+    int ordinal = st->gpu[x->prog_gpu].ordinal;
+    x->conn->srv->stats.staged_copy_waits++;
+    uint64_t t0 = tw__now_ns();
+    int rc = tw__store_devmem(st)->copied(ordinal, x->prog_ticket, 1, err, errlen);
+    x->conn->srv->stats.staged_copy_wait_ns += tw__now_ns() - t0;
+    x->prog_gpu = -1;
+    return rc < 0 ? rc : 0;
 }
 
 static int staged_start(struct tw_xfer *x)
@@ -540,9 +640,11 @@ static int staged_start(struct tw_xfer *x)
     const struct tw_store_devmem_ops *m = tw__store_devmem(x->t->store);
     char err[256];
     int ordinal = gpu_ordinal(x);
+    int pinned = 0;
+    struct prog_plan plan = {0};
     if (!m->to_host || !m->from_host)
         return TW_EDEVICE;
-    int rc = put_pipe_start(x) ? 0 : stage_host_version(x);
+    int rc = put_pipe_start(x) ? 0 : stage_host_version(x, &pinned);
     if (rc)
         return rc;
     struct tw_srv_conn *c = x->conn;
@@ -558,10 +660,14 @@ static int staged_start(struct tw_xfer *x)
     else
         c->srv->stats.staged_puts++;
     c->srv->stats.staged_bytes += x->t->byte_length;
-    /* Inline gets copy frame by frame in pump; RDMA reads the whole copy. */
+    /* Inline gets copy frame by frame in pump; RDMA copies the whole version
+     * first, or in parts the client reads as they land (bit 5). */
     if (x->dir == TW_XFER_GET && x->t->byte_length && inner_of(x) != &tw__dp_inline_ops) {
-        rc = m->to_host(ordinal, x->t->data, x->dev_t->data, (size_t)x->t->byte_length, err,
-                        sizeof(err));
+        if (progressive_wanted(x, m, pinned))
+            rc = stage_progressive(x, m, ordinal, &plan, err, sizeof(err));
+        else
+            rc = m->to_host(ordinal, x->t->data, x->dev_t->data, (size_t)x->t->byte_length, err,
+                            sizeof(err));
         if (rc) {
             c->srv->stats.staged_failed++;
             snprintf(x->why, sizeof(x->why), "copying it from cuda:%d failed: %.150s", ordinal,
@@ -570,7 +676,13 @@ static int staged_start(struct tw_xfer *x)
             return rc;
         }
     }
-    return inner_of(x)->start(x);
+    rc = inner_of(x)->start(x);
+    if (rc || !x->progressive)
+        return rc;
+    for (unsigned i = 0; i < plan.n; i++)
+        if (tw__srv_rdma_announce(x, plan.end[i], x->prog_gpu, plan.ticket[i]) < 0)
+            return TW_ESHUTDOWN;
+    return 0;
 }
 
 /* Inline get: the bytes of the frame the inline plane sends next come
@@ -652,6 +764,8 @@ static int staged_on_msg(struct tw_xfer *x, const struct tw_msg *msg)
 {
     if (x->stage && msg->hdr.tag == TW_TAG_RDMA_REGISTER)
         return put_pipe_register(x, msg);
+    if (x->stage && msg->hdr.tag == TW_TAG_RDMA_AVAILABLE)
+        return put_pipe_available(x, msg);
     return inner_of(x)->on_msg(x, msg);
 }
 
@@ -732,6 +846,9 @@ static void staged_release(struct tw_xfer *x)
             put_pipe_free(pp);
     }
     if (x->dev_t) {
+        /* No copy may still write the host version when it goes. */
+        char err[64];
+        (void)tw__srv_stage_prog_wait(x, err, sizeof(err));
         tw__tensor_unref(x->t);
         x->t = x->dev_t;
         x->dev_t = NULL;
