@@ -529,6 +529,7 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"staged_failed", srv->stats.staged_failed},
         {"staged_async_copies", srv->stats.staged_async_copies},
         {"staged_async_commits", srv->stats.staged_async_commits},
+        {"staged_progressive_gets", srv->stats.staged_progressive_gets},
         {"staged_copy_waits", srv->stats.staged_copy_waits},
         {"staged_copy_wait_ns", srv->stats.staged_copy_wait_ns},
         {"staged_pinned_bytes", pinned_bytes},

@@ -185,6 +185,7 @@ struct tw_srv_stats {
     /* Small host copies queued asynchronously, and the waits for them
      * before sending (one wait covers every frame queued since the last). */
     uint64_t staged_async_copies, staged_copy_waits, staged_copy_wait_ns;
+    uint64_t staged_progressive_gets; /* RDMA gets announced in parts (bit 5) */
     uint64_t staged_async_commits;
     /* Transfers that moved all their bytes, by path (tw__path_format's
      * words): every transfer records its path here and in the log. */

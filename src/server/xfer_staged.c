@@ -15,11 +15,12 @@
  *
  * An inline get copies frame by frame, just before each frame is queued
  * (the frames queued before it drain to the socket meanwhile). An RDMA get
- * copies the whole version before RDMA_REGISTER: in a pull the client reads
- * whenever it likes, and the protocol has no message that would tell it a
- * chunk is ready, so the server's copy cannot overlap the client's reads
- * (the client overlaps its own copies to the GPU with them: dp_staging.c).
- * What this side does instead is make every copy run at the pinned rate:
+ * to a client that announced bit 5 copies in parts that the client reads
+ * as they land (RDMA_AVAILABLE, "progressive RDMA get" below); to one that
+ * did not, it copies the whole version before RDMA_REGISTER, because in a
+ * pull the client reads whenever it likes (the client overlaps its own
+ * copies to the GPU with its reads either way: dp_staging.c).
+ * Every copy runs at the pinned rate:
  * the host copies of 1 MiB and more are page-locked through a registration
  * cache (srv->stage_pins, mem/regcache.h, with a registrar that pins
  * through the store's devmem ops), so a repeated transfer of one size finds
@@ -617,6 +618,7 @@ static int stage_progressive(struct tw_xfer *x, const struct tw_store_devmem_ops
         pl->ticket[pl->n++] = ticket;
     }
     x->conn->srv->stats.staged_async_copies += pl->n;
+    x->conn->srv->stats.staged_progressive_gets++;
     x->progressive = 1;
     return 0;
 }
