@@ -548,8 +548,9 @@ static int request_next(const struct tw_sm *sm, const struct tw_sm_req *r, const
             return TW_EOUT_OF_ORDER;
         }
         if (m->hdr.flags & TW_FRAME_MORE) {
-            /* Bit 5: only the source's registration, of at least a byte. */
-            if (r->state != RS_RDMA_AWAIT_SRC)
+            /* Bit 5: only the source's registration of a get (the server),
+             * of at least a byte. */
+            if (r->state != RS_RDMA_AWAIT_SRC || r->kind != TW_REQ_TENSOR_REQUEST)
                 return TW_EBAD_FLAGS;
             if (!(sm->caps & TW_CAP_RDMA_PROGRESSIVE))
                 return TW_ENOT_NEGOTIATED;

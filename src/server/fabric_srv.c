@@ -232,9 +232,8 @@ uint64_t tw__srv_fabric_caps(const struct tw_srv *srv)
      * rules and into GPU memory admitted for GPUDirect (gdr_srv.c). */
     if (srv->cfg.push != TW_SRV_PUSH_NEVER)
         caps |= TW_CAP_RDMA_GPUDIRECT;
-    /* Bit 5 (§4.22): a staged GPU source registers before its copy to the
-     * host is done (xfer_staged.c); as a destination the server reads a
-     * client's announced source only once all of it is announced. */
+    /* Bit 5 (§4.22): a staged GPU source of a get registers before its
+     * copy to the host is done (xfer_staged.c). */
     caps |= TW_CAP_RDMA_PROGRESSIVE;
     return caps;
 }

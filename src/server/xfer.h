@@ -117,17 +117,13 @@ struct tw_xfer {
     struct tw_tensor *commit_t;
     struct tw_xfer *cnext;
     int in_commits;
-    /* Bit 5 (docs/protocol.md §4.22). As the source of a get: its
-     * RDMA_REGISTER goes with MORE and RDMA_AVAILABLE frames follow, each
-     * sent once the copy of its bytes (store GPU prog_gpu, ticket in
-     * prog_tickets order) is done; prog_ticket is the last copy's ticket
-     * (-1 / 0: no copy in flight). As the destination of a put: the
-     * client's registration had MORE and not all of it is announced yet
-     * (prog_wait), so no read starts. */
+    /* Bit 5 (docs/protocol.md §4.22), a get only: its RDMA_REGISTER goes
+     * with MORE and RDMA_AVAILABLE frames follow, each sent once the copy
+     * of its part is done (xfer_staged.c); prog_ticket is the last part's
+     * copy on store GPU prog_gpu (-1: no copy in flight). */
     int progressive;
     int prog_gpu;
     uint64_t prog_ticket;
-    int prog_wait;
     struct tw_xfer *hnext;         /* connection's id table */
     struct tw_xfer *snext, *sprev; /* connection's list of sources to pump */
     int in_send_list;

@@ -459,8 +459,6 @@ static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
     int rc;
     switch (m->hdr.tag) {
     case TW_TAG_RDMA_REGISTER: /* the client's source */
-        /* Bit 5: its bytes follow; read once all are announced. */
-        x->prog_wait = (m->hdr.flags & TW_FRAME_MORE) != 0;
         st->remote.key = m->u.rdma_register.rkey;
         st->remote.remote_addr = m->u.rdma_register.remote_addr;
         st->remote.length = m->u.rdma_register.length;
@@ -480,24 +478,10 @@ static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
             return 0;
         if (send_simple(x, TW_TAG_RDMA_READY) < 0)
             return 0;
-        if (!push && !x->prog_wait) {
+        if (!push) {
             rc = submit(x, TW_FABRIC_PULL);
             if (rc < 0)
                 fail_xfer(x, TW_WIRE_INTERNAL, "cannot start reading", tw__fabric_errmsg(srv->fab));
-        }
-        return 0;
-    case TW_TAG_RDMA_AVAILABLE:
-        /* The state machine checked it (increasing, after a MORE
-         * registration). A pull reads once the whole source is announced;
-         * a push (the client writes) needs nothing from it. */
-        if (m->u.rdma_available.ready == x->t->byte_length && x->prog_wait) {
-            x->prog_wait = 0;
-            if (!push && st->mr) {
-                rc = submit(x, TW_FABRIC_PULL);
-                if (rc < 0)
-                    fail_xfer(x, TW_WIRE_INTERNAL, "cannot start reading",
-                              tw__fabric_errmsg(srv->fab));
-            }
         }
         return 0;
     case TW_TAG_RDMA_DONE: { /* push: the client's writes are over */

@@ -252,7 +252,6 @@ struct put_pipe {
     uint64_t submitted; /* bytes of chunks whose read was submitted */
     uint64_t next_release;
     int busy;     /* a read completed with buffer_busy */
-    int wait_all; /* bit 5: the client's source is not all announced yet */
     int finished; /* RDMA_DONE sent, or failing, or failed: no more reads */
     /* A failure waiting for the reads in flight: the ERROR goes only once
      * they completed, because the client revokes its source on ERROR
@@ -513,7 +512,6 @@ static int put_pipe_register(struct tw_xfer *x, const struct tw_msg *m)
     char err[TW_FABRIC_ERRMSG_LEN];
     if (m->u.rdma_register.length != x->t->byte_length)
         return TW_EBAD_LENGTH;
-    pp->wait_all = (m->hdr.flags & TW_FRAME_MORE) != 0;
     pp->remote.key = m->u.rdma_register.rkey;
     pp->remote.remote_addr = m->u.rdma_register.remote_addr;
     pp->remote.length = m->u.rdma_register.length;
@@ -540,21 +538,7 @@ static int put_pipe_register(struct tw_xfer *x, const struct tw_msg *m)
     r.hdr.request_id = x->id;
     if (tw__conn_send(c, &r) < 0)
         return 0;
-    if (!pp->wait_all)
-        put_pipe_pump(pp);
-    return 0;
-}
-
-/* Bit 5: the client announced more of its source; the reads start once
- * all of it is (a simpler rule than reading behind the announcements, and
- * tensorwire's client never sends MORE). */
-static int put_pipe_available(struct tw_xfer *x, const struct tw_msg *m)
-{
-    struct put_pipe *pp = x->stage;
-    if (m->u.rdma_available.ready == x->t->byte_length && pp->wait_all && pp->pipe) {
-        pp->wait_all = 0;
-        put_pipe_pump(pp);
-    }
+    put_pipe_pump(pp);
     return 0;
 }
 
@@ -766,8 +750,6 @@ static int staged_on_msg(struct tw_xfer *x, const struct tw_msg *msg)
 {
     if (x->stage && msg->hdr.tag == TW_TAG_RDMA_REGISTER)
         return put_pipe_register(x, msg);
-    if (x->stage && msg->hdr.tag == TW_TAG_RDMA_AVAILABLE)
-        return put_pipe_available(x, msg);
     return inner_of(x)->on_msg(x, msg);
 }
 

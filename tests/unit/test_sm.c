@@ -770,16 +770,6 @@ static void legal_progressive_source(void)
     OK_SEND(&p, S, fx_done(1, 0, 24));
     both_idle(&p, 1);
     pair_destroy(&p);
-
-    /* A put: the client is the source. */
-    rdma_put_to_register(&p, 0x25);
-    OK_SEND(&p, C, fx_register_more(1, 1, 0, 24));
-    OK_SEND(&p, S, fx_msg(TW_TAG_RDMA_READY, 1));
-    OK_SEND(&p, C, fx_available(1, 24));
-    OK_SEND(&p, S, fx_done(1, 0, 24));
-    OK_SEND(&p, S, fx_msg(TW_TAG_OK, 1));
-    both_idle(&p, 1);
-    pair_destroy(&p);
 }
 
 static void progressive_violations(void)
@@ -790,6 +780,12 @@ static void progressive_violations(void)
     SEND_FAILS(&p.s, fx_register_more(1, 1, 0, 24), TW_ENOT_NEGOTIATED);
     RECV(&p.c, fx_register_more(1, 1, 0, 24), TW_ENOT_NEGOTIATED);
     TW_ASSERT_EQ(p.c.phase, TW_PHASE_DEAD);
+    pair_destroy(&p);
+    /* MORE on a put's source registration (the client's): gets only. */
+    rdma_put_to_register(&p, 0x25);
+    SEND_FAILS(&p.c, fx_register_more(1, 1, 0, 24), TW_EBAD_FLAGS);
+    RECV(&p.s, fx_register_more(1, 1, 0, 24), TW_EBAD_FLAGS);
+    TW_ASSERT_EQ(p.s.phase, TW_PHASE_DEAD);
     pair_destroy(&p);
     /* MORE on the destination's registration. */
     rdma_get_to_register(&p, 0x2D);
