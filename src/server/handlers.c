@@ -177,7 +177,7 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
 static void log_path(const struct tw_srv_conn *c, uint64_t id, const char *op,
                      const struct tw_tensor *t, uint32_t flags, const struct tw_path *p)
 {
-    if (!(flags & TW_XFER_WANT_RDMA))
+    if (!(flags & TW_XFER_WANT_RDMA) || !tw__log_enabled(TW_LOG_DEBUG))
         return;
     /* GPU memory staged for want of GPUDirect: say which predicate failed. */
     char why[256] = "";

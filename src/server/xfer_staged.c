@@ -612,12 +612,16 @@ int tw__srv_stage_prog_wait(struct tw_xfer *x, char *err, size_t errlen)
     if (x->prog_gpu < 0 || !x->dev_t)
         return 0;
     struct tw_store *st = x->dev_t->store;
+    const struct tw_store_devmem_ops *m = tw__store_devmem(st);
     int ordinal = st->gpu[x->prog_gpu].ordinal;
+    x->prog_gpu = -1;
+    int rc = m->copied(ordinal, x->prog_ticket, 0, err, errlen);
+    if (rc != 0)
+        return rc < 0 ? rc : 0; /* done (usually: its RDMA_AVAILABLE went out) */
     x->conn->srv->stats.staged_copy_waits++;
     uint64_t t0 = tw__now_ns();
-    int rc = tw__store_devmem(st)->copied(ordinal, x->prog_ticket, 1, err, errlen);
+    rc = m->copied(ordinal, x->prog_ticket, 1, err, errlen);
     x->conn->srv->stats.staged_copy_wait_ns += tw__now_ns() - t0;
-    x->prog_gpu = -1;
     return rc < 0 ? rc : 0;
 }
 
