@@ -1146,7 +1146,7 @@ static void conn_on_io(struct tw_loop *loop, struct tw_io *io, uint32_t events)
         c->defer_commits = 1;
         conn_read(c);
         c->defer_commits = 0;
-        tw__xfer_commits_flush(c);
+        (void)tw__xfer_commits_advance(c);
     }
     if ((events & (EPOLLERR | EPOLLHUP)) && !(events & EPOLLIN))
         conn_eof(c, (events & EPOLLERR) ? "connection reset by peer" : "peer hung up", 0);

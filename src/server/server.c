@@ -323,9 +323,33 @@ static void free_dead(struct tw_srv *srv)
     }
 }
 
+/* Puts read while their copies into the GPU still ran: publish those whose
+ * copies are done; when the loop found nothing else to do (idle), wait for
+ * the rest. Their OKs go out with the connection's next flush (enqueue
+ * asks for EPOLLOUT). */
+static void commits_progress(struct tw_srv *srv, int idle)
+{
+    int left = 0;
+    srv->commits_pending = 0;
+    struct tw_srv_conn *next;
+    for (struct tw_srv_conn *c = srv->conns; c; c = next) {
+        next = c->next; /* publishing may close c (it then joins srv->dead) */
+        if (!c->commit_head || c->state != TW_CONN_OPEN)
+            continue;
+        if (idle)
+            tw__xfer_commits_flush(c);
+        else
+            left |= tw__xfer_commits_advance(c);
+    }
+    srv->commits_pending = left;
+}
+
 int tw__srv_poll(struct tw_srv *srv, int max_wait_ms)
 {
-    int rc = tw__loop_run_once(&srv->loop, max_wait_ms);
+    /* Commits pending: look at the sockets without sleeping. */
+    int rc = tw__loop_run_once(&srv->loop, srv->commits_pending ? 0 : max_wait_ms);
+    if (srv->commits_pending && rc >= 0)
+        commits_progress(srv, rc == 0);
     tw__srv_settle(srv);
     free_dead(srv);
     return rc;

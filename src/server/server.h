@@ -214,6 +214,11 @@ struct tw_srv {
     struct tw_srv_conn *settle; /* connections with a teardown to do */
     uint32_t nconns;            /* served connections (max_connections applies) */
     uint32_t nrejecting;        /* connections being refused */
+    /* Some connection has puts whose copies into the GPU were still
+     * running at the end of its read (tw__xfer_commits_advance): the loop
+     * polls instead of sleeping and publishes them once done, or waits for
+     * them when it has nothing else to do (tw__srv_poll). */
+    int commits_pending;
     /* Connections still in their handshake, oldest first. */
     struct tw_srv_conn *hs_head, *hs_tail;
     uint32_t nhandshaking;
@@ -402,7 +407,10 @@ int tw__srv_stage_ready(struct tw_srv_conn *c, struct tw_out_chunk *ch, int wait
                         size_t errlen);
 /* Waits for the queued copy of x's commit (x->commit_gpu, commit_ticket):
  * 0, or a negative code with "copying it to cuda:N failed: ..." in err. */
-int tw__srv_stage_commit_wait(struct tw_xfer *x, char *err, size_t errlen);
+/* Whether the queued copy of commit x (x->in_commits) is done: 1 yes, 0
+ * not yet (only when !wait; the call hands queued copies to the driver),
+ * or a negative code with the reason in err. wait blocks until done. */
+int tw__srv_stage_commit_wait(struct tw_xfer *x, int wait, char *err, size_t errlen);
 /* A progressive get's source (x->progressive with copies, xfer_staged.c):
  * waits until its last copy to the host is done. 0 or a negative code with
  * the reason in err; 0 at once when nothing is in flight. */

@@ -101,7 +101,7 @@ void tw__xfer_destroy(struct tw_xfer *x)
     if (x->in_commits) {
         /* Not published: its copy must not run into freed memory. */
         char err[128];
-        (void)tw__srv_stage_commit_wait(x, err, sizeof(err));
+        (void)tw__srv_stage_commit_wait(x, 1, err, sizeof(err));
         commits_unlink(c, x);
     }
     count_path(&c->srv->stats, x);
@@ -190,18 +190,36 @@ void tw__xfer_put_complete(struct tw_xfer *x)
     put_publish(x, t, ms);
 }
 
-void tw__xfer_commits_flush(struct tw_srv_conn *c)
+/* Publishes c's queued commits in order while their copies are done
+ * (wait: waiting for each). Returns 1 when some are left. */
+static int commits_publish(struct tw_srv_conn *c, int wait)
 {
     while (c->commit_head) {
         struct tw_xfer *x = c->commit_head;
         char why[256];
-        int rc = tw__srv_stage_commit_wait(x, why, sizeof(why));
+        int rc = tw__srv_stage_commit_wait(x, wait, why, sizeof(why));
+        if (rc == 0)
+            return 1; /* still copying (only without wait) */
         commits_unlink(c, x);
         if (rc < 0)
             put_fail(x, why);
         else
             put_publish(x, x->commit_t, tw__loop_now(&c->srv->loop) - x->started_ms);
     }
+    return 0;
+}
+
+void tw__xfer_commits_flush(struct tw_srv_conn *c)
+{
+    (void)commits_publish(c, 1);
+}
+
+int tw__xfer_commits_advance(struct tw_srv_conn *c)
+{
+    if (!commits_publish(c, 0))
+        return 0;
+    c->srv->commits_pending = 1;
+    return 1;
 }
 
 static void put_publish(struct tw_xfer *x, struct tw_tensor *t, uint64_t ms)

@@ -147,6 +147,12 @@ void tw__xfer_put_complete(struct tw_xfer *x);
  * observe the store: at the end of the connection's read, and before a
  * request other than a put is handled. */
 void tw__xfer_commits_flush(struct tw_srv_conn *c);
+/* The same without waiting: publishes the queued commits whose copies are
+ * done (in order, up to the first still copying) and hands the others'
+ * copies to the driver; returns 1 and sets srv->commits_pending when some
+ * are left (the loop publishes them: tw__srv_poll). At the end of a read,
+ * so the event loop reads on while the GPU copies the puts just read. */
+int tw__xfer_commits_advance(struct tw_srv_conn *c);
 /* Makes a source transfer eligible for pumping (round robin per connection). */
 void tw__xfer_want_pump(struct tw_xfer *x);
 

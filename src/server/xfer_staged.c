@@ -805,14 +805,14 @@ static int staged_commit(struct tw_xfer *x, struct tw_tensor **publish, char *er
     return 0;
 }
 
-int tw__srv_stage_commit_wait(struct tw_xfer *x, char *err, size_t errlen)
+int tw__srv_stage_commit_wait(struct tw_xfer *x, int wait, char *err, size_t errlen)
 {
     struct tw_store *st = &x->conn->srv->store;
     int ordinal = st->gpu[x->commit_gpu].ordinal;
     char why[200] = "";
-    int rc = tw__store_devmem(st)->copied(ordinal, x->commit_ticket, 1, why, sizeof(why));
+    int rc = tw__store_devmem(st)->copied(ordinal, x->commit_ticket, wait, why, sizeof(why));
     if (rc >= 0)
-        return 0;
+        return wait ? 1 : rc;
     x->conn->srv->stats.staged_failed++;
     snprintf(err, errlen, "copying it to cuda:%d failed: %s", ordinal, why);
     return rc;
