@@ -819,6 +819,11 @@ static void progressive_violations(void)
     rdma_get_to_register(&p, 0x25);
     RECV(&p.c, fx_available(1, 8), TW_EOUT_OF_ORDER);
     pair_destroy(&p);
+    ready(&p, 0x25, 0, 1);
+    OK_SEND(&p, C, fx_request(1, 0, "layer0.weight"));
+    OK_SEND(&p, S, fx_info(1, TW_DP_INLINE, desc24()));
+    RECV(&p.c, fx_available(1, 8), TW_EOUT_OF_ORDER);
+    pair_destroy(&p);
     /* After the request ended: stale, discarded. */
     rdma_get_to_register(&p, 0x25);
     OK_SEND(&p, S, fx_register_more(1, 1, 0, 24));
