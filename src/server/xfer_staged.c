@@ -136,19 +136,29 @@ int tw__srv_stage_fence(struct tw_srv_conn *c, char *err, size_t errlen)
     return rc;
 }
 
+/* Whether the copy with `ticket` on store GPU `gpu` is done: 1, 0 (not
+ * yet; only without wait), or a negative code. A wait that blocks is
+ * counted in STATS staged_copy_waits / staged_copy_wait_ns. */
+static int ticket_done(struct tw_srv *srv, int gpu, uint64_t ticket, int wait, char *err,
+                       size_t errlen)
+{
+    struct tw_store *st = &srv->store;
+    const struct tw_store_devmem_ops *m = tw__store_devmem(st);
+    int ordinal = st->gpu[gpu].ordinal;
+    int r = m->copied(ordinal, ticket, 0, err, errlen);
+    if (r == 0 && wait) {
+        srv->stats.staged_copy_waits++;
+        uint64_t t0 = tw__now_ns();
+        r = m->copied(ordinal, ticket, 1, err, errlen);
+        srv->stats.staged_copy_wait_ns += tw__now_ns() - t0;
+    }
+    return r;
+}
+
 int tw__srv_stage_ready(struct tw_srv_conn *c, struct tw_out_chunk *ch, int wait, char *err,
                         size_t errlen)
 {
-    struct tw_store *st = &c->srv->store;
-    const struct tw_store_devmem_ops *m = tw__store_devmem(st);
-    int ordinal = st->gpu[ch->dev_gpu].ordinal;
-    int r = m->copied(ordinal, ch->dev_ticket, 0, err, errlen);
-    if (r == 0 && wait) {
-        c->srv->stats.staged_copy_waits++;
-        uint64_t t0 = tw__now_ns();
-        r = m->copied(ordinal, ch->dev_ticket, 1, err, errlen);
-        c->srv->stats.staged_copy_wait_ns += tw__now_ns() - t0;
-    }
+    int r = ticket_done(c->srv, ch->dev_gpu, ch->dev_ticket, wait, err, errlen);
     if (r == 1)
         ch->dev_gpu = -1;
     return r;
@@ -611,17 +621,9 @@ int tw__srv_stage_prog_wait(struct tw_xfer *x, char *err, size_t errlen)
 {
     if (x->prog_gpu < 0 || !x->dev_t)
         return 0;
-    struct tw_store *st = x->dev_t->store;
-    const struct tw_store_devmem_ops *m = tw__store_devmem(st);
-    int ordinal = st->gpu[x->prog_gpu].ordinal;
+    int gpu = x->prog_gpu;
     x->prog_gpu = -1;
-    int rc = m->copied(ordinal, x->prog_ticket, 0, err, errlen);
-    if (rc != 0)
-        return rc < 0 ? rc : 0; /* done (usually: its RDMA_AVAILABLE went out) */
-    x->conn->srv->stats.staged_copy_waits++;
-    uint64_t t0 = tw__now_ns();
-    rc = m->copied(ordinal, x->prog_ticket, 1, err, errlen);
-    x->conn->srv->stats.staged_copy_wait_ns += tw__now_ns() - t0;
+    int rc = ticket_done(x->conn->srv, gpu, x->prog_ticket, 1, err, errlen);
     return rc < 0 ? rc : 0;
 }
 
