@@ -934,14 +934,16 @@ static void old_key_rejected(void)
     if (is_tcp) {
         /* A fresh registration works again on the same peer. rxm tears
          * the dropped connection down asynchronously: operations posted in
-         * that window may fail with ENOTCONN, then it reconnects. */
+         * that window may fail with ENOTCONN, or with ECONNRESET when they
+         * went out on the connection being torn down (seen beside two CPU
+         * burners), then it reconnects. */
         TW_ASSERT_OK(tw__fabric_mr_register(srv_peer, src, n, TW_FABRIC_REMOTE_READ, TW_FABRIC_HOST,
                                             0, &rsrc));
         d.op = TW_FABRIC_PULL;
         d.remote = tw__fabric_mr_rkey(rsrc);
         memset(dst, 0, n);
         int ret = -ENOTCONN;
-        for (int i = 0; ret == -ENOTCONN && i < 40; i++) {
+        for (int i = 0; (ret == -ENOTCONN || ret == -ECONNRESET) && i < 40; i++) {
             if (i)
                 usleep(25 * 1000);
             d.deadline_ns = deadline_in_ms(10000);
