@@ -388,6 +388,13 @@ void tw__srv_shutdown(struct tw_srv *srv, const char *why)
             tw__conn_fail(c, TW_WIRE_SHUTTING_DOWN, "server is shutting down");
             continue;
         }
+        /* Puts whose bytes are all in (their copies into the GPU may
+         * still run: tw__xfer_commits_advance) are stored and answered,
+         * as they were when every read published its puts before the loop
+         * went on; the transfers still moving bytes are abandoned. */
+        tw__xfer_commits_flush(c);
+        if (c->state != TW_CONN_OPEN)
+            continue;
         tw__conn_fail_transfers(c, TW_WIRE_SHUTTING_DOWN, "server is shutting down");
         tw__conn_goodbye(c, TW_WIRE_SHUTTING_DOWN, "server shutting down");
     }
