@@ -236,6 +236,21 @@ int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errb
         snprintf(errbuf, errlen, "epoll: %s", tw_strerror(rc));
         goto out_clear_token;
     }
+    /* The signal mask before any thread exists: every thread inherits it
+     * (the data-mover's, and the CUDA driver's, which setup_devices starts),
+     * so SIGTERM reaches the signalfd instead of a thread that does not
+     * block it, whose default action ends the process. Masked after the
+     * devices, tensorwired on the H200 host ended with status 1 or 143 on
+     * SIGTERM, without its shutdown (docs/testing.md). */
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    rc = tw__loop_signals(&srv->loop, &mask, on_signal, srv);
+    if (rc < 0) {
+        snprintf(errbuf, errlen, "signalfd: %s", tw_strerror(rc));
+        goto out_destroy_loop;
+    }
     rc = tw__store_init(&srv->store, cfg->capacity);
     if (rc < 0) {
         snprintf(errbuf, errlen, "out of memory");
@@ -275,17 +290,6 @@ int tw__srv_init(struct tw_srv *srv, const struct tw_srv_config *cfg, char *errb
     tw__timer_init(&srv->trim_timer, on_trim, srv);
     tw__loop_timer_start(&srv->loop, &srv->trim_timer, TW_SRV_TRIM_MS);
 
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGINT);
-    rc = tw__loop_signals(&srv->loop, &mask, on_signal, srv);
-    if (rc < 0) {
-        snprintf(errbuf, errlen, "signalfd: %s", tw_strerror(rc));
-        goto out_close_listener;
-    }
-    /* After the signal mask: the data-mover thread inherits it, so SIGTERM
-     * reaches the signalfd instead of killing the process. */
     rc = tw__srv_fabric_init(srv);
     if (rc < 0) {
         snprintf(errbuf, errlen, "rdma data plane: %s", tw_strerror(rc));
