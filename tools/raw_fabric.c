@@ -37,6 +37,7 @@ struct raw_ep {
 struct tw_raw_fabric {
     struct raw_ep init;
     struct raw_ep tgt; /* tgt.ep == NULL: external target */
+    int is_shm;        /* operations posted as raw_rma() says */
     uint8_t *buf;
     size_t len;
     fi_addr_t peer;
@@ -45,6 +46,33 @@ struct tw_raw_fabric {
     char prov[64];
     char err[256];
 };
+
+/* An operation as fast as libfabric can do it. On shm the endpoint's
+ * default FI_DELIVERY_COMPLETE sends a read through the target's progress
+ * (in 1.17 through its bounce buffers, one read per peer at a time) and a
+ * write through the target's progress too; posted without it, the
+ * initiator copies by cross-memory attach inside the call (the bytes are
+ * in place when it returns), which is what the client's plane does by
+ * itself (src/fabric/xfer.c, cma_copy). So the baseline over shm is that
+ * copy, not the slower paths. */
+static ssize_t raw_rma(const struct tw_raw_fabric *r, int write, void *buf, size_t len, void *desc,
+                       uint64_t raddr, void *context)
+{
+    if (!r->is_shm)
+        return write ? fi_write(r->init.ep, buf, len, desc, r->peer, raddr, r->key, context)
+                     : fi_read(r->init.ep, buf, len, desc, r->peer, raddr, r->key, context);
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct fi_rma_iov rma = {.addr = raddr, .len = len, .key = r->key};
+    struct fi_msg_rma msg = {.msg_iov = &iov,
+                             .desc = &desc,
+                             .iov_count = 1,
+                             .addr = r->peer,
+                             .rma_iov = &rma,
+                             .rma_iov_count = 1,
+                             .context = context};
+    return write ? fi_writemsg(r->init.ep, &msg, FI_COMPLETION)
+                 : fi_readmsg(r->init.ep, &msg, FI_COMPLETION);
+}
 
 static int fail(char *err, size_t cap, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -184,6 +212,7 @@ int tw_raw_fabric_open_cuda(const char *prov, void *buf, int buf_cuda, size_t le
     if (rc)
         goto out_free;
     snprintf(r->prov, sizeof(r->prov), "%s", r->init.info->fabric_attr->prov_name);
+    r->is_shm = is_shm;
     if (target_buf) {
         uint8_t addr[256];
         size_t alen = sizeof(addr);
@@ -307,10 +336,8 @@ int tw_raw_fabric_loop(struct tw_raw_fabric *r, int write, uint64_t size, uint64
             uint64_t off = (posted % slots) * size;
             slot_op[s] = posted;
             t_post[s] = tw_cli_now_ns();
-            ssize_t ret = write ? fi_write(r->init.ep, r->buf + off, size, desc, r->peer,
-                                           r->remote_addr + off, r->key, &ctx[s])
-                                : fi_read(r->init.ep, r->buf + off, size, desc, r->peer,
-                                          r->remote_addr + off, r->key, &ctx[s]);
+            ssize_t ret =
+                raw_rma(r, write, r->buf + off, size, desc, r->remote_addr + off, &ctx[s]);
             if (ret == -FI_EAGAIN)
                 break; /* reap first */
             if (ret) {

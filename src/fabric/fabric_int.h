@@ -120,6 +120,7 @@ struct tw_fabric_peer {
     int pid;       /* shm peer named by tensorwire, else 0 */
     uint64_t alive_checked_ns;
     int stopped; /* shm peer process stopped: hold posts */
+    int cma;     /* cross-memory attach (xfer.c): 0 not checked yet, 1 ok, -1 no */
     int removed;
     struct tw_fabric_link node; /* fab->peers */
 };
@@ -171,6 +172,7 @@ struct tw_fabric_xfer {
     uint64_t progress_ns;      /* submitted, or the last operation completed (stall_ns) */
     uint64_t refused_since_ns; /* posts refused (EAGAIN) with nothing in flight since */
     int sync;                  /* tw__fabric_xfer_run() waits for it */
+    int no_cma;                /* cross-memory attach hit EFAULT: libfabric moves the rest */
     ssize_t post_ret;          /* the post that stopped this round's posts, else 0 */
     unsigned post_posted;      /* operations posted this round */
     int finished;              /* completion produced */
@@ -206,6 +208,7 @@ struct tw_fabric {
     unsigned depth;
     uint64_t drain_ns;
     uint64_t spin_ns; /* mover.c: polling after the last activity */
+    int cma_rma;      /* tw_fabric_config.cma_rma */
     int hmem;
     uint8_t host_id[TW_HOST_ID_LEN];
 

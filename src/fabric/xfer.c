@@ -23,14 +23,22 @@
  * up on this thread meanwhile (generation changed), call_end() says so and
  * the thread leaves without touching anything.
  *
+ * Cross-memory attach (plane option cma_rma, the client's): on an shm rail
+ * a read or write of host memory is not handed to libfabric but copied by
+ * this thread with process_vm_readv() / process_vm_writev() from or into
+ * the peer's process, inside the same call window, and completes at once
+ * (cma_copy() below).
+ *
  * We tried removing and re-inserting the peer's address to flush such ops:
  * on tcp;ofi_rxm (1.17) it flushed nothing and made the next ~100 ms of
  * transfers to that peer fail with ENOTCONN, so the engine does not do it.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -185,7 +193,7 @@ static void op_done(struct tw_fabric_rma *op, int err, const char *msg)
         x->fab->st.ops_failed++;
         if (!(err == -ECANCELED && x->stopping))
             stop(x, err, "%s of %llu bytes at offset %llu failed: %s",
-                 x->d.op == TW_FABRIC_PULL ? "fi_read" : "fi_write", (unsigned long long)op->len,
+                 x->d.op == TW_FABRIC_PULL ? "read" : "write", (unsigned long long)op->len,
                  (unsigned long long)op->off, msg);
     }
     if (x->finished)
@@ -384,6 +392,109 @@ static void advance_settle(struct tw_fabric_xfer *x, uint64_t now)
         finish(x);
 }
 
+/*
+ * Reads and writes on shm by cross-memory attach, outside libfabric.
+ *
+ * libfabric's shm (1.17) serves a read through its bounce buffers (SAR),
+ * one read per peer at a time: its protocol choice for reads tests the
+ * constant FI_HMEM_SYSTEM (0) instead of the buffer's interface, so it
+ * never picks cross-memory attach, and a second read to the same peer is
+ * refused (FI_EAGAIN) until the first ends. On the H200 host 32 KiB gets,
+ * 64 in flight, ran at 39k ops/s against 94k when reads skip that, and the
+ * mover spent its rounds in refused posts (3 per posted read). A write
+ * (with FI_DELIVERY_COMPLETE, as we post them) is a request the target's
+ * progress serves: one more hand-off per operation. Its own fast path (an
+ * operation posted without FI_DELIVERY_COMPLETE: the initiator copies with
+ * process_vm_readv/writev) does the copy while holding the spin lock of
+ * the TARGET's shared region: an initiator killed during a copy leaves that
+ * lock held for good, and every client's post into the server's region,
+ * and the server's own progress, spin forever (test_client_killed wedged
+ * the server in its first get round that way). A push get instead makes
+ * the server the writer into a client's region, the direction in which
+ * dead clients wedged the server before (docs/testing.md).
+ *
+ * So the initiator copies by itself: process_vm_readv() / _writev() on
+ * the peer's process at the region's virtual address (FI_MR_VIRT_ADDR),
+ * taking no lock anywhere; an initiator that dies mid-copy leaves nothing
+ * behind. A write is in the target's memory when the call returns (what
+ * FI_DELIVERY_COMPLETE asks for). The key is not checked by anyone: a
+ * process allowed to attach to the peer (same user, ptrace rules) could
+ * read or write that memory without libfabric anyway, and the protocol's
+ * keys stay live for our operations until our RDMA_DONE (docs/protocol.md
+ * §10). Used only where the plane asked for it (cma_rma), on shm rails,
+ * for host memory on our side, for a peer whose process id was verified:
+ * the pid in the peer's shm name (addr.c) must be the process that maps
+ * that name's region (its /proc/PID/maps names /dev/shm/NAME), so a peer in
+ * another pid namespace, or a stale name, goes through libfabric instead.
+ * EPERM (attach not allowed) does the same from then on. A range the
+ * peer's process cannot reach that way (EFAULT: GPU memory a GPUDirect
+ * peer registered, whose virtual addresses the CPU cannot touch, or an
+ * address outside any mapping) goes to libfabric for the rest of that
+ * transfer, as every operation did before; other errors (the process is
+ * gone) fail the operation.
+ */
+static int cma_peer_ok(struct tw_fabric_peer *p)
+{
+    if (p->cma)
+        return p->cma > 0;
+    p->cma = -1;
+    static const char prefix[] = "fi_shm://";
+    size_t np = sizeof(prefix) - 1;
+    if (p->pid <= 0 || p->addr_len <= np || memcmp(p->addr, prefix, np) != 0)
+        return 0;
+    char want[TW_MAX_FABRIC_ADDR_LEN + 16], path[64];
+    size_t nlen = strnlen((const char *)p->addr + np, p->addr_len - np);
+    int wlen = snprintf(want, sizeof(want), "/dev/shm/%.*s", (int)nlen, (const char *)p->addr + np);
+    snprintf(path, sizeof(path), "/proc/%d/maps", p->pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        if (line[len - 1] == '\n')
+            line[--len] = '\0';
+        if (len >= wlen && strcmp(line + len - wlen, want) == 0) {
+            p->cma = 1;
+            break;
+        }
+    }
+    free(line);
+    fclose(f);
+    return p->cma > 0;
+}
+
+/* Copies op's chunk of transfer x from or into the peer's process (see
+ * above). Returns 0, a negative errno for the operation, or 1 when it
+ * cannot be moved that way (post it to libfabric). */
+static int cma_copy(struct tw_fabric_xfer *x, const struct tw_fabric_rma *op, void *buf,
+                    uint64_t raddr)
+{
+    struct tw_fabric_peer *p = x->d.peer;
+    struct iovec local = {.iov_base = buf, .iov_len = op->len};
+    struct iovec remote = {.iov_base = (void *)(uintptr_t)raddr, .iov_len = op->len};
+    ssize_t got = x->d.op == TW_FABRIC_PULL ? process_vm_readv(p->pid, &local, 1, &remote, 1, 0)
+                                            : process_vm_writev(p->pid, &local, 1, &remote, 1, 0);
+    if (got == (ssize_t)op->len)
+        return 0;
+    if (got < 0 && (errno == EPERM || errno == ENOSYS)) {
+        p->cma = -1;
+        return 1;
+    }
+    if (got >= 0 || errno == EFAULT) { /* short: part of the range is not reachable */
+        x->no_cma = 1;
+        return 1;
+    }
+    return -errno;
+}
+
+static int cma_eligible(struct tw_fabric_xfer *x, const struct tw_fabric_rail *r)
+{
+    return x->fab->cma_rma && !x->no_cma && r->is_shm && (r->mr_mode & FI_MR_VIRT_ADDR) &&
+           x->d.local->cuda_device < 0 && cma_peer_ok(x->d.peer);
+}
+
 /* Posts the reserved operations of n transfers on rail r in one call
  * window (one lock drop, one io lock, one watchdog stamp for all of them):
  * the operations of many small transfers that became ready together leave
@@ -391,10 +502,16 @@ static void advance_settle(struct tw_fabric_xfer *x, uint64_t now)
  * operations wait for the next round. Returns 0, or -1 when this thread
  * was abandoned (lock not held). */
 #define POST_BATCH 64
+#define CMA_BATCH 256 /* operations done by cross-memory attach in one window, at most */
 static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
                       struct tw_fabric_xfer *const *xs, unsigned n, uint64_t now)
 {
     int full = 0;
+    struct {
+        struct tw_fabric_rma *op;
+        int err;
+    } cma[CMA_BATCH];
+    unsigned ncma = 0;
     unsigned gen = call_begin(fab, r);
     for (unsigned k = 0; k < n; k++) {
         struct tw_fabric_xfer *x = xs[k];
@@ -404,6 +521,7 @@ static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
         x->post_posted = 0;
         if (m->cuda_device >= 0)
             tw__fabric_cuda_current(m->cuda_device, -1);
+        int by_cma = cma_eligible(x, r);
         for (unsigned i = 0; i < x->depth && !full; i++) {
             struct tw_fabric_rma *op = &x->ops[i];
             if (!op->fresh)
@@ -411,6 +529,21 @@ static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
             void *buf = m->base + x->d.local_offset + op->off;
             uint64_t raddr = x->d.remote.remote_addr + op->off;
             ssize_t ret;
+            if (by_cma) {
+                if (ncma == CMA_BATCH) {
+                    full = 1; /* the rest next round */
+                    break;
+                }
+                int err = cma_copy(x, op, buf, raddr);
+                if (err <= 0) {
+                    op->fresh = 0;
+                    x->post_posted++;
+                    cma[ncma].op = op;
+                    cma[ncma++].err = err;
+                    continue;
+                }
+                by_cma = 0; /* not possible after all: libfabric moves it */
+            }
             if (x->d.op == TW_FABRIC_PULL)
                 ret = fi_read(r->ep, buf, op->len, m->desc, p->fi_addr, raddr, x->d.remote.key,
                               &op->ctx);
@@ -429,6 +562,18 @@ static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
     }
     if (call_end(fab, r, gen))
         return -1;
+    /* Operations done by cross-memory attach complete now, as if their
+     * completions had been read. */
+    for (unsigned i = 0; i < ncma; i++) {
+        char msg[160];
+        const struct tw_fabric_xfer *x = cma[i].op->xfer;
+        if (cma[i].err)
+            snprintf(msg, sizeof(msg), "%s process %d: %s",
+                     x->d.op == TW_FABRIC_PULL ? "process_vm_readv from" : "process_vm_writev to",
+                     x->d.peer->pid, strerror(-cma[i].err));
+        fab->st.cma_ops++;
+        op_done(cma[i].op, cma[i].err, cma[i].err ? msg : "");
+    }
     for (unsigned k = 0; k < n; k++)
         advance_settle(xs[k], now);
     return 0;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fabric/fabric.h"
+#include "fabric/fabric_int.h" /* a peer's pid: the cross-memory attach check */
 #include "fabric/probe.h"
 #include "tw_fabric_pair.h"
 #include "tw_test.h"
@@ -989,6 +990,192 @@ static void old_key_rejected(void)
     free(orig);
 }
 
+/* n reads of `each` bytes from rsrc into ldst at matching offsets, all
+ * submitted before the first completion is looked at; returns the first
+ * failure's status (0: all completed byte-exact). */
+static int reads_in_flight(struct tw_fabric *f, struct tw_fabric_peer *p, struct tw_fabric_mr *ldst,
+                           struct tw_fabric_mr *rsrc, int n, size_t each, char *why, size_t whylen)
+{
+    for (int i = 0; i < n; i++) {
+        struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+                                        .peer = p,
+                                        .local = ldst,
+                                        .local_offset = (uint64_t)i * each,
+                                        .remote = tw__fabric_mr_rkey(rsrc),
+                                        .length = each,
+                                        .deadline_ns = deadline_in_ms(10000),
+                                        .cookie = (uint64_t)i + 1};
+        d.remote.remote_addr += (uint64_t)i * each;
+        d.remote.length -= (uint64_t)i * each;
+        TW_ASSERT_OK(tw__fabric_xfer_submit(f, &d, NULL));
+    }
+    int first = 0;
+    struct tw_fabric_completion c;
+    for (int seen = 0; seen < n; seen++) {
+        TW_ASSERT(wait_completion(f, &c, 10000));
+        TW_ASSERT(c.cookie >= 1 && c.cookie <= (uint64_t)n);
+        TW_ASSERT_EQ(c.buffer_busy, 0);
+        if (c.status && !first) {
+            first = c.status;
+            snprintf(why, whylen, "%s", c.msg);
+        } else if (!c.status) {
+            TW_ASSERT_EQ_U64(c.bytes, each);
+        }
+    }
+    return first;
+}
+
+/* A plane with cma_rma (the client library's): on shm its reads and
+ * writes of host memory are copied by its mover with process_vm_readv /
+ * process_vm_writev (xfer.c), 48 in flight, byte-exact at their offsets,
+ * every one counted in cma_ops and nothing left with the provider. A peer
+ * whose process id cannot be verified (another pid namespace, a stale
+ * name: here a peer said to be process 1) is read through libfabric, still
+ * byte-exact. A read of an address the peer has not mapped (EFAULT, as for
+ * a GPUDirect peer's GPU memory) goes to libfabric as before, which fails
+ * it. On tcp the option changes nothing (cma_ops stays 0). */
+static void cma_rma(void)
+{
+    struct tw_fabric_config cfg = {
+        .provider = TW_TEST_PROVIDER, .node = "127.0.0.1", .threaded = 1, .cma_rma = 1};
+    struct tw_fabric *c3 = NULL;
+    char err[512];
+    TW_ASSERT_OK(tw__fabric_open(&cfg, &c3, err, sizeof(err)));
+    struct tw_fabric_peer *cp, *sp;
+    tw_test_connect_planes(c3, srv, &cp, &sp);
+    int is_shm = strcmp(tw__fabric_peer_provider(cp), "shm") == 0;
+    enum { N = 48 };
+    size_t n = 6u << 20, each = n / N;
+    uint8_t *src, *dst;
+    struct tw_fabric_mr *rsrc, *ldst;
+    pull_regions(sp, cp, n, 31, &src, &dst, &rsrc, &ldst);
+    char why[TW_FABRIC_ERRMSG_LEN] = "";
+    struct tw_fabric_stats st;
+    tw__fabric_stats(c3, &st);
+    uint64_t cma0 = st.cma_ops, posted0 = st.ops_posted;
+    int rc = reads_in_flight(c3, cp, ldst, rsrc, N, each, why, sizeof(why));
+    if (rc)
+        TW_FAIL("reads: %s: %s", tw_strerror_name(rc), why);
+    TW_ASSERT_MEM_EQ(dst, src, N * each);
+    tw__fabric_stats(c3, &st);
+    fprintf(stderr, "  %d reads of %zu bytes: %llu operations, %llu by cross-memory attach\n", N,
+            each, (unsigned long long)(st.ops_posted - posted0),
+            (unsigned long long)(st.cma_ops - cma0));
+    TW_ASSERT_EQ_U64(st.cma_ops - cma0, is_shm ? st.ops_posted - posted0 : 0);
+    TW_ASSERT(st.ops_posted - posted0 >= N);
+    TW_ASSERT_EQ(st.stuck_ops, 0);
+
+    /* Writes: a new pattern from our side into a region of the peer's. */
+    uint8_t *wsrc = malloc(n), *wdst = calloc(1, n);
+    TW_ASSERT(wsrc && wdst);
+    tw_test_fill(wsrc, n, 34);
+    struct tw_fabric_mr *lw, *rw;
+    TW_ASSERT_OK(
+        tw__fabric_mr_register(cp, wsrc, n, TW_FABRIC_LOCAL_WRITE, TW_FABRIC_HOST, 0, &lw));
+    TW_ASSERT_OK(
+        tw__fabric_mr_register(sp, wdst, n, TW_FABRIC_REMOTE_WRITE, TW_FABRIC_HOST, 0, &rw));
+    cma0 = st.cma_ops;
+    posted0 = st.ops_posted;
+    for (int i = 0; i < N; i++) {
+        struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PUSH,
+                                        .peer = cp,
+                                        .local = lw,
+                                        .local_offset = (uint64_t)i * each,
+                                        .remote = tw__fabric_mr_rkey(rw),
+                                        .length = each,
+                                        .deadline_ns = deadline_in_ms(10000),
+                                        .cookie = (uint64_t)i + 1};
+        d.remote.remote_addr += (uint64_t)i * each;
+        d.remote.length -= (uint64_t)i * each;
+        TW_ASSERT_OK(tw__fabric_xfer_submit(c3, &d, NULL));
+    }
+    for (int seen = 0; seen < N; seen++) {
+        struct tw_fabric_completion wc;
+        TW_ASSERT(wait_completion(c3, &wc, 10000));
+        if (wc.status)
+            TW_FAIL("write: %s: %s", tw_strerror_name(wc.status), wc.msg);
+    }
+    TW_ASSERT_MEM_EQ(wdst, wsrc, N * each);
+    tw__fabric_stats(c3, &st);
+    fprintf(stderr, "  %d writes of %zu bytes: %llu operations, %llu by cross-memory attach\n", N,
+            each, (unsigned long long)(st.ops_posted - posted0),
+            (unsigned long long)(st.cma_ops - cma0));
+    TW_ASSERT_EQ_U64(st.cma_ops - cma0, is_shm ? st.ops_posted - posted0 : 0);
+    tw__fabric_mr_deregister(lw);
+    tw__fabric_mr_deregister(rw);
+    free(wsrc);
+    free(wdst);
+
+    free(src);
+    free(dst);
+    tw__fabric_mr_deregister(ldst);
+    tw__fabric_mr_deregister(rsrc);
+    tw__fabric_peer_remove(cp);
+    tw__fabric_peer_remove(sp);
+    if (!is_shm) {
+        close_client(c3);
+        return;
+    }
+
+    /* A second pair whose peer claims to be process 1. */
+    tw_test_connect_planes(c3, srv, &cp, &sp);
+    cp->pid = 1;
+    pull_regions(sp, cp, n, 32, &src, &dst, &rsrc, &ldst);
+    tw__fabric_stats(c3, &st);
+    cma0 = st.cma_ops;
+    rc = reads_in_flight(c3, cp, ldst, rsrc, 8, each, why, sizeof(why));
+    if (rc)
+        TW_FAIL("reads from an unverified peer: %s: %s", tw_strerror_name(rc), why);
+    TW_ASSERT_MEM_EQ(dst, src, 8 * each);
+    tw__fabric_stats(c3, &st);
+    TW_ASSERT_EQ_U64(st.cma_ops, cma0);
+    TW_ASSERT_EQ(cp->cma, -1);
+    tw__fabric_mr_deregister(ldst);
+    tw__fabric_mr_deregister(rsrc);
+    tw__fabric_peer_remove(cp);
+    tw__fabric_peer_remove(sp);
+    free(src);
+    free(dst);
+
+    /* A third pair (verified), reading at an address its peer has not
+     * mapped: cross-memory attach says EFAULT (as it would for a GPUDirect
+     * source's GPU memory), so the read goes to libfabric as before, which
+     * fails it (shm 1.17 rejects the address without answering: TIMEOUT).
+     * dst is static: on shm the unanswered read stays with the provider. */
+    static uint8_t sink[4096];
+    tw_test_connect_planes(c3, srv, &cp, &sp);
+    pull_regions(sp, cp, n, 33, &src, &dst, &rsrc, &ldst);
+    rc = reads_in_flight(c3, cp, ldst, rsrc, 1, each, why, sizeof(why));
+    if (rc)
+        TW_FAIL("read before the bad one: %s: %s", tw_strerror_name(rc), why);
+    TW_ASSERT_EQ(cp->cma, 1);
+    struct tw_fabric_mr *lsink;
+    TW_ASSERT_OK(tw__fabric_mr_register(cp, sink, sizeof(sink), TW_FABRIC_LOCAL_READ,
+                                        TW_FABRIC_HOST, 0, &lsink));
+    struct tw_fabric_xfer_desc bad = {.op = TW_FABRIC_PULL,
+                                      .peer = cp,
+                                      .local = lsink,
+                                      .remote = tw__fabric_mr_rkey(rsrc),
+                                      .length = sizeof(sink),
+                                      .deadline_ns = deadline_in_ms(1000)};
+    bad.remote.remote_addr = 4096; /* page 1: never mapped */
+    struct tw_fabric_completion c;
+    tw__fabric_stats(c3, &st);
+    cma0 = st.cma_ops;
+    rc = tw__fabric_xfer_run(c3, &bad, &c);
+    fprintf(stderr, "  read of an unmapped address: %s: %s\n", tw_strerror_name(rc), c.msg);
+    TW_ASSERT(rc != 0);
+    TW_ASSERT(strstr(c.msg, "process_vm_readv") == NULL);
+    tw__fabric_stats(c3, &st);
+    TW_ASSERT_EQ_U64(st.cma_ops, cma0);
+    TW_ASSERT_EQ(cp->cma, 1); /* the peer itself stays readable that way */
+    tw__fabric_mr_deregister(ldst);
+    tw__fabric_mr_deregister(rsrc);
+    free(src);
+    free(dst);
+    close_client(c3);
+}
+
 /* GPUDirect's CUDA registration probe on the open plane's rail (issue 12,
  * tw__fabric_plane_probe_mr): a provider the plane has no rail of is
  * -ENOENT; its own provider with len 0 says the rail exists; a CUDA
@@ -1034,6 +1221,7 @@ int main(void)
     TW_RUN(stall_timeout);
     TW_RUN(release_after_drain);
     TW_RUN(old_key_rejected);
+    TW_RUN(cma_rma);
     tw__fabric_peer_remove(cli_peer);
     tw__fabric_peer_remove(srv_peer);
     close_all(cli, srv);
