@@ -52,9 +52,9 @@ struct tw_raw_fabric {
  * (in 1.17 through its bounce buffers, one read per peer at a time) and a
  * write through the target's progress too; posted without it, the
  * initiator copies by cross-memory attach inside the call (the bytes are
- * in place when it returns), which is what the client's plane does by
- * itself (src/fabric/xfer.c, cma_copy). So the baseline over shm is that
- * copy, not the slower paths. */
+ * in place when it returns). The client's plane reads that way by itself
+ * (src/fabric/xfer.c, cma_read). So the baseline over shm is libfabric's
+ * fastest path for both, never a slower one. */
 static ssize_t raw_rma(const struct tw_raw_fabric *r, int write, void *buf, size_t len, void *desc,
                        uint64_t raddr, void *context)
 {

@@ -155,10 +155,9 @@ int tw__client_rdma_setup(struct tw_client *c, const char *provider, int timeout
     fc.provider = provider;
     fc.node = local_node(c, node, sizeof(node));
     fc.threaded = 1;
-    /* Our reads and writes are of the server's memory, under keys the
-     * server keeps live until our RDMA_DONE: over shm we copy them
-     * ourselves (fabric.h). */
-    fc.cma_rma = 1;
+    /* Our reads are of the server's tensors, under keys the server keeps
+     * live until our RDMA_DONE: over shm we copy them ourselves (fabric.h). */
+    fc.cma_reads = 1;
     /* With a GPU here, ask for FI_HMEM so GPU memory can take part
      * (GPUDirect); a provider without it, or one that refuses to register
      * the probe buffer, opens as a host-memory rail (fabric.h). */

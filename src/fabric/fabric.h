@@ -223,13 +223,12 @@ struct tw_fabric_config {
                           it) */
     uint64_t spin_ns;  /* mover polling after activity; 0 = TW_FABRIC_DEFAULT_SPIN_NS
                           (or TW_FABRIC_SPIN_US) */
-    /* 1: on shm rails, reads and writes of host memory from or into a peer
-     * whose process may be attached are copied with process_vm_readv() /
-     * process_vm_writev() by the mover, outside libfabric (xfer.c, "Reads
-     * and writes on shm by cross-memory attach"); the target's key is then
-     * not checked. The client library's plane sets it; tensorwired's does
-     * not. */
-    int cma_rma;
+    /* 1: on shm rails, reads of host memory from a peer whose process may
+     * be attached are copied with process_vm_readv() by the mover, outside
+     * libfabric (xfer.c, "Reads on shm by cross-memory attach"); the
+     * target's key is then not checked. The client library's plane sets
+     * it; tensorwired's does not. */
+    int cma_reads;
     /* With hmem: len bytes of CUDA device `device` memory (the caller's,
      * only used during tw__fabric_open) that each rail opened with FI_HMEM
      * must register; a rail that refuses is reopened without FI_HMEM.
@@ -530,7 +529,7 @@ struct tw_fabric_stats {
     unsigned rails_retired, rails_wedged, rails_reopened;
     unsigned rails_closed;      /* retired rails closed once unused (slot free again) */
     unsigned threads_abandoned; /* mover threads left inside a wedged call */
-    uint64_t cma_ops;           /* operations done by cross-memory attach (cma_rma) */
+    uint64_t cma_reads;         /* reads done by cross-memory attach (cma_reads) */
 };
 void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st);
 

@@ -172,7 +172,7 @@ struct tw_fabric_xfer {
     uint64_t progress_ns;      /* submitted, or the last operation completed (stall_ns) */
     uint64_t refused_since_ns; /* posts refused (EAGAIN) with nothing in flight since */
     int sync;                  /* tw__fabric_xfer_run() waits for it */
-    int no_cma;                /* cross-memory attach hit EFAULT: libfabric moves the rest */
+    int no_cma;                /* cross-memory attach hit EFAULT: libfabric reads the rest */
     ssize_t post_ret;          /* the post that stopped this round's posts, else 0 */
     unsigned post_posted;      /* operations posted this round */
     int finished;              /* completion produced */
@@ -208,7 +208,7 @@ struct tw_fabric {
     unsigned depth;
     uint64_t drain_ns;
     uint64_t spin_ns; /* mover.c: polling after the last activity */
-    int cma_rma;      /* tw_fabric_config.cma_rma */
+    int cma_reads;    /* tw_fabric_config.cma_reads */
     int hmem;
     uint8_t host_id[TW_HOST_ID_LEN];
 

@@ -120,7 +120,7 @@ int tw__fabric_open(const struct tw_fabric_config *cfg, struct tw_fabric **out, 
     fab->hmem = cfg->hmem;
     fab->hmem_device = cfg->hmem_probe_device;
     fab->spin_ns = cfg->spin_ns ? cfg->spin_ns : spin_default();
-    fab->cma_rma = cfg->cma_rma;
+    fab->cma_reads = cfg->cma_reads;
     fab->wake_fd = fab->event_fd = -1;
     link_init(&fab->peers);
     link_init(&fab->mrs);

@@ -23,11 +23,10 @@
  * up on this thread meanwhile (generation changed), call_end() says so and
  * the thread leaves without touching anything.
  *
- * Cross-memory attach (plane option cma_rma, the client's): on an shm rail
- * a read or write of host memory is not handed to libfabric but copied by
- * this thread with process_vm_readv() / process_vm_writev() from or into
- * the peer's process, inside the same call window, and completes at once
- * (cma_copy() below).
+ * Reads by cross-memory attach (plane option cma_reads, the client's): on
+ * an shm rail a read of host memory is not handed to libfabric but copied
+ * by this thread with process_vm_readv() from the peer's process, inside
+ * the same call window, and completes at once (cma_read() below).
  *
  * We tried removing and re-inserting the peer's address to flush such ops:
  * on tcp;ofi_rxm (1.17) it flushed nothing and made the next ~100 ms of
@@ -393,45 +392,48 @@ static void advance_settle(struct tw_fabric_xfer *x, uint64_t now)
 }
 
 /*
- * Reads and writes on shm by cross-memory attach, outside libfabric.
+ * Reads on shm by cross-memory attach, outside libfabric.
  *
  * libfabric's shm (1.17) serves a read through its bounce buffers (SAR),
  * one read per peer at a time: its protocol choice for reads tests the
  * constant FI_HMEM_SYSTEM (0) instead of the buffer's interface, so it
  * never picks cross-memory attach, and a second read to the same peer is
  * refused (FI_EAGAIN) until the first ends. On the H200 host 32 KiB gets,
- * 64 in flight, ran at 39k ops/s against 94k when reads skip that, and the
- * mover spent its rounds in refused posts (3 per posted read). A write
- * (with FI_DELIVERY_COMPLETE, as we post them) is a request the target's
- * progress serves: one more hand-off per operation. Its own fast path (an
- * operation posted without FI_DELIVERY_COMPLETE: the initiator copies with
- * process_vm_readv/writev) does the copy while holding the spin lock of
- * the TARGET's shared region: an initiator killed during a copy leaves that
- * lock held for good, and every client's post into the server's region,
- * and the server's own progress, spin forever (test_client_killed wedged
- * the server in its first get round that way). A push get instead makes
- * the server the writer into a client's region, the direction in which
- * dead clients wedged the server before (docs/testing.md).
+ * 64 in flight, ran at 39-44k ops/s, and the mover spent its rounds in
+ * refused posts (3 per posted read). Its own fast path (a read posted
+ * without FI_DELIVERY_COMPLETE: the reader copies with process_vm_readv)
+ * does the copy while holding the spin lock of the TARGET's shared region:
+ * a reader killed during a copy leaves that lock held for good, and every
+ * client's post into the server's region, and the server's own progress,
+ * spin forever (test_client_killed wedged the server in its first get
+ * round that way). A push get instead makes the server the writer into a
+ * client's region, the direction in which dead clients wedged the server
+ * before (docs/testing.md).
  *
- * So the initiator copies by itself: process_vm_readv() / _writev() on
- * the peer's process at the region's virtual address (FI_MR_VIRT_ADDR),
- * taking no lock anywhere; an initiator that dies mid-copy leaves nothing
- * behind. A write is in the target's memory when the call returns (what
- * FI_DELIVERY_COMPLETE asks for). The key is not checked by anyone: a
- * process allowed to attach to the peer (same user, ptrace rules) could
- * read or write that memory without libfabric anyway, and the protocol's
- * keys stay live for our operations until our RDMA_DONE (docs/protocol.md
- * §10). Used only where the plane asked for it (cma_rma), on shm rails,
- * for host memory on our side, for a peer whose process id was verified:
- * the pid in the peer's shm name (addr.c) must be the process that maps
- * that name's region (its /proc/PID/maps names /dev/shm/NAME), so a peer in
- * another pid namespace, or a stale name, goes through libfabric instead.
- * EPERM (attach not allowed) does the same from then on. A range the
- * peer's process cannot reach that way (EFAULT: GPU memory a GPUDirect
- * peer registered, whose virtual addresses the CPU cannot touch, or an
- * address outside any mapping) goes to libfabric for the rest of that
- * transfer, as every operation did before; other errors (the process is
- * gone) fail the operation.
+ * So the reader copies by itself: process_vm_readv() from the peer's
+ * process at the region's virtual address (FI_MR_VIRT_ADDR), taking no
+ * lock anywhere; a reader that dies mid-copy leaves nothing behind (H200:
+ * 32 KiB gets 132-151k ops/s, docs/performance.md). The key is not checked
+ * by anyone: a process allowed to attach to the peer (same user, ptrace
+ * rules) could read that memory without libfabric anyway, and the
+ * protocol's keys stay live for our reads until our RDMA_DONE
+ * (docs/protocol.md §10). Used only where the plane asked for it
+ * (cma_reads), on shm rails, for host memory on our side, for a peer whose
+ * process id was verified: the pid in the peer's shm name (addr.c) must be
+ * the process that maps that name's region (its /proc/PID/maps names
+ * /dev/shm/NAME), so a peer in another pid namespace, or a stale name,
+ * reads through libfabric instead. EPERM (attach not allowed) does the
+ * same from then on. A range the peer's process cannot give that way
+ * (EFAULT: GPU memory a GPUDirect source registered, whose virtual
+ * addresses the CPU cannot touch, or an address outside any mapping) goes
+ * to libfabric for the rest of that transfer, as every read did before;
+ * other errors (the process is gone) fail the operation.
+ *
+ * Writes stay with libfabric (with FI_DELIVERY_COMPLETE the target's
+ * progress copies them, also by cross-memory attach, without a lock held
+ * by us meanwhile): copying them here too put all of a put's copying on
+ * this one thread, and 32 KiB puts over shm on the H200 fell from 66k to
+ * 52-54k ops/s (docs/performance.md).
  */
 static int cma_peer_ok(struct tw_fabric_peer *p)
 {
@@ -465,24 +467,23 @@ static int cma_peer_ok(struct tw_fabric_peer *p)
     return p->cma > 0;
 }
 
-/* Copies op's chunk of transfer x from or into the peer's process (see
- * above). Returns 0, a negative errno for the operation, or 1 when it
- * cannot be moved that way (post it to libfabric). */
-static int cma_copy(struct tw_fabric_xfer *x, const struct tw_fabric_rma *op, void *buf,
+/* Copies op's chunk of transfer x from the peer's process (see above).
+ * Returns 0, a negative errno for the operation, or 1 when it cannot be
+ * read that way (post it to libfabric). */
+static int cma_read(struct tw_fabric_xfer *x, const struct tw_fabric_rma *op, void *buf,
                     uint64_t raddr)
 {
     struct tw_fabric_peer *p = x->d.peer;
     struct iovec local = {.iov_base = buf, .iov_len = op->len};
     struct iovec remote = {.iov_base = (void *)(uintptr_t)raddr, .iov_len = op->len};
-    ssize_t got = x->d.op == TW_FABRIC_PULL ? process_vm_readv(p->pid, &local, 1, &remote, 1, 0)
-                                            : process_vm_writev(p->pid, &local, 1, &remote, 1, 0);
+    ssize_t got = process_vm_readv(p->pid, &local, 1, &remote, 1, 0);
     if (got == (ssize_t)op->len)
         return 0;
     if (got < 0 && (errno == EPERM || errno == ENOSYS)) {
         p->cma = -1;
         return 1;
     }
-    if (got >= 0 || errno == EFAULT) { /* short: part of the range is not reachable */
+    if (got >= 0 || errno == EFAULT) { /* short: part of the range is not readable */
         x->no_cma = 1;
         return 1;
     }
@@ -491,8 +492,8 @@ static int cma_copy(struct tw_fabric_xfer *x, const struct tw_fabric_rma *op, vo
 
 static int cma_eligible(struct tw_fabric_xfer *x, const struct tw_fabric_rail *r)
 {
-    return x->fab->cma_rma && !x->no_cma && r->is_shm && (r->mr_mode & FI_MR_VIRT_ADDR) &&
-           x->d.local->cuda_device < 0 && cma_peer_ok(x->d.peer);
+    return x->fab->cma_reads && !x->no_cma && x->d.op == TW_FABRIC_PULL && r->is_shm &&
+           (r->mr_mode & FI_MR_VIRT_ADDR) && x->d.local->cuda_device < 0 && cma_peer_ok(x->d.peer);
 }
 
 /* Posts the reserved operations of n transfers on rail r in one call
@@ -502,7 +503,7 @@ static int cma_eligible(struct tw_fabric_xfer *x, const struct tw_fabric_rail *r
  * operations wait for the next round. Returns 0, or -1 when this thread
  * was abandoned (lock not held). */
 #define POST_BATCH 64
-#define CMA_BATCH 256 /* operations done by cross-memory attach in one window, at most */
+#define CMA_BATCH 256 /* reads done by cross-memory attach in one window, at most */
 static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
                       struct tw_fabric_xfer *const *xs, unsigned n, uint64_t now)
 {
@@ -534,7 +535,7 @@ static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
                     full = 1; /* the rest next round */
                     break;
                 }
-                int err = cma_copy(x, op, buf, raddr);
+                int err = cma_read(x, op, buf, raddr);
                 if (err <= 0) {
                     op->fresh = 0;
                     x->post_posted++;
@@ -542,7 +543,7 @@ static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
                     cma[ncma++].err = err;
                     continue;
                 }
-                by_cma = 0; /* not possible after all: libfabric moves it */
+                by_cma = 0; /* not possible after all: libfabric reads it */
             }
             if (x->d.op == TW_FABRIC_PULL)
                 ret = fi_read(r->ep, buf, op->len, m->desc, p->fi_addr, raddr, x->d.remote.key,
@@ -562,16 +563,15 @@ static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
     }
     if (call_end(fab, r, gen))
         return -1;
-    /* Operations done by cross-memory attach complete now, as if their
+    /* Reads done by cross-memory attach complete now, as if their
      * completions had been read. */
     for (unsigned i = 0; i < ncma; i++) {
         char msg[160];
         const struct tw_fabric_xfer *x = cma[i].op->xfer;
         if (cma[i].err)
-            snprintf(msg, sizeof(msg), "%s process %d: %s",
-                     x->d.op == TW_FABRIC_PULL ? "process_vm_readv from" : "process_vm_writev to",
-                     x->d.peer->pid, strerror(-cma[i].err));
-        fab->st.cma_ops++;
+            snprintf(msg, sizeof(msg), "process_vm_readv from process %d: %s", x->d.peer->pid,
+                     strerror(-cma[i].err));
+        fab->st.cma_reads++;
         op_done(cma[i].op, cma[i].err, cma[i].err ? msg : "");
     }
     for (unsigned k = 0; k < n; k++)
