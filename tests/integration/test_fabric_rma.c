@@ -990,18 +990,20 @@ static void old_key_rejected(void)
     free(orig);
 }
 
-/* n reads of `each` bytes from rsrc into ldst at matching offsets, all
- * submitted before the first completion is looked at; returns the first
- * failure's status (0: all completed byte-exact). */
-static int reads_in_flight(struct tw_fabric *f, struct tw_fabric_peer *p, struct tw_fabric_mr *ldst,
-                           struct tw_fabric_mr *rsrc, int n, size_t each, char *why, size_t whylen)
+/* n operations op (pull: from remote into local; push: the other way) of
+ * `each` bytes at matching offsets, all submitted before the first
+ * completion is looked at; returns the first failure's status (0: all
+ * completed, each with its length). */
+static int ops_in_flight(struct tw_fabric *f, enum tw_fabric_op op, struct tw_fabric_peer *p,
+                         struct tw_fabric_mr *local, struct tw_fabric_mr *remote, int n,
+                         size_t each, char *why, size_t whylen)
 {
     for (int i = 0; i < n; i++) {
-        struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+        struct tw_fabric_xfer_desc d = {.op = op,
                                         .peer = p,
-                                        .local = ldst,
+                                        .local = local,
                                         .local_offset = (uint64_t)i * each,
-                                        .remote = tw__fabric_mr_rkey(rsrc),
+                                        .remote = tw__fabric_mr_rkey(remote),
                                         .length = each,
                                         .deadline_ns = deadline_in_ms(10000),
                                         .cookie = (uint64_t)i + 1};
@@ -1023,6 +1025,29 @@ static int reads_in_flight(struct tw_fabric *f, struct tw_fabric_peer *p, struct
         }
     }
     return first;
+}
+
+/* ops_in_flight that must succeed, with `got` equal to `want` afterwards;
+ * says (and returns in *cma / *posted) how many of its operations went by
+ * cross-memory attach out of how many were posted. */
+static void ops_counted(struct tw_fabric *f, enum tw_fabric_op op, struct tw_fabric_peer *p,
+                        struct tw_fabric_mr *local, struct tw_fabric_mr *remote, int n, size_t each,
+                        const uint8_t *want, const uint8_t *got, uint64_t *cma, uint64_t *posted)
+{
+    char why[TW_FABRIC_ERRMSG_LEN] = "";
+    struct tw_fabric_stats st;
+    tw__fabric_stats(f, &st);
+    uint64_t cma0 = st.cma_reads, posted0 = st.ops_posted;
+    const char *what = op == TW_FABRIC_PULL ? "reads" : "writes";
+    int rc = ops_in_flight(f, op, p, local, remote, n, each, why, sizeof(why));
+    if (rc)
+        TW_FAIL("%s: %s: %s", what, tw_strerror_name(rc), why);
+    TW_ASSERT_MEM_EQ(got, want, (size_t)n * each);
+    tw__fabric_stats(f, &st);
+    *cma = st.cma_reads - cma0;
+    *posted = st.ops_posted - posted0;
+    fprintf(stderr, "  %d %s of %zu bytes: %llu operations, %llu by cross-memory attach\n", n, what,
+            each, (unsigned long long)*posted, (unsigned long long)*cma);
 }
 
 /* A plane with cma_reads (the client library's): on shm its reads of host
@@ -1050,20 +1075,12 @@ static void cma_reads(void)
     uint8_t *src, *dst;
     struct tw_fabric_mr *rsrc, *ldst;
     pull_regions(sp, cp, n, 31, &src, &dst, &rsrc, &ldst);
-    char why[TW_FABRIC_ERRMSG_LEN] = "";
     struct tw_fabric_stats st;
+    uint64_t cma, posted;
+    ops_counted(c3, TW_FABRIC_PULL, cp, ldst, rsrc, N, each, src, dst, &cma, &posted);
+    TW_ASSERT_EQ_U64(cma, is_shm ? posted : 0);
+    TW_ASSERT(posted >= N);
     tw__fabric_stats(c3, &st);
-    uint64_t cma0 = st.cma_reads, posted0 = st.ops_posted;
-    int rc = reads_in_flight(c3, cp, ldst, rsrc, N, each, why, sizeof(why));
-    if (rc)
-        TW_FAIL("reads: %s: %s", tw_strerror_name(rc), why);
-    TW_ASSERT_MEM_EQ(dst, src, N * each);
-    tw__fabric_stats(c3, &st);
-    fprintf(stderr, "  %d reads of %zu bytes: %llu operations, %llu by cross-memory attach\n", N,
-            each, (unsigned long long)(st.ops_posted - posted0),
-            (unsigned long long)(st.cma_reads - cma0));
-    TW_ASSERT_EQ_U64(st.cma_reads - cma0, is_shm ? st.ops_posted - posted0 : 0);
-    TW_ASSERT(st.ops_posted - posted0 >= N);
     TW_ASSERT_EQ(st.stuck_ops, 0);
 
     /* Writes: a new pattern from our side into a region of the peer's,
@@ -1076,33 +1093,8 @@ static void cma_reads(void)
         tw__fabric_mr_register(cp, wsrc, n, TW_FABRIC_LOCAL_WRITE, TW_FABRIC_HOST, 0, &lw));
     TW_ASSERT_OK(
         tw__fabric_mr_register(sp, wdst, n, TW_FABRIC_REMOTE_WRITE, TW_FABRIC_HOST, 0, &rw));
-    cma0 = st.cma_reads;
-    posted0 = st.ops_posted;
-    for (int i = 0; i < N; i++) {
-        struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PUSH,
-                                        .peer = cp,
-                                        .local = lw,
-                                        .local_offset = (uint64_t)i * each,
-                                        .remote = tw__fabric_mr_rkey(rw),
-                                        .length = each,
-                                        .deadline_ns = deadline_in_ms(10000),
-                                        .cookie = (uint64_t)i + 1};
-        d.remote.remote_addr += (uint64_t)i * each;
-        d.remote.length -= (uint64_t)i * each;
-        TW_ASSERT_OK(tw__fabric_xfer_submit(c3, &d, NULL));
-    }
-    for (int seen = 0; seen < N; seen++) {
-        struct tw_fabric_completion wc;
-        TW_ASSERT(wait_completion(c3, &wc, 10000));
-        if (wc.status)
-            TW_FAIL("write: %s: %s", tw_strerror_name(wc.status), wc.msg);
-    }
-    TW_ASSERT_MEM_EQ(wdst, wsrc, N * each);
-    tw__fabric_stats(c3, &st);
-    fprintf(stderr, "  %d writes of %zu bytes: %llu operations, %llu by cross-memory attach\n", N,
-            each, (unsigned long long)(st.ops_posted - posted0),
-            (unsigned long long)(st.cma_reads - cma0));
-    TW_ASSERT_EQ_U64(st.cma_reads, cma0);
+    ops_counted(c3, TW_FABRIC_PUSH, cp, lw, rw, N, each, wsrc, wdst, &cma, &posted);
+    TW_ASSERT_EQ_U64(cma, 0);
     tw__fabric_mr_deregister(lw);
     tw__fabric_mr_deregister(rw);
     free(wsrc);
@@ -1123,14 +1115,8 @@ static void cma_reads(void)
     tw_test_connect_planes(c3, srv, &cp, &sp);
     cp->pid = 1;
     pull_regions(sp, cp, n, 32, &src, &dst, &rsrc, &ldst);
-    tw__fabric_stats(c3, &st);
-    cma0 = st.cma_reads;
-    rc = reads_in_flight(c3, cp, ldst, rsrc, 8, each, why, sizeof(why));
-    if (rc)
-        TW_FAIL("reads from an unverified peer: %s: %s", tw_strerror_name(rc), why);
-    TW_ASSERT_MEM_EQ(dst, src, 8 * each);
-    tw__fabric_stats(c3, &st);
-    TW_ASSERT_EQ_U64(st.cma_reads, cma0);
+    ops_counted(c3, TW_FABRIC_PULL, cp, ldst, rsrc, 8, each, src, dst, &cma, &posted);
+    TW_ASSERT_EQ_U64(cma, 0);
     TW_ASSERT_EQ(cp->cma, -1);
     tw__fabric_mr_deregister(ldst);
     tw__fabric_mr_deregister(rsrc);
@@ -1147,9 +1133,8 @@ static void cma_reads(void)
     static uint8_t sink[4096];
     tw_test_connect_planes(c3, srv, &cp, &sp);
     pull_regions(sp, cp, n, 33, &src, &dst, &rsrc, &ldst);
-    rc = reads_in_flight(c3, cp, ldst, rsrc, 1, each, why, sizeof(why));
-    if (rc)
-        TW_FAIL("read before the bad one: %s: %s", tw_strerror_name(rc), why);
+    ops_counted(c3, TW_FABRIC_PULL, cp, ldst, rsrc, 1, each, src, dst, &cma, &posted);
+    TW_ASSERT_EQ_U64(cma, 1);
     TW_ASSERT_EQ(cp->cma, 1);
     struct tw_fabric_mr *lsink;
     TW_ASSERT_OK(tw__fabric_mr_register(cp, sink, sizeof(sink), TW_FABRIC_LOCAL_READ,
@@ -1163,8 +1148,8 @@ static void cma_reads(void)
     bad.remote.remote_addr = 4096; /* page 1: never mapped */
     struct tw_fabric_completion c;
     tw__fabric_stats(c3, &st);
-    cma0 = st.cma_reads;
-    rc = tw__fabric_xfer_run(c3, &bad, &c);
+    uint64_t cma0 = st.cma_reads;
+    int rc = tw__fabric_xfer_run(c3, &bad, &c);
     fprintf(stderr, "  read of an unmapped address: %s: %s\n", tw_strerror_name(rc), c.msg);
     TW_ASSERT(rc != 0);
     TW_ASSERT(strstr(c.msg, "process_vm_readv") == NULL);
