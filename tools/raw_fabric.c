@@ -37,7 +37,7 @@ struct raw_ep {
 struct tw_raw_fabric {
     struct raw_ep init;
     struct raw_ep tgt; /* tgt.ep == NULL: external target */
-    int is_shm;        /* operations posted as raw_rma() says */
+    int fast;          /* shm, host memory on both ends: raw_rma()'s fast path */
     uint8_t *buf;
     size_t len;
     fi_addr_t peer;
@@ -54,11 +54,12 @@ struct tw_raw_fabric {
  * initiator copies by cross-memory attach inside the call (the bytes are
  * in place when it returns). The client's plane reads that way by itself
  * (src/fabric/xfer.c, cma_read). So the baseline over shm is libfabric's
- * fastest path for both, never a slower one. */
+ * fastest path for both, never a slower one. Loops on CUDA memory keep
+ * the endpoint's flags (cross-memory attach does not apply there). */
 static ssize_t raw_rma(const struct tw_raw_fabric *r, int write, void *buf, size_t len, void *desc,
                        uint64_t raddr, void *context)
 {
-    if (!r->is_shm)
+    if (!r->fast)
         return write ? fi_write(r->init.ep, buf, len, desc, r->peer, raddr, r->key, context)
                      : fi_read(r->init.ep, buf, len, desc, r->peer, raddr, r->key, context);
     struct iovec iov = {.iov_base = buf, .iov_len = len};
@@ -212,7 +213,7 @@ int tw_raw_fabric_open_cuda(const char *prov, void *buf, int buf_cuda, size_t le
     if (rc)
         goto out_free;
     snprintf(r->prov, sizeof(r->prov), "%s", r->init.info->fabric_attr->prov_name);
-    r->is_shm = is_shm;
+    r->fast = is_shm && buf_cuda < 0 && target_cuda < 0;
     if (target_buf) {
         uint8_t addr[256];
         size_t alen = sizeof(addr);
