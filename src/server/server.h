@@ -405,11 +405,10 @@ int tw__srv_stage_fence(struct tw_srv_conn *c, char *err, size_t errlen);
  * waits in STATS. */
 int tw__srv_stage_ready(struct tw_srv_conn *c, struct tw_out_chunk *ch, int wait, char *err,
                         size_t errlen);
-/* Waits for the queued copy of x's commit (x->commit_gpu, commit_ticket):
- * 0, or a negative code with "copying it to cuda:N failed: ..." in err. */
-/* Whether the queued copy of commit x (x->in_commits) is done: 1 yes, 0
- * not yet (only when !wait; the call hands queued copies to the driver),
- * or a negative code with the reason in err. wait blocks until done. */
+/* Whether the queued copy of commit x (x->in_commits: x->commit_gpu,
+ * commit_ticket) is done: 1 yes, 0 not yet (only when !wait; the call
+ * hands queued copies to the driver), or a negative code with "copying it
+ * to cuda:N failed: ..." in err. wait blocks until done. */
 int tw__srv_stage_commit_wait(struct tw_xfer *x, int wait, char *err, size_t errlen);
 /* A progressive get's source (x->progressive with copies, xfer_staged.c):
  * waits until its last copy to the host is done. 0 or a negative code with
