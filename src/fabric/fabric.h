@@ -227,7 +227,8 @@ struct tw_fabric_config {
      * be attached are copied with process_vm_readv() by the mover, outside
      * libfabric (xfer.c, "Reads on shm by cross-memory attach"); the
      * target's key is then not checked. The client library's plane sets
-     * it; tensorwired's does not. */
+     * it (its gets), and tensorwired's (its pull puts over shm,
+     * proto/path.c PULL_SHM_CMA). */
     int cma_reads;
     /* With hmem: len bytes of CUDA device `device` memory (the caller's,
      * only used during tw__fabric_open) that each rail opened with FI_HMEM
@@ -330,6 +331,16 @@ int tw__fabric_peer_usable(struct tw_fabric_peer *peer, char *why, size_t whylen
 
 /* The provider name of the rail a peer lives on ("tcp;ofi_rxm"). */
 const char *tw__fabric_peer_provider(const struct tw_fabric_peer *peer);
+
+/* 1 when this plane's reads of [addr, addr + len) in the peer's memory
+ * would be copied by cross-memory attach (xfer.c: the plane has cma_reads,
+ * the peer is on an shm rail with virtual addresses, its process is
+ * verified) and the range's first and last byte can be read from its
+ * process now (one process_vm_readv of 2 bytes; an empty range needs
+ * none); else 0 (GPU memory of a GPUDirect peer: EFAULT). Nothing is kept
+ * of the bytes. The first call for a peer takes fab->lock and reads its
+ * /proc/PID/maps; later ones take no lock. */
+int tw__fabric_peer_cma_readable(struct tw_fabric_peer *peer, uint64_t addr, uint64_t len);
 
 /* --- Memory registration (RDMA_REGISTER) ------------------------------- */
 

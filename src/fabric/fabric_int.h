@@ -120,7 +120,10 @@ struct tw_fabric_peer {
     int pid;       /* shm peer named by tensorwire, else 0 */
     uint64_t alive_checked_ns;
     int stopped; /* shm peer process stopped: hold posts */
-    int cma;     /* cross-memory attach (xfer.c): 0 not checked yet, 1 ok, -1 no */
+    /* cross-memory attach (xfer.c): 0 not checked yet, 1 ok, -1 no; set
+     * under fab->lock, or by the mover alone (-1 on EPERM); read without the
+     * lock by tw__fabric_peer_cma_readable: __atomic */
+    int cma;
     int removed;
     struct tw_fabric_link node; /* fab->peers */
 };

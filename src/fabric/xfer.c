@@ -23,7 +23,7 @@
  * up on this thread meanwhile (generation changed), call_end() says so and
  * the thread leaves without touching anything.
  *
- * Reads by cross-memory attach (plane option cma_reads, the client's): on
+ * Reads by cross-memory attach (plane option cma_reads): on
  * an shm rail a read of host memory is not handed to libfabric but copied
  * by this thread with process_vm_readv() from the peer's process, inside
  * the same call window, and completes at once (cma_read() below).
@@ -437,34 +437,36 @@ static void advance_settle(struct tw_fabric_xfer *x, uint64_t now)
  */
 static int cma_peer_ok(struct tw_fabric_peer *p)
 {
-    if (p->cma)
-        return p->cma > 0;
-    p->cma = -1;
+    int known = __atomic_load_n(&p->cma, __ATOMIC_ACQUIRE);
+    if (known)
+        return known > 0;
+    int ok = 0;
     static const char prefix[] = "fi_shm://";
     size_t np = sizeof(prefix) - 1;
-    if (p->pid <= 0 || p->addr_len <= np || memcmp(p->addr, prefix, np) != 0)
-        return 0;
-    char want[TW_MAX_FABRIC_ADDR_LEN + 16], path[64];
-    size_t nlen = strnlen((const char *)p->addr + np, p->addr_len - np);
-    int wlen = snprintf(want, sizeof(want), "/dev/shm/%.*s", (int)nlen, (const char *)p->addr + np);
-    snprintf(path, sizeof(path), "/proc/%d/maps", p->pid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return 0;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    while ((len = getline(&line, &cap, f)) > 0) {
-        if (line[len - 1] == '\n')
-            line[--len] = '\0';
-        if (len >= wlen && strcmp(line + len - wlen, want) == 0) {
-            p->cma = 1;
-            break;
-        }
+    FILE *f = NULL;
+    if (p->pid > 0 && p->addr_len > np && memcmp(p->addr, prefix, np) == 0) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/maps", p->pid);
+        f = fopen(path, "re");
     }
-    free(line);
-    fclose(f);
-    return p->cma > 0;
+    if (f) {
+        char want[TW_MAX_FABRIC_ADDR_LEN + 16];
+        size_t nlen = strnlen((const char *)p->addr + np, p->addr_len - np);
+        int wlen =
+            snprintf(want, sizeof(want), "/dev/shm/%.*s", (int)nlen, (const char *)p->addr + np);
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t len;
+        while (!ok && (len = getline(&line, &cap, f)) > 0) {
+            if (line[len - 1] == '\n')
+                line[--len] = '\0';
+            ok = len >= wlen && strcmp(line + len - wlen, want) == 0;
+        }
+        free(line);
+        fclose(f);
+    }
+    __atomic_store_n(&p->cma, ok ? 1 : -1, __ATOMIC_RELEASE);
+    return ok;
 }
 
 /* Copies op's chunk of transfer x from the peer's process (see above).
@@ -480,7 +482,7 @@ static int cma_read(struct tw_fabric_xfer *x, const struct tw_fabric_rma *op, vo
     if (got == (ssize_t)op->len)
         return 0;
     if (got < 0 && (errno == EPERM || errno == ENOSYS)) {
-        p->cma = -1;
+        __atomic_store_n(&p->cma, -1, __ATOMIC_RELEASE);
         return 1;
     }
     if (got >= 0 || errno == EFAULT) { /* short: part of the range is not readable */
@@ -488,6 +490,32 @@ static int cma_read(struct tw_fabric_xfer *x, const struct tw_fabric_rma *op, vo
         return 1;
     }
     return -errno;
+}
+
+int tw__fabric_peer_cma_readable(struct tw_fabric_peer *p, uint64_t addr, uint64_t len)
+{
+    struct tw_fabric_rail *r = p->rail;
+    struct tw_fabric *fab = r->fab;
+    if (addr + len < addr || !fab->cma_reads || !r->is_shm || !(r->mr_mode & FI_MR_VIRT_ADDR))
+        return 0;
+    /* The peer's verdict is read without fab->lock once known (the
+     * caller's loop must not wait behind a mover round for it); the first
+     * check takes the lock like the mover's. */
+    int known = __atomic_load_n(&p->cma, __ATOMIC_ACQUIRE);
+    if (!known) {
+        pthread_mutex_lock(&fab->lock);
+        known = cma_peer_ok(p) ? 1 : -1;
+        pthread_mutex_unlock(&fab->lock);
+    }
+    if (known < 0)
+        return 0;
+    if (!len)
+        return 1; /* nothing to read */
+    uint8_t b[2];
+    struct iovec local[2] = {{.iov_base = &b[0], .iov_len = 1}, {.iov_base = &b[1], .iov_len = 1}};
+    struct iovec remote[2] = {{.iov_base = (void *)(uintptr_t)addr, .iov_len = 1},
+                              {.iov_base = (void *)(uintptr_t)(addr + len - 1), .iov_len = 1}};
+    return process_vm_readv(p->pid, local, 2, remote, 2, 0) == 2;
 }
 
 static int cma_eligible(struct tw_fabric_xfer *x, const struct tw_fabric_rail *r)

@@ -14,6 +14,8 @@
  *   mode (rdma, decided by the destination owner only; needs bit 3)
  *     policy always                            push     PUSH_ALWAYS
  *     policy auto, GPU memory admitted         push     PUSH_GPUDIRECT
+ *     policy auto, server put over shm into
+ *       host memory, source readable by CMA    pull     PULL_SHM_CMA
  *     policy auto, server put over shm         push     PUSH_SHM
  *     otherwise                                pull
  *   staging (this side's memory is GPU memory)
@@ -25,8 +27,17 @@
  * under a lock in the target's region: a client killed during a pull put,
  * while its progress held that lock, left the server's post spinning for
  * good (a wedged rail, docs/testing.md). With push the copy runs in the
- * server's progress under its own lock. Throughput is the same
- * (docs/performance.md).
+ * server's progress under its own lock. Unless the server can copy the
+ * client's bytes itself: where the client's registered source is readable
+ * from its process by cross-memory attach (process_vm_readv, src/fabric/
+ * xfer.c), the server's plane reads it without libfabric and without any
+ * lock of a shared region, so a dying client leaves nothing held, and a
+ * small put costs one copy on one thread instead of libfabric's
+ * write-with-delivery-complete round trip (32 KiB puts: docs/performance.md,
+ * "server reads of puts"). That is known only once the client's
+ * RDMA_REGISTER names the range, so the server decides the put again then
+ * (peer_cma); GPU memory of a GPUDirect client is not readable that way and
+ * keeps PUSH_SHM.
  *
  * GPU memory of the destination over shm is written only by push, and a
  * pull into it stages (STAGED_SHM_PULL). shm (libfabric 1.22) moves GPU
@@ -94,8 +105,12 @@ static void mode_of(const struct tw_path_in *in, struct tw_path *p)
         p->mode = TW_PATH_PUSH;
         p->reason = TW_PATH_R_PUSH_GPUDIRECT;
     } else if (in->role == TW_PATH_SERVER && in->provider == TW_PATH_PROV_SHM) {
-        p->mode = TW_PATH_PUSH;
-        p->reason = TW_PATH_R_PUSH_SHM;
+        if (in->peer_cma && in->mem_local == TW_PATH_MEM_HOST) {
+            p->reason = TW_PATH_R_PULL_SHM_CMA; /* the mode stays pull */
+        } else {
+            p->mode = TW_PATH_PUSH;
+            p->reason = TW_PATH_R_PUSH_SHM;
+        }
     }
 }
 
@@ -161,6 +176,7 @@ const char *tw__path_reason_str(enum tw_path_reason r)
         [TW_PATH_R_NO_PLANE] = "the rdma rail was retired and inline was not negotiated",
         [TW_PATH_R_PUSH_ALWAYS] = "push policy always",
         [TW_PATH_R_PUSH_SHM] = "put over shm: the client writes",
+        [TW_PATH_R_PULL_SHM_CMA] = "put over shm: the server copies from the client's process",
         [TW_PATH_R_PUSH_GPUDIRECT] = "GPU destination admitted for GPUDirect",
         [TW_PATH_R_STAGED_SHM_PULL] =
             "GPU destination over shm without push: staged (a read lands after it completes)",

@@ -79,6 +79,8 @@ enum tw_path_reason {
     TW_PATH_R_NO_PLANE,              /* rail retired and inline not negotiated */
     TW_PATH_R_PUSH_ALWAYS,           /* push: the destination's policy is "always" */
     TW_PATH_R_PUSH_SHM,              /* push: server put over shm (policy auto) */
+    TW_PATH_R_PULL_SHM_CMA,          /* pull: server put over shm, the client's source
+                                        readable by cross-memory attach (policy auto) */
     TW_PATH_R_PUSH_GPUDIRECT,        /* push: GPU destination admitted for GPUDirect */
     TW_PATH_R_STAGED_INLINE,         /* GPU memory on this side, inline plane */
     TW_PATH_R_STAGED_NO_GPUDIRECT,   /* GPU memory on this side, not admitted */
@@ -101,6 +103,11 @@ struct tw_path_in {
     enum tw_path_mem mem_peer;  /* the other side's (does not change this side's path today) */
     enum tw_path_push push;     /* this side's push policy */
     enum tw_path_gdr gdr;       /* this side's GPUDirect admission verdict */
+    /* Server put over shm: 1 when the client's registered source can be
+     * copied from its process by cross-memory attach (its pid verified, the
+     * first and last byte readable: tw__fabric_peer_cma_readable). Known
+     * only once the client's RDMA_REGISTER arrived; 0 before. */
+    int peer_cma;
 };
 
 struct tw_path {

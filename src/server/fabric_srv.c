@@ -106,6 +106,10 @@ int tw__srv_fabric_init(struct tw_srv *srv)
     fc.provider = srv->cfg.fabric;
     fc.node = listen_node(srv->cfg.listen, node, sizeof(node));
     fc.threaded = 1;
+    /* Puts over shm from a client whose memory this process may read are
+     * copied by the mover with process_vm_readv (proto/path.c,
+     * PULL_SHM_CMA; fabric.h). */
+    fc.cma_reads = 1;
     /* Served GPUs: ask for FI_HMEM so their memory can be registered
      * (GPUDirect, gdr_srv.c). A provider without it (tcp) still opens, as a
      * rail for host memory only: the describe line logged below names it,

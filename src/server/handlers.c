@@ -139,7 +139,7 @@ static enum tw_path_push path_push(int srv_push)
  * rest of the connection, said once.
  */
 static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uint32_t flags,
-                                  const struct tw_tensor *t)
+                                  const struct tw_tensor *t, struct tw_path_in *inp)
 {
     struct tw_srv *srv = c->srv;
     struct tw_path_in in = {
@@ -157,6 +157,7 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
         .mem_peer = TW_PATH_MEM_HOST, /* not on the wire; does not change ours */
         .push = path_push(srv->cfg.push),
         .gdr = tw__srv_gdr_verdict(c, t), /* one table cell (gdr_srv.c) */
+        .peer_cma = 0,                    /* a put's: known at its RDMA_REGISTER (xfer_rdma.c) */
     };
     char detail[320];
     if (in.want_rdma && in.endpoint_accepted &&
@@ -169,6 +170,7 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
                     (unsigned long long)c->id, c->peer, detail);
         }
     }
+    *inp = in;
     return tw__path_decide(&in);
 }
 
@@ -221,7 +223,8 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
                             show_name(nm, name, sizeof(name)));
         return;
     }
-    struct tw_path path = choose_path(c, TW_PATH_GET, m->u.tensor_request.flags, t);
+    struct tw_path_in in;
+    struct tw_path path = choose_path(c, TW_PATH_GET, m->u.tensor_request.flags, t, &in);
     log_path(c, id, "get", t, m->u.tensor_request.flags, &path);
     if (!tw__dp_for_path(&path)) {
         tw__tensor_unref(t);
@@ -317,7 +320,8 @@ static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
                             (unsigned long long)d->byte_length);
         return;
     }
-    struct tw_path path = choose_path(c, TW_PATH_PUT, m->u.tensor_put.flags, t);
+    struct tw_path_in in;
+    struct tw_path path = choose_path(c, TW_PATH_PUT, m->u.tensor_put.flags, t, &in);
     log_path(c, id, "put", t, m->u.tensor_put.flags, &path);
     if (!tw__dp_for_path(&path)) {
         tw__tensor_unref(t); /* the unpublished version goes */
@@ -330,6 +334,7 @@ static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
         tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "out of memory");
         return;
     }
+    x->path_in = in; /* decided again at the client's RDMA_REGISTER (peer_cma) */
     struct tw_msg r;
     memset(&r, 0, sizeof(r));
     r.hdr.tag = TW_TAG_PUT_ACCEPT;

@@ -99,6 +99,10 @@ struct tw_xfer {
     /* The path tw__path_decide chose (the handler sets it before start);
      * the plane records what the peer decided (a client's push get). */
     struct tw_path path;
+    /* A put's: the inputs path was decided from, kept to decide it again
+     * once the client's RDMA_REGISTER says whether its source is readable
+     * by cross-memory attach (xfer_rdma.c, peer_cma); zero for a get. */
+    struct tw_path_in path_in;
     void *dp;      /* data-plane private state, owned by ops */
     uint64_t done; /* bytes moved so far */
     uint32_t crc;  /* running CRC32C of received bytes (PUT with a CRC) */

@@ -462,6 +462,16 @@ static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
         st->remote.key = m->u.rdma_register.rkey;
         st->remote.remote_addr = m->u.rdma_register.remote_addr;
         st->remote.length = m->u.rdma_register.length;
+        /* A put over shm pushed only because libfabric's reads would lock
+         * the client's region: decided again now that the range is known,
+         * reading it ourselves where the client's process allows
+         * (proto/path.c, PULL_SHM_CMA). */
+        if (push && x->path.reason == TW_PATH_R_PUSH_SHM &&
+            tw__fabric_peer_cma_readable(c->fpeer, st->remote.remote_addr, st->remote.length)) {
+            x->path_in.peer_cma = 1;
+            x->path = tw__path_decide(&x->path_in);
+            push = x->path.mode == TW_PATH_PUSH;
+        }
         {
             char err[TW_FABRIC_ERRMSG_LEN];
             rc = tw__fabric_mrcache_acquire_peer(

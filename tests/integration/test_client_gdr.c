@@ -14,9 +14,9 @@
  *    memory completes before the peer's CUDA copy lands); no staging copy
  *    runs on the gdr rows, the flush runs once before the get returns,
  *    byte-exact; with a checksum the CRC is read back through the kind;
- *  - a put from the arena has no staging copy and is byte-exact: `gdr push`
- *    over shm (the server asks the client to write), `gdr pull` over tcp
- *    (the server reads);
+ *  - a put from the arena has no staging copy and is byte-exact: `gdr pull`
+ *    (the server reads: over shm by cross-memory attach, since the arena is
+ *    host memory of this process; real GPU memory is pushed there);
  *  - a refused verdict stages and tw_client_data_plane says why;
  *  - a failing flush fails the get with its code, the connection lives on;
  *  - a small get the server answers inline stages instead of receiving
@@ -159,8 +159,11 @@ static void test_get_put(int checksum)
         td = copies_to_dev;
         TW_ASSERT_OK(tw_put(c, "gdr/u", &d, gsrc, n));
         fprintf(stderr, "  put %zu B: %s\n", n, tw_client_data_plane(c));
-        TW_ASSERT(strncmp(tw_client_data_plane(c), over_shm() ? "gdr push (" : "gdr pull (", 10) ==
-                  0);
+        /* The server reads: over tcp as always, and over shm because this
+         * "GPU memory" is host memory it can copy out of our process by
+         * cross-memory attach (PULL_SHM_CMA). Real GPU memory is not
+         * readable that way and is pushed (test_gpu_staging_shm_auto). */
+        TW_ASSERT(strncmp(tw_client_data_plane(c), "gdr pull (", 10) == 0);
         TW_ASSERT_EQ(copies_to_dev, td);
         TW_ASSERT_EQ(copies_to_host, th + pieces);
         memset(back, 0, n);

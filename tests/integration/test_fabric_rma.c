@@ -1059,7 +1059,9 @@ static void ops_counted(struct tw_fabric *f, enum tw_fabric_op op, struct tw_fab
  * name: here a peer said to be process 1) is read through libfabric, still
  * byte-exact. A read of an address the peer has not mapped (EFAULT, as for
  * a GPUDirect peer's GPU memory) goes to libfabric as before, which fails
- * it. On tcp the option changes nothing (cma_reads stays 0). */
+ * it. On tcp the option changes nothing (cma_reads stays 0). The server's
+ * probe of a put's source (tw__fabric_peer_cma_readable) answers the same
+ * way. */
 static void cma_reads(void)
 {
     struct tw_fabric_config cfg = {
@@ -1082,6 +1084,18 @@ static void cma_reads(void)
     TW_ASSERT(posted >= N);
     tw__fabric_stats(c3, &st);
     TW_ASSERT_EQ(st.stuck_ops, 0);
+    /* The server's question before it reads a put itself (proto/path.c
+     * PULL_SHM_CMA): the peer's range is readable that way on shm (an
+     * empty one trivially); not one running past the peer's mapping (its last byte
+     * at an address never mapped), not a page never mapped, and never
+     * for a plane without cma_reads (srv's) or on tcp. */
+    struct tw_fabric_rkey rk = tw__fabric_mr_rkey(rsrc);
+    TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, rk.remote_addr, n), is_shm);
+    TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, rk.remote_addr + n - 1, 1), is_shm);
+    TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, rk.remote_addr, 0), is_shm);
+    TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, 4096, 4096), 0);
+    TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, rk.remote_addr, UINT64_MAX - rk.remote_addr), 0);
+    TW_ASSERT_EQ(tw__fabric_peer_cma_readable(sp, rk.remote_addr, n), 0);
 
     /* Writes: a new pattern from our side into a region of the peer's,
      * through libfabric. */
@@ -1115,6 +1129,7 @@ static void cma_reads(void)
     tw_test_connect_planes(c3, srv, &cp, &sp);
     cp->pid = 1;
     pull_regions(sp, cp, n, 32, &src, &dst, &rsrc, &ldst);
+    TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, tw__fabric_mr_rkey(rsrc).remote_addr, n), 0);
     ops_counted(c3, TW_FABRIC_PULL, cp, ldst, rsrc, 8, each, src, dst, &cma, &posted);
     TW_ASSERT_EQ_U64(cma, 0);
     TW_ASSERT_EQ(cp->cma, -1);

@@ -37,8 +37,8 @@ static void *dev_from(const uint8_t *src, size_t n)
 
 /* The plane text must say staging exactly when GPU memory is on this side,
  * unless that memory is admitted for GPUDirect on the provider (issue 12:
- * "gdr push (shm)" / "gdr pull (shm)" with a libfabric that registers CUDA
- * memory; never on tcp, a socket provider). */
+ * "gdr push (shm)" with a libfabric that registers CUDA memory; never on
+ * tcp, a socket provider). */
 static void check_plane(tw_client *c, int client_gpu)
 {
     const char *p = tw_client_data_plane(c);
@@ -46,6 +46,12 @@ static void check_plane(tw_client *c, int client_gpu)
     if (client_gpu && strncmp(p, "gdr ", 4) == 0) {
         TW_ASSERT(fabric && strcmp(fabric, "tcp") != 0);
         TW_ASSERT(strstr(p, "+ staging") == NULL);
+        /* Over shm GPU memory is only ever written (proto/path.c): a get
+         * into it is pushed, and a put from it too, since the server
+         * cannot copy GPU memory out of our process by cross-memory
+         * attach (PULL_SHM_CMA is for host memory: its probe fails). */
+        if (strcmp(fabric, "shm") == 0 && strncmp(p, "gdr push (", 10) != 0)
+            TW_FAIL("data plane '%s', expected gdr push over shm", p);
         return;
     }
     /* --rdma-min-bytes 0 on both sides: RDMA at every size when asked. */

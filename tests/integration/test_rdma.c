@@ -116,11 +116,15 @@ static void require_provider(void)
     tw__fabric_close(f);
 }
 
-/* How a put moves with the server's --push auto: the client writes over
- * shm (src/proto/path.c, row PUSH_SHM), the server reads otherwise. */
+/* How a put of host memory moves with the server's --push auto: the server
+ * reads, over shm too, where it copies the client's bytes itself by
+ * cross-memory attach (src/proto/path.c, row PULL_SHM_CMA: the client is
+ * a process of the same user here). The push of PUSH_SHM, for a source
+ * the server cannot read that way, is covered by test_path and, with GPU
+ * memory, by test_gpu_staging_shm_auto. */
 static const char *auto_put_plane(void)
 {
-    return strcmp(TW_TEST_PROVIDER, "shm") == 0 ? "rdma push (" : "rdma pull (";
+    return "rdma pull (";
 }
 
 /* Round trips of several sizes, pull and push, byte-exact. */
@@ -272,7 +276,8 @@ static void test_batch(void)
  * in flight together (the client's transfers are asynchronous, the mover
  * posts what arrived since its last round together): every byte lands
  * where it belongs, in both directions, with the server reading (push
- * never) and with its default (shm: the client writes puts). Sizes vary
+ * never, and its default auto: over shm by cross-memory attach) and with
+ * the client writing the puts (push always). Sizes vary
  * (0 B to 48 KiB + 1) so an item that got another's completion or bytes
  * shows as a length or content mismatch. */
 static void batch_small(const char *server_push)
@@ -301,8 +306,10 @@ static void batch_small(const char *server_push)
         items[i].buf = dst + (size_t)i * MAXLEN;
         items[i].len = MAXLEN;
     }
-    if (strcmp(TW_TEST_PROVIDER, "shm") == 0 && strcmp(server_push, "auto") == 0)
-        TW_ASSERT(strncmp(tw_client_data_plane(c), "rdma push", 9) == 0);
+    /* The server reads unless told to have the client write: over shm
+     * too, by cross-memory attach (PULL_SHM_CMA). */
+    const char *want_put = strcmp(server_push, "always") == 0 ? "rdma push" : "rdma pull";
+    TW_ASSERT(strncmp(tw_client_data_plane(c), want_put, 9) == 0);
     rc = tw_batch_get(c, items, N);
     if (rc)
         fprintf(stderr, "batch get: %s\n", tw_client_last_error_message(c));
@@ -333,6 +340,11 @@ static void test_batch_small_server_reads(void)
 static void test_batch_small_default(void)
 {
     batch_small("auto");
+}
+
+static void test_batch_small_client_writes(void)
+{
+    batch_small("always");
 }
 
 /* One item of a batch that fails (a missing tensor, a buffer too small for
@@ -1133,6 +1145,7 @@ int main(void)
     TW_RUN(test_batch);
     TW_RUN(test_batch_small_server_reads);
     TW_RUN(test_batch_small_default);
+    TW_RUN(test_batch_small_client_writes);
     TW_RUN(test_batch_one_item_fails);
     TW_RUN(test_fallback_and_mixed);
     TW_RUN(test_threshold);

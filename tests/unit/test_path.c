@@ -209,6 +209,67 @@ static void table(void)
     }
 }
 
+/* A server put over shm decided again at the client's RDMA_REGISTER,
+ * knowing whether the client's source can be read by cross-memory attach
+ * (peer_cma, xfer_rdma.c): the same row of the table with peer_cma 0 and
+ * 1. Only a host destination under "auto" over shm changes (push -> the
+ * server's own reads); every other row keeps its answer. */
+static void peer_cma_rows(void)
+{
+    static const struct {
+        const char *what;
+        int op, provider, mem, push, gdr;
+        uint64_t size, min;
+        int mode0, reason0, mode1, reason1;
+    } rows2[] = {
+        {"put over shm into host memory", PUT, P_SHM, HOST, AUTO, UNEVAL, 8 * MIB, MIB, PUSH,
+         TW_PATH_R_PUSH_SHM, PULL, TW_PATH_R_PULL_SHM_CMA},
+        {"4 KiB put over shm, rdma at every size", PUT, P_SHM, HOST, AUTO, UNEVAL, 4096, 0, PUSH,
+         TW_PATH_R_PUSH_SHM, PULL, TW_PATH_R_PULL_SHM_CMA},
+        {"put over shm, --push always", PUT, P_SHM, HOST, ALWAYS, UNEVAL, 8 * MIB, MIB, PUSH,
+         TW_PATH_R_PUSH_ALWAYS, PUSH, TW_PATH_R_PUSH_ALWAYS},
+        {"put over shm, --push never", PUT, P_SHM, HOST, NEVER, UNEVAL, 8 * MIB, MIB, PULL,
+         TW_PATH_R_AT_THRESHOLD, PULL, TW_PATH_R_AT_THRESHOLD},
+        {"put over shm into GPU memory, not admitted (staged)", PUT, P_SHM, CUDA, AUTO, REFUSED,
+         8 * MIB, MIB, PUSH, TW_PATH_R_STAGED_NO_GPUDIRECT, PUSH, TW_PATH_R_STAGED_NO_GPUDIRECT},
+        {"put over shm into admitted GPU memory", PUT, P_SHM, CUDA, AUTO, ADMITTED, 8 * MIB, MIB,
+         PUSH, TW_PATH_R_PUSH_GPUDIRECT, PUSH, TW_PATH_R_PUSH_GPUDIRECT},
+        {"put over tcp", PUT, P_TCP, HOST, AUTO, UNEVAL, 8 * MIB, MIB, PULL, TW_PATH_R_AT_THRESHOLD,
+         PULL, TW_PATH_R_AT_THRESHOLD},
+        {"put over a NIC", PUT, P_NIC, HOST, AUTO, UNEVAL, 8 * MIB, MIB, PULL,
+         TW_PATH_R_AT_THRESHOLD, PULL, TW_PATH_R_AT_THRESHOLD},
+        {"get over shm (the server is the source)", GET, P_SHM, HOST, AUTO, UNEVAL, 8 * MIB, MIB,
+         PULL, TW_PATH_R_AT_THRESHOLD, PULL, TW_PATH_R_AT_THRESHOLD},
+    };
+    for (size_t i = 0; i < sizeof(rows2) / sizeof(rows2[0]); i++) {
+        for (int cma = 0; cma <= 1; cma++) {
+            struct tw_path_in in = {
+                .role = TW_PATH_SERVER,
+                .op = rows2[i].op,
+                .caps = INL | RDMA | GDR,
+                .endpoint_accepted = 1,
+                .provider = rows2[i].provider,
+                .rail_usable = 1,
+                .want_rdma = 1,
+                .size_known = 1,
+                .size = rows2[i].size,
+                .rdma_min_bytes = rows2[i].min,
+                .mem_local = rows2[i].mem,
+                .mem_peer = TW_PATH_MEM_HOST,
+                .push = rows2[i].push,
+                .gdr = rows2[i].gdr,
+                .peer_cma = cma,
+            };
+            struct tw_path p = tw__path_decide(&in);
+            fprintf(stderr, "  %s, peer_cma %d -> %s\n", rows2[i].what, cma,
+                    tw__path_reason_str((enum tw_path_reason)p.reason));
+            TW_ASSERT_EQ(p.plane, RDMA_P);
+            TW_ASSERT_EQ(p.mode, cma ? rows2[i].mode1 : rows2[i].mode0);
+            TW_ASSERT_EQ(p.reason, cma ? rows2[i].reason1 : rows2[i].reason0);
+        }
+    }
+}
+
 static void follow_inline(void)
 {
     struct tw_path p = {
@@ -290,6 +351,7 @@ static void every_reason_has_text(void)
 int main(void)
 {
     TW_RUN(table);
+    TW_RUN(peer_cma_rows);
     TW_RUN(follow_inline);
     TW_RUN(provider_kinds);
     TW_RUN(format_for_people);
