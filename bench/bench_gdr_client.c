@@ -7,11 +7,14 @@
  *
  * The server (tensorwired --fabric PROVIDER --devices cpu,...) stores the
  * tensor on SERVER_DEVICE ("cpu" or "cuda:0"); the client's buffer is a
- * tw_device_alloc'd CLIENT_DEVICE ("cuda:0") buffer. Three connections:
+ * tw_device_alloc'd CLIENT_DEVICE ("cuda:0") buffer. Four connections:
  *   gdr      --gpudirect auto --push always: a get into the client's GPU buffer is
  *            `gdr push` when admitted (the server writes into it);
  *   gdr-pull --gpudirect auto --push never: `gdr pull` (the client reads
  *            into its GPU buffer);
+ *   auto     the defaults (--gpudirect auto --push auto): whatever
+ *            tw__path_decide picks (over shm a host tensor stages, a GPU
+ *            tensor is pushed);
  *   staging  --gpudirect off: the same get stages through host memory.
  * Each get is timed, then copied back and checked byte for byte (outside
  * the timing). A put FROM the client's GPU buffer is timed on every
@@ -129,27 +132,31 @@ int main(int argc, char **argv)
     tw_client_options_init(&o);
     o.fabric = prov;
     o.rdma_min_bytes = 0;
-    o.push = TW_PUSH_ALWAYS; /* auto pulls gets into GPU memory over shm (PULL_SHM_GPU) */
+    o.push = TW_PUSH_ALWAYS; /* auto stages host tensors over shm (STAGED_SHM_HOST_SOURCE) */
     tw_client *g = tw_bench_connect(addr, &o); /* gdr; a get is pushed by the server */
     o.push = TW_PUSH_NEVER;
     tw_client *p = tw_bench_connect(addr, &o); /* gdr; a get is read by the client */
     o.push = TW_PUSH_AUTO;
+    tw_client *a = tw_bench_connect(addr, &o); /* the defaults: what tw__path_decide picks */
     o.gpudirect = TW_GPUDIRECT_OFF;
     tw_client *s = tw_bench_connect(addr, &o); /* staging */
     printf("size %zu B, server tensor on %s, client buffer on %s, provider %s, %d reps\n", n, sdev,
            cdev, prov, reps);
-    struct figures fg, fp, fs;
+    struct figures fg, fp, fa, fs;
     int rc = run(g, "gdr", sdev, src, back, dev, n, reps, &fg);
     if (!rc)
         rc = run(p, "gdr-pull", sdev, src, back, dev, n, reps, &fp);
     if (!rc)
+        rc = run(a, "auto", sdev, src, back, dev, n, reps, &fa);
+    if (!rc)
         rc = run(s, "staging", sdev, src, back, dev, n, reps, &fs);
     tw_close(g);
     tw_close(p);
+    tw_close(a);
     tw_close(s);
     if (rc)
         return 1;
-    int bad = fg.bad || fp.bad || fs.bad;
+    int bad = fg.bad || fp.bad || fa.bad || fs.bad;
     printf("byte-exact: %s\n", bad ? "NO" : "yes");
 
     /* The raw loops, host buffer <-> cuMemAlloc'd buffer on the client's
@@ -197,6 +204,9 @@ int main(int argc, char **argv)
     printf("ratio gdr push get / staging get %.2f, gdr pull get / staging get %.2f (> 1 wanted); "
            "gdr put / staging put %.2f\n",
            fs.get_s / fg.get_s, fs.get_s / fp.get_s, fs.put_s / fg.put_s);
+    printf("ratio auto get / staging get %.2f, auto put / staging put %.2f (>= 1 wanted: the "
+           "defaults take the faster path)\n",
+           fs.get_s / fa.get_s, fs.put_s / fa.put_s);
     tw_device_free(dev);
     free(src);
     free(back);

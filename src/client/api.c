@@ -329,7 +329,8 @@ const char *tw_client_data_plane(const tw_client *c)
     const char *why = NULL;
     if (c->last_path.reason == TW_PATH_R_STAGED_NO_GPUDIRECT && c->gdr_why[0])
         why = c->gdr_why;
-    else if (c->last_path.reason == TW_PATH_R_STAGED_SHM_PULL)
+    else if (c->last_path.reason == TW_PATH_R_STAGED_SHM_PULL ||
+             c->last_path.reason == TW_PATH_R_STAGED_SHM_HOST_SOURCE)
         why = tw__path_reason_str(c->last_path.reason);
     if (why) {
         size_t n = strlen(m->plane_text);

@@ -85,7 +85,11 @@ static const struct tw__client_dp_ops *dp_for_path(const struct tw_path *p)
     }
 }
 
-const struct tw__client_dp_ops *tw__client_pick_data_plane(struct tw_client *c, struct tw__creq *r)
+/* The inputs of r's transfer-path decision; mem_peer is the server's memory
+ * of the tensor: a put names it (its device tag), a get learns it from
+ * TENSOR_INFO (UNKNOWN until then). */
+static struct tw_path_in path_inputs(struct tw_client *c, const struct tw__creq *r,
+                                     enum tw_path_mem mem_peer)
 {
     struct tw_path_in in = {
         .role = TW_PATH_CLIENT,
@@ -102,14 +106,48 @@ const struct tw__client_dp_ops *tw__client_pick_data_plane(struct tw_client *c, 
         .size = r->len,
         .rdma_min_bytes = c->rdma_min_bytes,
         .mem_local = r->mem.kind == TW_MEMKIND_CUDA ? TW_PATH_MEM_CUDA : TW_PATH_MEM_HOST,
-        .mem_peer = TW_PATH_MEM_HOST,
+        .mem_peer = mem_peer,
         .push = (enum tw_path_push)c->push_policy,
         /* Our GPU buffer admitted for GPUDirect on this provider: the plane
          * registers it directly (gdr push / gdr pull), else it stages. */
         .gdr = tw__client_gdr_verdict(c, r),
     };
+    return in;
+}
+
+/* "cpu" (or no tag) is host memory, "cuda:N" GPU memory, anything else
+ * unknown. */
+static enum tw_path_mem mem_of_tag(const char *tag)
+{
+    if (!tag[0] || strcmp(tag, "cpu") == 0)
+        return TW_PATH_MEM_HOST;
+    return strncmp(tag, "cuda:", 5) == 0 ? TW_PATH_MEM_CUDA : TW_PATH_MEM_UNKNOWN;
+}
+
+const struct tw__client_dp_ops *tw__client_pick_data_plane(struct tw_client *c, struct tw__creq *r)
+{
+    enum tw_path_mem peer = TW_PATH_MEM_UNKNOWN;
+    if (r->op == TW__OP_PUT && r->desc)
+        peer = mem_of_tag(r->desc->device_tag);
+    struct tw_path_in in = path_inputs(c, r, peer);
     r->path = tw__path_decide(&in);
     return dp_for_path(&r->path);
+}
+
+/* TENSOR_INFO said where the server holds the tensor of get r: where that
+ * changes our path (a GPU destination over shm from host memory stages
+ * instead of being pushed, proto/path.c), decide again. Like
+ * follow_inline, before any plane state exists. */
+static void follow_source(struct tw_client *c, struct tw__creq *r, const char *device_tag)
+{
+    if (r->path.plane != TW_PATH_PLANE_RDMA || r->path.reason != TW_PATH_R_PUSH_GPUDIRECT)
+        return;
+    struct tw_path_in in = path_inputs(c, r, mem_of_tag(device_tag));
+    struct tw_path p = tw__path_decide(&in);
+    if (p.plane != TW_PATH_PLANE_RDMA)
+        return; /* the rail went meanwhile: the server already chose rdma */
+    r->path = p;
+    r->dp = dp_for_path(&r->path);
 }
 
 /* The server answered a request for RDMA with the inline plane (allowed:
@@ -274,6 +312,8 @@ static int on_tensor_info(struct tw_client *c, struct tw__creq *r, const struct 
     }
     if (msg->u.tensor_info.data_plane == TW_DP_INLINE)
         follow_inline(r);
+    else
+        follow_source(c, r, d.device_tag);
     if (msg->u.tensor_info.data_plane != r->dp->wire_plane)
         return TW_EBAD_FIELD;
     r->expect = w->byte_length;

@@ -13,6 +13,8 @@
  *     (inline chosen but bit 0 not negotiated: none, NO_PLANE)
  *   mode (rdma, decided by the destination owner only; needs bit 3)
  *     policy always                            push     PUSH_ALWAYS
+ *     policy auto, GPU memory admitted, over
+ *       shm from host memory                   pull     (staged below)
  *     policy auto, GPU memory admitted         push     PUSH_GPUDIRECT
  *     policy auto, server put over shm into
  *       host memory, source readable by CMA    pull     PULL_SHM_CMA
@@ -22,6 +24,8 @@
  *     inline                                   host     STAGED_INLINE
  *     rdma, GPUDirect not admitted             host     STAGED_NO_GPUDIRECT
  *     rdma over shm, destination, pull         host     STAGED_SHM_PULL
+ *       (where auto did not push because the source is host memory:
+ *        STAGED_SHM_HOST_SOURCE)
  *
  * Server put over shm pushes under "auto" because shm (libfabric 1.17) posts
  * under a lock in the target's region: a client killed during a pull put,
@@ -49,6 +53,14 @@
  * MiB, docs/gpudirect.md). With push the copy runs in the destination's
  * own process, which waits for it before it reports the transfer complete
  * (tw__cuda_settle_writes).
+ *
+ * But not from host memory: shm writes host memory into GPU memory through
+ * its bounce buffers (SAR, ~2.4 GB/s on the H200), while the staged path
+ * copies the host source by cross-memory attach into pinned memory and
+ * from there to the GPU (5.8-6.7 GB/s; docs/performance.md, "host tensors
+ * into a client's GPU"). A client get learns where the source lives from
+ * TENSOR_INFO's device tag and decides again then (engine.c), before any
+ * plane state exists; --push always still pushes.
  */
 #include "proto/path.h"
 
@@ -102,8 +114,12 @@ static void mode_of(const struct tw_path_in *in, struct tw_path *p)
         p->mode = TW_PATH_PUSH;
         p->reason = TW_PATH_R_PUSH_ALWAYS;
     } else if (in->mem_local == TW_PATH_MEM_CUDA && in->gdr == TW_PATH_GDR_ADMITTED) {
-        p->mode = TW_PATH_PUSH;
-        p->reason = TW_PATH_R_PUSH_GPUDIRECT;
+        if (in->provider == TW_PATH_PROV_SHM && in->mem_peer == TW_PATH_MEM_HOST) {
+            p->reason = TW_PATH_R_STAGED_SHM_HOST_SOURCE; /* pull, staged below */
+        } else {
+            p->mode = TW_PATH_PUSH;
+            p->reason = TW_PATH_R_PUSH_GPUDIRECT;
+        }
     } else if (in->role == TW_PATH_SERVER && in->provider == TW_PATH_PROV_SHM) {
         if (in->peer_cma && in->mem_local == TW_PATH_MEM_HOST) {
             p->reason = TW_PATH_R_PULL_SHM_CMA; /* the mode stays pull */
@@ -129,7 +145,8 @@ struct tw_path tw__path_decide(const struct tw_path_in *in)
         } else if (in->provider == TW_PATH_PROV_SHM && is_destination(in) &&
                    p.mode == TW_PATH_PULL) {
             p.staging = TW_PATH_STAGING_HOST;
-            p.reason = TW_PATH_R_STAGED_SHM_PULL;
+            if (p.reason != TW_PATH_R_STAGED_SHM_HOST_SOURCE)
+                p.reason = TW_PATH_R_STAGED_SHM_PULL;
         } else {
             p.gdr = 1; /* the gdr push / gdr pull row */
         }
@@ -180,6 +197,9 @@ const char *tw__path_reason_str(enum tw_path_reason r)
         [TW_PATH_R_PUSH_GPUDIRECT] = "GPU destination admitted for GPUDirect",
         [TW_PATH_R_STAGED_SHM_PULL] =
             "GPU destination over shm without push: staged (a read lands after it completes)",
+        [TW_PATH_R_STAGED_SHM_HOST_SOURCE] =
+            "GPU destination over shm, source in host memory: staged (faster than shm's "
+            "bounce buffers)",
         [TW_PATH_R_STAGED_INLINE] = "GPU memory staged through host memory for inline",
         [TW_PATH_R_STAGED_NO_GPUDIRECT] = "GPU memory not admitted for GPUDirect",
     };

@@ -48,7 +48,9 @@ enum tw_path_staging {
 
 enum tw_path_role { TW_PATH_CLIENT = 0, TW_PATH_SERVER = 1 };
 enum tw_path_op { TW_PATH_GET = 0, TW_PATH_PUT = 1 };
-enum tw_path_mem { TW_PATH_MEM_HOST = 0, TW_PATH_MEM_CUDA = 1 };
+/* UNKNOWN: the peer's memory of a client get before TENSOR_INFO names its
+ * device tag, and of every put the server decides (not on the wire). */
+enum tw_path_mem { TW_PATH_MEM_HOST = 0, TW_PATH_MEM_CUDA = 1, TW_PATH_MEM_UNKNOWN = 2 };
 
 /* Kind of libfabric provider behind the accepted endpoint. */
 enum tw_path_provider {
@@ -75,16 +77,17 @@ enum tw_path_reason {
     TW_PATH_R_PEER_CHOSE_INLINE, /* client: the server answered inline */
     TW_PATH_R_SIZE_UNKNOWN,      /* client get: ask for RDMA, the server applies its threshold */
     TW_PATH_R_AT_THRESHOLD,      /* RDMA asked for and at least rdma_min_bytes */
-    TW_PATH_R_INLINE_NOT_NEGOTIATED, /* RDMA at every size: bit 0 not negotiated */
-    TW_PATH_R_NO_PLANE,              /* rail retired and inline not negotiated */
-    TW_PATH_R_PUSH_ALWAYS,           /* push: the destination's policy is "always" */
-    TW_PATH_R_PUSH_SHM,              /* push: server put over shm (policy auto) */
-    TW_PATH_R_PULL_SHM_CMA,          /* pull: server put over shm, the client's source
-                                        readable by cross-memory attach (policy auto) */
-    TW_PATH_R_PUSH_GPUDIRECT,        /* push: GPU destination admitted for GPUDirect */
-    TW_PATH_R_STAGED_INLINE,         /* GPU memory on this side, inline plane */
-    TW_PATH_R_STAGED_NO_GPUDIRECT,   /* GPU memory on this side, not admitted */
-    TW_PATH_R_STAGED_SHM_PULL,       /* GPU destination over shm without push */
+    TW_PATH_R_INLINE_NOT_NEGOTIATED,  /* RDMA at every size: bit 0 not negotiated */
+    TW_PATH_R_NO_PLANE,               /* rail retired and inline not negotiated */
+    TW_PATH_R_PUSH_ALWAYS,            /* push: the destination's policy is "always" */
+    TW_PATH_R_PUSH_SHM,               /* push: server put over shm (policy auto) */
+    TW_PATH_R_PULL_SHM_CMA,           /* pull: server put over shm, the client's source
+                                         readable by cross-memory attach (policy auto) */
+    TW_PATH_R_PUSH_GPUDIRECT,         /* push: GPU destination admitted for GPUDirect */
+    TW_PATH_R_STAGED_INLINE,          /* GPU memory on this side, inline plane */
+    TW_PATH_R_STAGED_NO_GPUDIRECT,    /* GPU memory on this side, not admitted */
+    TW_PATH_R_STAGED_SHM_PULL,        /* GPU destination over shm without push */
+    TW_PATH_R_STAGED_SHM_HOST_SOURCE, /* GPU destination over shm, source in host memory */
     TW_PATH_R_COUNT
 };
 
@@ -100,7 +103,8 @@ struct tw_path_in {
     uint64_t size;   /* byte_length when size_known */
     uint64_t rdma_min_bytes;
     enum tw_path_mem mem_local; /* this side's memory of the tensor */
-    enum tw_path_mem mem_peer;  /* the other side's (does not change this side's path today) */
+    enum tw_path_mem mem_peer;  /* the other side's: a client get learns it from
+                                   TENSOR_INFO's device tag (decided again then) */
     enum tw_path_push push;     /* this side's push policy */
     enum tw_path_gdr gdr;       /* this side's GPUDirect admission verdict */
     /* Server put over shm: 1 when the client's registered source can be

@@ -154,7 +154,7 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
         .size = t->byte_length,
         .rdma_min_bytes = srv->cfg.rdma_min_bytes,
         .mem_local = t->gpu >= 0 ? TW_PATH_MEM_CUDA : TW_PATH_MEM_HOST,
-        .mem_peer = TW_PATH_MEM_HOST, /* not on the wire; does not change ours */
+        .mem_peer = TW_PATH_MEM_UNKNOWN, /* the client's memory is not on the wire */
         .push = path_push(srv->cfg.push),
         .gdr = tw__srv_gdr_verdict(c, t), /* one table cell (gdr_srv.c) */
         .peer_cma = 0,                    /* a put's: known at its RDMA_REGISTER (xfer_rdma.c) */

@@ -7,8 +7,10 @@
  * real GPU memory would be registered with FI_HMEM_CUDA. Against a real
  * tensorwired over RDMA (tcp, shm; cmake/parts/client.cmake):
  *
- *  - a get into the arena is `gdr push`: the client sends the second
- *    RDMA_REGISTER and the server writes (its STATS count an rdma push);
+ *  - a get into the arena is `gdr push` over tcp: the client sends the
+ *    second RDMA_REGISTER and the server writes (its STATS count an rdma
+ *    push); over shm, where TENSOR_INFO says the tensor is in the server's
+ *    host memory, it stages instead (STAGED_SHM_HOST_SOURCE);
  *    with --push always `gdr push`, with never `gdr pull` over tcp and
  *    `rdma pull + staging` over shm (STAGED_SHM_PULL: shm's read into GPU
  *    memory completes before the peer's CUDA copy lands); no staging copy
@@ -139,18 +141,31 @@ static void test_get_put(int checksum)
         uint64_t pushes = stat_of(c, "path_rdma_push");
         TW_ASSERT_OK(tw_get(c, "gdr/t", dst, n, &got));
         fprintf(stderr, "  get %zu B: %s\n", n, tw_client_data_plane(c));
-        /* The server writes (tw__path_decide: PUSH_GPUDIRECT). */
-        TW_ASSERT(strncmp(tw_client_data_plane(c), "gdr push (", 10) == 0);
-        TW_ASSERT_EQ(copies_to_dev, td);
-        /* The CRC, when asked for, is read back through the kind in 4 MiB
-         * pieces. */
         unsigned pieces = checksum ? (unsigned)((n + (4u << 20) - 1) / (4u << 20)) : 0;
-        TW_ASSERT_EQ(copies_to_host, th + pieces);
-        TW_ASSERT_EQ(flushes, fl + 1);
+        if (over_shm()) {
+            /* TENSOR_INFO says the tensor is in the server's host memory:
+             * over shm that stages (STAGED_SHM_HOST_SOURCE: shm would write
+             * host memory into GPU memory through its bounce buffers). */
+            TW_ASSERT(strncmp(tw_client_data_plane(c),
+                              "rdma pull (shm) + staging (not GPUDirect: GPU destination over shm, "
+                              "source in host memory",
+                              88) == 0);
+            TW_ASSERT(copies_to_dev > td);
+            TW_ASSERT_EQ(flushes, fl);
+            TW_ASSERT_EQ_U64(stat_of(c, "path_rdma_push"), pushes);
+        } else {
+            /* The server writes (tw__path_decide: PUSH_GPUDIRECT). */
+            TW_ASSERT(strncmp(tw_client_data_plane(c), "gdr push (", 10) == 0);
+            TW_ASSERT_EQ(copies_to_dev, td);
+            /* The CRC, when asked for, is read back through the kind in 4
+             * MiB pieces. */
+            TW_ASSERT_EQ(copies_to_host, th + pieces);
+            TW_ASSERT_EQ(flushes, fl + 1);
+            /* The server wrote: it saw our RDMA_REGISTER before RDMA_READY. */
+            TW_ASSERT_EQ_U64(stat_of(c, "path_rdma_push"), pushes + 1);
+        }
         TW_ASSERT_EQ_U64(got.byte_length, n);
         TW_ASSERT_MEM_EQ(dst, src, n);
-        /* The server wrote: it saw our RDMA_REGISTER before RDMA_READY. */
-        TW_ASSERT_EQ_U64(stat_of(c, "path_rdma_push"), pushes + 1);
 
         /* Put from "GPU memory": registered directly, nothing stages. */
         uint8_t *gsrc = arena + 4096 + 7;
@@ -247,10 +262,11 @@ static void test_refused_stages(void)
 }
 
 /* A flush that fails fails the get (docs/protocol.md §10); the connection
- * and the next get are fine. */
+ * and the next get are fine. Push always: over shm a get of a host tensor
+ * would stage under auto (no flush then). */
 static void test_flush_failure(void)
 {
-    tw_client *c = connect_gdr(&admit, 0);
+    tw_client *c = connect_push(&admit, 0, TW_PUSH_ALWAYS);
     const size_t n = 256u << 10;
     uint8_t *src = malloc(n);
     tw_test_fill(src, n, 6);
