@@ -16,8 +16,8 @@
  *     policy auto, GPU memory admitted, over
  *       shm from host memory                   pull     (staged below)
  *     policy auto, GPU memory admitted         push     PUSH_GPUDIRECT
- *     policy auto, server put over shm into
- *       host memory, source readable by CMA    pull     PULL_SHM_CMA
+ *     policy auto, server put over shm, source
+ *       readable by CMA                        pull     PULL_SHM_CMA
  *     policy auto, server put over shm         push     PUSH_SHM
  *     otherwise                                pull
  *   staging (this side's memory is GPU memory)
@@ -41,7 +41,9 @@
  * "server reads of puts"). That is known only once the client's
  * RDMA_REGISTER names the range, so the server decides the put again then
  * (peer_cma); GPU memory of a GPUDirect client is not readable that way and
- * keeps PUSH_SHM.
+ * keeps PUSH_SHM. A put into a server GPU that stages (not admitted) reads
+ * into its host copy the same way; one admitted is pushed (PUSH_GPUDIRECT,
+ * above this row).
  *
  * GPU memory of the destination over shm is written only by push, and a
  * pull into it stages (STAGED_SHM_PULL). shm (libfabric 1.22) moves GPU
@@ -121,7 +123,7 @@ static void mode_of(const struct tw_path_in *in, struct tw_path *p)
             p->reason = TW_PATH_R_PUSH_GPUDIRECT;
         }
     } else if (in->role == TW_PATH_SERVER && in->provider == TW_PATH_PROV_SHM) {
-        if (in->peer_cma && in->mem_local == TW_PATH_MEM_HOST) {
+        if (in->peer_cma) { /* host memory here, or a staged GPU tensor's host copy */
             p->reason = TW_PATH_R_PULL_SHM_CMA; /* the mode stays pull */
         } else {
             p->mode = TW_PATH_PUSH;

@@ -466,11 +466,17 @@ static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
          * the client's region: decided again now that the range is known,
          * reading it ourselves where the client's process allows
          * (proto/path.c, PULL_SHM_CMA). */
-        if (push && x->path.reason == TW_PATH_R_PUSH_SHM &&
+        if (push && x->path_in.provider == TW_PATH_PROV_SHM &&
+            x->path_in.push == TW_PATH_PUSH_AUTO && !x->path.gdr &&
             tw__fabric_peer_cma_readable(c->fpeer, st->remote.remote_addr, st->remote.length)) {
-            x->path_in.peer_cma = 1;
-            x->path = tw__path_decide(&x->path_in);
-            push = x->path.mode == TW_PATH_PUSH;
+            struct tw_path_in in = x->path_in;
+            in.peer_cma = 1;
+            struct tw_path p = tw__path_decide(&in);
+            if (p.plane == x->path.plane && p.staging == x->path.staging && p.gdr == x->path.gdr) {
+                x->path_in = in;
+                x->path = p;
+                push = p.mode == TW_PATH_PUSH;
+            }
         }
         {
             char err[TW_FABRIC_ERRMSG_LEN];

@@ -237,8 +237,9 @@ static void table(void)
 /* A server put over shm decided again at the client's RDMA_REGISTER,
  * knowing whether the client's source can be read by cross-memory attach
  * (peer_cma, xfer_rdma.c): the same row of the table with peer_cma 0 and
- * 1. Only a host destination under "auto" over shm changes (push -> the
- * server's own reads); every other row keeps its answer. */
+ * 1. Only a destination in host memory under "auto" over shm changes (a
+ * host tensor, or a staged GPU tensor's host copy: push -> the server's own
+ * reads); every other row keeps its answer. */
 static void peer_cma_rows(void)
 {
     static const struct {
@@ -255,8 +256,9 @@ static void peer_cma_rows(void)
          TW_PATH_R_PUSH_ALWAYS, PUSH, TW_PATH_R_PUSH_ALWAYS},
         {"put over shm, --push never", PUT, P_SHM, HOST, NEVER, UNEVAL, 8 * MIB, MIB, PULL,
          TW_PATH_R_AT_THRESHOLD, PULL, TW_PATH_R_AT_THRESHOLD},
-        {"put over shm into GPU memory, not admitted (staged)", PUT, P_SHM, CUDA, AUTO, REFUSED,
-         8 * MIB, MIB, PUSH, TW_PATH_R_STAGED_NO_GPUDIRECT, PUSH, TW_PATH_R_STAGED_NO_GPUDIRECT},
+        {"put over shm into GPU memory, not admitted (staged: its host copy is read)", PUT, P_SHM,
+         CUDA, AUTO, REFUSED, 8 * MIB, MIB, PUSH, TW_PATH_R_STAGED_NO_GPUDIRECT, PULL,
+         TW_PATH_R_STAGED_NO_GPUDIRECT},
         {"put over shm into admitted GPU memory", PUT, P_SHM, CUDA, AUTO, ADMITTED, 8 * MIB, MIB,
          PUSH, TW_PATH_R_PUSH_GPUDIRECT, PUSH, TW_PATH_R_PUSH_GPUDIRECT},
         {"put over tcp", PUT, P_TCP, HOST, AUTO, UNEVAL, 8 * MIB, MIB, PULL, TW_PATH_R_AT_THRESHOLD,
