@@ -200,8 +200,7 @@ const char *tw__path_reason_str(enum tw_path_reason r)
         [TW_PATH_R_STAGED_SHM_PULL] =
             "GPU destination over shm without push: staged (a read lands after it completes)",
         [TW_PATH_R_STAGED_SHM_HOST_SOURCE] =
-            "GPU destination over shm, source in host memory: staged (faster than shm's "
-            "bounce buffers)",
+            "GPU destination over shm, source in host memory: staged (faster than shm's SAR)",
         [TW_PATH_R_STAGED_INLINE] = "GPU memory staged through host memory for inline",
         [TW_PATH_R_STAGED_NO_GPUDIRECT] = "GPU memory not admitted for GPUDirect",
     };
