@@ -345,7 +345,13 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     c = tw_cli_connect(&cli2);
     if (!c)
         return TW_CLI_FAILED;
-    long long srv_rdma_min = server_setting(c, "rdma_min_bytes");
+    /* The server's threshold for this connection: shm has its own default. */
+    long long srv_rdma_min = -1;
+    if (strcmp(tw_client_fabric_status(c), "rdma shm") == 0)
+        srv_rdma_min = server_setting(c, "rdma_min_bytes_shm");
+    if (srv_rdma_min < 0)
+        srv_rdma_min = server_setting(c, "rdma_min_bytes");
+    uint64_t cli_rdma_min = tw_client_rdma_min_bytes(c);
     if (nconns > 1 && !(extra = calloc(nconns - 1, sizeof(*extra)))) {
         fprintf(stderr, "tensorwire bench: out of memory\n");
         goto out_free;
@@ -607,7 +613,7 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
                fab_res.p50_us, fab_res.p99_us, base_name, raw_res.bytes_per_s, sock_ratio,
                stream_ops * (double)size, stream_ratio, (unsigned long long)nconns,
                (unsigned long long)rounds, tw_client_max_frame(c), plane, prov,
-               (unsigned long long)cli2.opts.rdma_min_bytes, srv_rdma_min);
+               (unsigned long long)cli_rdma_min, srv_rdma_min);
     } else {
         printf("bench %s: size %llu B, count %llu x %llu rounds, in flight %llu x %llu "
                "connections, data plane: %s\n",
@@ -619,7 +625,7 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
         if (strncmp(tw_client_fabric_status(c), "rdma ", 5) == 0)
             printf("rdma threshold: puts from %llu B (client), gets and puts from %lld B "
                    "(server; -1 = unknown)\n",
-                   (unsigned long long)cli2.opts.rdma_min_bytes, srv_rdma_min);
+                   (unsigned long long)cli_rdma_min, srv_rdma_min);
         printf("%-38s %12s %12s %8s\n", "", "MiB/s", "ops/s", "ratio");
         printf("%-38s %12.1f %12.0f\n", "tensorwire", tw_res.ops_per_s * mib, tw_res.ops_per_s);
         if (rf) {

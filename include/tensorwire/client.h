@@ -123,6 +123,10 @@ struct tw_tensor_desc {
  * does not fit in 64 bits). */
 TW_EXTERN int tw_tensor_desc_bytes(const struct tw_tensor_desc *desc, uint64_t *out);
 
+/* tw_client_options.rdma_min_bytes: the threshold follows the connection's
+ * provider (64 KiB over shm, 1 MiB otherwise). */
+#define TW_RDMA_MIN_BYTES_AUTO UINT64_MAX
+
 /* Connection options. Initialise with tw_client_options_init() and change
  * only the fields you need; every pointer is read during tw_client_connect
  * only (nothing is kept).
@@ -180,11 +184,14 @@ struct tw_client_options {
     int push;
     /* With RDMA negotiated, puts of fewer bytes are sent inline (no
      * WANT_RDMA): below about this size the RDMA control round trips cost
-     * more than copying through the socket. Default 1048576 (1 MiB,
-     * docs/performance.md "RDMA size threshold"); 0 = RDMA at every size.
-     * Gets always ask for RDMA (their size is unknown until the reply): the
-     * server applies its own threshold (tensorwired --rdma-min-bytes) and may
-     * answer inline, which the client follows. */
+     * more than copying through the socket. Default TW_RDMA_MIN_BYTES_AUTO:
+     * 65536 (64 KiB) when the connection's provider is shm, 1048576 (1 MiB)
+     * otherwise (docs/performance.md "RDMA size threshold");
+     * tw_client_rdma_min_bytes() says which applies. 0 = RDMA at every
+     * size. Gets always ask for RDMA (their size is unknown until the
+     * reply): the server applies its own threshold (tensorwired
+     * --rdma-min-bytes, with the same defaults) and may answer inline, which
+     * the client follows. */
     uint64_t rdma_min_bytes;
     /* Non-zero: accept a token_file that its group or others may read or
      * write. Default 0: such a file fails the connect with -EACCES and a
@@ -282,6 +289,10 @@ TW_EXTERN int tw_client_is_connected(const tw_client *c);
 /* Negotiated limits, valid after connect. */
 TW_EXTERN uint32_t tw_client_max_frame(const tw_client *c);
 TW_EXTERN uint32_t tw_client_max_inflight(const tw_client *c);
+/* The put threshold in effect on this connection: the option, or with
+ * TW_RDMA_MIN_BYTES_AUTO the provider's default (tw_client_options.
+ * rdma_min_bytes). UINT64_MAX for NULL. */
+TW_EXTERN uint64_t tw_client_rdma_min_bytes(const tw_client *c);
 
 /*
  * Stores len bytes at data under name (NUL-terminated UTF-8), replacing any

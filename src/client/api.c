@@ -390,6 +390,11 @@ uint32_t tw_client_max_inflight(const tw_client *c)
     return c->sm.max_inflight;
 }
 
+uint64_t tw_client_rdma_min_bytes(const tw_client *c)
+{
+    return c ? tw__client_rdma_min_bytes(c) : UINT64_MAX;
+}
+
 /* --- requests ----------------------------------------------------------- */
 
 static int run_one(struct tw_client *c, struct tw__creq *r)

@@ -217,7 +217,8 @@ struct tw_client {
     unsigned target_watch;
     int want_rdma;           /* the fabric option named providers (not "none") */
     int push_policy;         /* enum tw_push_policy */
-    uint64_t rdma_min_bytes; /* puts below this go inline (option) */
+    uint64_t rdma_min_bytes; /* puts below this go inline (option; may be
+                                TW_RDMA_MIN_BYTES_AUTO: tw__client_rdma_min_bytes) */
     enum tw__client_fabric fabric;
     char fabric_detail[320]; /* error text or the server's reason, for the status */
     /* Path of the last finished get/put (have_last_path: there was one). */
@@ -427,5 +428,8 @@ void tw__client_rdma_close(struct tw_client *c);
  * and stores it in r->path; returns the plane to ask for, NULL when no
  * plane can move it. */
 const struct tw__client_dp_ops *tw__client_pick_data_plane(struct tw_client *c, struct tw__creq *r);
+/* c's put threshold: the option, or for TW_RDMA_MIN_BYTES_AUTO the default of
+ * the connection's provider (engine.c). */
+uint64_t tw__client_rdma_min_bytes(const tw_client *c);
 
 #endif

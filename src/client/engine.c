@@ -85,6 +85,15 @@ static const struct tw__client_dp_ops *dp_for_path(const struct tw_path *p)
     }
 }
 
+uint64_t tw__client_rdma_min_bytes(const tw_client *c)
+{
+    if (c->rdma_min_bytes != TW_RDMA_MIN_BYTES_AUTO)
+        return c->rdma_min_bytes;
+    const char *prov = c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL;
+    return tw__path_provider_kind(prov) == TW_PATH_PROV_SHM ? TW_DEFAULT_RDMA_MIN_BYTES_SHM
+                                                            : TW_DEFAULT_RDMA_MIN_BYTES;
+}
+
 /* The inputs of r's transfer-path decision; mem_peer is the server's memory
  * of the tensor: a put names it (its device tag), a get learns it from
  * TENSOR_INFO (UNKNOWN until then). */
@@ -104,7 +113,7 @@ static struct tw_path_in path_inputs(struct tw_client *c, const struct tw__creq 
          * server applies its threshold. A put's is known now. */
         .size_known = r->op == TW__OP_PUT,
         .size = r->len,
-        .rdma_min_bytes = c->rdma_min_bytes,
+        .rdma_min_bytes = tw__client_rdma_min_bytes(c),
         .mem_local = r->mem.kind == TW_MEMKIND_CUDA ? TW_PATH_MEM_CUDA : TW_PATH_MEM_HOST,
         .mem_peer = mem_peer,
         .push = (enum tw_path_push)c->push_policy,

@@ -39,7 +39,7 @@ static void set_defaults(struct tw_client_options *o)
     o->request_timeout_ms = 30000;
     o->max_inflight = 64;
     o->max_frame = TW_DEFAULT_MAX_FRAME;
-    o->rdma_min_bytes = TW_DEFAULT_RDMA_MIN_BYTES;
+    o->rdma_min_bytes = TW_RDMA_MIN_BYTES_AUTO;
 }
 
 void tw_client_options_init_size(struct tw_client_options *opts, size_t size)

@@ -41,6 +41,12 @@
  * threshold"). Default of tensorwired --rdma-min-bytes and of
  * tw_client_options.rdma_min_bytes; not a protocol limit. */
 #define TW_DEFAULT_RDMA_MIN_BYTES (1u << 20)
+/* The same over shm, where both sides copy by cross-memory attach: RDMA
+ * gets and puts at least as fast as inline from 64 KiB on the H200 host,
+ * 1.2-1.9x from 128 KiB (docs/performance.md, "RDMA size threshold over
+ * shm, again"). Used where no threshold was set (tensorwired without
+ * --rdma-min-bytes, TW_RDMA_MIN_BYTES_AUTO in the client). */
+#define TW_DEFAULT_RDMA_MIN_BYTES_SHM (64u << 10)
 #define TW_MAX_NAME_LEN 1024u
 #define TW_MAX_NDIM 16u
 #define TW_MAX_DEVICE_TAG_LEN 32u

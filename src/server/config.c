@@ -93,13 +93,14 @@ void tw__srv_config_usage(const char *argv0)
            "                           comma-separated provider list ('tcp', 'shm',\n"
            "                           'tcp;ofi_rxm'). If it cannot open, one log line\n"
            "                           says why and the server runs inline-only.\n"
-           "  --push auto|always|never who writes in an RDMA put: auto lets the client\n"
-           "                           push over shm and pulls otherwise, always pushes\n"
+           "  --push auto|always|never who writes in an RDMA put: auto reads it (over\n"
+           "                           shm by cross-memory attach) and lets the client\n"
+           "                           push what it cannot read there, always pushes\n"
            "                           when the client supports it, never does not\n"
            "                           offer push (bit 3) at all\n"
            "  --rdma-min-bytes SIZE    gets and puts smaller than this move inline even\n"
-           "                           when the client asks for RDMA (default %lluKi,\n"
-           "                           0 = RDMA at every size)\n"
+           "                           when the client asks for RDMA (default %lluKi on\n"
+           "                           shm, %lluKi otherwise; 0 = RDMA at every size)\n"
            "  --gpudirect auto|off|require\n"
            "                           GPUDirect RDMA into served GPUs: auto uses it where\n"
            "                           admitted (tensorwire doctor says why not), off\n"
@@ -111,7 +112,8 @@ void tw__srv_config_usage(const char *argv0)
            "                           can read (refused by default)\n"
            "  --version                version, protocol version, libfabric and CUDA found\n"
            "  --help                   this text\n",
-           argv0, TW_SRV_DEFAULT_LISTEN, (unsigned long long)(TW_DEFAULT_RDMA_MIN_BYTES / 1024));
+           argv0, TW_SRV_DEFAULT_LISTEN, (unsigned long long)(TW_DEFAULT_RDMA_MIN_BYTES_SHM / 1024),
+           (unsigned long long)(TW_DEFAULT_RDMA_MIN_BYTES / 1024));
 }
 
 #define FAIL(...)                                                                                  \
@@ -357,6 +359,7 @@ int tw__srv_config_set(struct tw_srv_config *c, const char *key, const char *val
     } else if (strcmp(k, "rdma-min-bytes") == 0) {
         if (tw_parse_size(value, &c->rdma_min_bytes) != 0)
             FAIL("rdma-min-bytes: '%s' is not a size (examples: 0, 65536, 256Ki, 1Mi)", value);
+        c->rdma_min_bytes_set = 1;
     } else if (strcmp(k, "gpudirect") == 0) {
         enum tw_gdr_mode m;
         if (tw__gdr_mode_parse(value, &m) != 0)

@@ -118,6 +118,13 @@ static void handle_auth(struct tw_srv_conn *c, const struct tw_msg *m)
     TW_LOGD("conn %llu %s: authenticated", (unsigned long long)c->id, c->peer);
 }
 
+uint64_t tw__srv_rdma_min_bytes(const struct tw_srv *srv, enum tw_path_provider prov)
+{
+    if (srv->cfg.rdma_min_bytes_set || prov != TW_PATH_PROV_SHM)
+        return srv->cfg.rdma_min_bytes;
+    return TW_DEFAULT_RDMA_MIN_BYTES_SHM;
+}
+
 static enum tw_path_push path_push(int srv_push)
 {
     switch (srv_push) {
@@ -152,7 +159,8 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
         .want_rdma = (flags & TW_XFER_WANT_RDMA) != 0,
         .size_known = 1,
         .size = t->byte_length,
-        .rdma_min_bytes = srv->cfg.rdma_min_bytes,
+        .rdma_min_bytes = tw__srv_rdma_min_bytes(
+            srv, tw__path_provider_kind(c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL)),
         .mem_local = t->gpu >= 0 ? TW_PATH_MEM_CUDA : TW_PATH_MEM_HOST,
         .mem_peer = TW_PATH_MEM_UNKNOWN, /* the client's memory is not on the wire */
         .push = path_push(srv->cfg.push),
@@ -189,16 +197,18 @@ static void log_path(const struct tw_srv_conn *c, uint64_t id, const char *op,
         tw__srv_gdr_why_not(c, c->srv->store.gpu[t->gpu].ordinal, why + 2, sizeof(why) - 3);
         strcat(why, ")");
     }
-    TW_LOGD("conn %llu %s: %s request %llu of %llu B: %s data plane%s, %s%s (--rdma-min-bytes "
-            "%llu)",
-            (unsigned long long)c->id, c->peer, op, (unsigned long long)id,
-            (unsigned long long)t->byte_length,
-            p->plane == TW_PATH_PLANE_RDMA     ? "rdma"
-            : p->plane == TW_PATH_PLANE_INLINE ? "inline"
-                                               : "no",
-            p->mode == TW_PATH_PUSH ? " (push)" : "",
-            tw__path_reason_str((enum tw_path_reason)p->reason), why,
-            (unsigned long long)c->srv->cfg.rdma_min_bytes);
+    TW_LOGD(
+        "conn %llu %s: %s request %llu of %llu B: %s data plane%s, %s%s (--rdma-min-bytes "
+        "%llu)",
+        (unsigned long long)c->id, c->peer, op, (unsigned long long)id,
+        (unsigned long long)t->byte_length,
+        p->plane == TW_PATH_PLANE_RDMA     ? "rdma"
+        : p->plane == TW_PATH_PLANE_INLINE ? "inline"
+                                           : "no",
+        p->mode == TW_PATH_PUSH ? " (push)" : "",
+        tw__path_reason_str((enum tw_path_reason)p->reason), why,
+        (unsigned long long)tw__srv_rdma_min_bytes(
+            c->srv, tw__path_provider_kind(c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL)));
 }
 
 /* No data plane of this server implements the path: none is left (the RDMA
@@ -548,6 +558,9 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         /* A setting, not a counter: lets clients (tensorwire bench) report
          * the threshold that decided their transfers' plane. */
         {"rdma_min_bytes", srv->cfg.rdma_min_bytes},
+        /* ... and the one shm connections use (rdma_min_bytes when it was
+         * set, else TW_DEFAULT_RDMA_MIN_BYTES_SHM). */
+        {"rdma_min_bytes_shm", tw__srv_rdma_min_bytes(srv, TW_PATH_PROV_SHM)},
         {"rdma_xfers_done", fst.xfers_done},
         {"rdma_xfers_failed", fst.xfers_failed},
         {"rdma_xfers_active", fst.xfers_active},

@@ -14,6 +14,7 @@
 
 #include "fabric/fabric.h"
 #include "integration/itest.h"
+#include "proto/proto.h"
 #include "tensorwire/client.h"
 #include "tw_test.h"
 
@@ -418,6 +419,35 @@ static void xfer_expect(tw_client *c, int put, const char *name, const uint8_t *
     TW_ASSERT(strncmp(dp, want_plane, strlen(want_plane)) == 0);
     TW_ASSERT_EQ_U64(regs, want_rdma ? 1 : 0);
     TW_ASSERT_EQ_U64(done, want_rdma && put ? 1 : 0);
+}
+
+/* The default thresholds, neither side setting one: 64 KiB over shm
+ * (TW_DEFAULT_RDMA_MIN_BYTES_SHM: both sides copy by cross-memory attach
+ * there), 1 MiB over other providers; the client's TW_RDMA_MIN_BYTES_AUTO
+ * resolves to the same, and STATS names both of the server's. */
+static void test_threshold_default(void)
+{
+    struct itest_server s;
+    int shm = strcmp(TW_TEST_PROVIDER, "shm") == 0;
+    size_t t = shm ? TW_DEFAULT_RDMA_MIN_BYTES_SHM : TW_DEFAULT_RDMA_MIN_BYTES;
+    uint8_t *data = malloc(t);
+    TW_ASSERT(data != NULL);
+    const char *args[] = {"--fabric", TW_TEST_PROVIDER, NULL};
+    itest_server_start(&s, args);
+    tw_client *c = connect_client_min(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO, TW_RDMA_MIN_BYTES_AUTO);
+    TW_ASSERT(strncmp(tw_client_fabric_status(c), "rdma ", 5) == 0);
+    TW_ASSERT_EQ_U64(tw_client_rdma_min_bytes(c), t);
+    TW_ASSERT_EQ_U64(stat_of(c, "rdma_min_bytes"), TW_DEFAULT_RDMA_MIN_BYTES);
+    TW_ASSERT_EQ_U64(stat_of(c, "rdma_min_bytes_shm"), TW_DEFAULT_RDMA_MIN_BYTES_SHM);
+    itest_fill(data, t - 1, 70);
+    xfer_expect(c, 1, "d0", data, t - 1, "inline tcp (below the rdma threshold)", 0);
+    xfer_expect(c, 0, "d0", data, t - 1, "inline tcp (the server chose inline)", 0);
+    itest_fill(data, t, 71);
+    xfer_expect(c, 1, "d1", data, t, "rdma pull (", 1);
+    xfer_expect(c, 0, "d1", data, t, "rdma pull (", 1);
+    tw_close(c);
+    TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
+    free(data);
 }
 
 /* Size threshold (--rdma-min-bytes, tw_client_options.rdma_min_bytes):
@@ -1149,6 +1179,7 @@ int main(void)
     TW_RUN(test_batch_one_item_fails);
     TW_RUN(test_fallback_and_mixed);
     TW_RUN(test_threshold);
+    TW_RUN(test_threshold_default);
     TW_RUN(test_old_key_rejected);
     TW_RUN(test_push_sequence_on_wire);
     TW_RUN(test_rdma_only_below_threshold);

@@ -102,17 +102,19 @@ static void test_args_and_file(void)
     TW_ASSERT_ERR(tw__srv_config_load_file(&c, path, err, sizeof(err)), -ENOENT);
 }
 
-/* --rdma-min-bytes: default 1 MiB, sizes with suffixes, 0 allowed (RDMA at
- * every size), junk rejected with the option's name; config file key. */
+/* --rdma-min-bytes: default 1 MiB (64 KiB on shm while not set), sizes with suffixes, 0 allowed
+ * (RDMA at every size), junk rejected with the option's name; config file key. */
 static void test_rdma_min_bytes(void)
 {
     struct tw_srv_config c;
     char err[256];
     tw__srv_config_defaults(&c);
     TW_ASSERT_EQ_U64(c.rdma_min_bytes, 1u << 20);
+    TW_ASSERT_EQ(c.rdma_min_bytes_set, 0); /* shm connections: their own default */
     char *a1[] = {"tensorwired", "--rdma-min-bytes", "256Ki", NULL};
     TW_ASSERT_OK(tw__srv_config_from_args(&c, 3, a1, err, sizeof(err)));
     TW_ASSERT_EQ_U64(c.rdma_min_bytes, 256u << 10);
+    TW_ASSERT_EQ(c.rdma_min_bytes_set, 1); /* for every provider, shm too */
     char *a2[] = {"tensorwired", "--rdma-min-bytes=0", NULL};
     TW_ASSERT_OK(tw__srv_config_from_args(&c, 2, a2, err, sizeof(err)));
     TW_ASSERT_EQ_U64(c.rdma_min_bytes, 0);

@@ -60,7 +60,7 @@ static void test_init_writes_only_within_size(void)
     struct tw_client_options n;
     tw_client_options_init(&n);
     TW_ASSERT_EQ_U64(n.size, sizeof(n));
-    TW_ASSERT_EQ_U64(n.rdma_min_bytes, 1048576);
+    TW_ASSERT_EQ_U64(n.rdma_min_bytes, TW_RDMA_MIN_BYTES_AUTO);
 }
 
 static void test_old_struct_gets_defaults_beyond_size(void)
@@ -79,9 +79,9 @@ static void test_old_struct_gets_defaults_beyond_size(void)
     TW_ASSERT_EQ(got.max_inflight, 7);
     TW_ASSERT_EQ(got.checksum, 1);
     TW_ASSERT_EQ(got.socket_buffer_bytes, 1 << 20);
-    TW_ASSERT(got.fabric == NULL);                 /* default, not 0xA5A5... */
-    TW_ASSERT_EQ(got.push, TW_PUSH_AUTO);          /* default */
-    TW_ASSERT_EQ_U64(got.rdma_min_bytes, 1048576); /* default */
+    TW_ASSERT(got.fabric == NULL);                                /* default, not 0xA5A5... */
+    TW_ASSERT_EQ(got.push, TW_PUSH_AUTO);                         /* default */
+    TW_ASSERT_EQ_U64(got.rdma_min_bytes, TW_RDMA_MIN_BYTES_AUTO); /* default: per provider */
 }
 
 static void test_newer_struct_tail_must_be_zero(void)
