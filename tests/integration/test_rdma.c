@@ -421,6 +421,16 @@ static void xfer_expect(tw_client *c, int put, const char *name, const uint8_t *
     TW_ASSERT_EQ_U64(done, want_rdma && put ? 1 : 0);
 }
 
+/* A put of n bytes (filled from seed) then a get of them, each with its
+ * expected plane (xfer_expect). */
+static void put_get_expect(tw_client *c, const char *name, uint8_t *data, size_t n, uint32_t seed,
+                           const char *put_plane, int put_rdma, const char *get_plane, int get_rdma)
+{
+    itest_fill(data, n, seed);
+    xfer_expect(c, 1, name, data, n, put_plane, put_rdma);
+    xfer_expect(c, 0, name, data, n, get_plane, get_rdma);
+}
+
 /* The default thresholds, neither side setting one: 64 KiB over shm
  * (TW_DEFAULT_RDMA_MIN_BYTES_SHM: both sides copy by cross-memory attach
  * there), 1 MiB over other providers; the client's TW_RDMA_MIN_BYTES_AUTO
@@ -439,12 +449,9 @@ static void test_threshold_default(void)
     TW_ASSERT_EQ_U64(tw_client_rdma_min_bytes(c), t);
     TW_ASSERT_EQ_U64(stat_of(c, "rdma_min_bytes"), TW_DEFAULT_RDMA_MIN_BYTES);
     TW_ASSERT_EQ_U64(stat_of(c, "rdma_min_bytes_shm"), TW_DEFAULT_RDMA_MIN_BYTES_SHM);
-    itest_fill(data, t - 1, 70);
-    xfer_expect(c, 1, "d0", data, t - 1, "inline tcp (below the rdma threshold)", 0);
-    xfer_expect(c, 0, "d0", data, t - 1, "inline tcp (the server chose inline)", 0);
-    itest_fill(data, t, 71);
-    xfer_expect(c, 1, "d1", data, t, "rdma pull (", 1);
-    xfer_expect(c, 0, "d1", data, t, "rdma pull (", 1);
+    put_get_expect(c, "d0", data, t - 1, 70, "inline tcp (below the rdma threshold)", 0,
+                   "inline tcp (the server chose inline)", 0);
+    put_get_expect(c, "d1", data, t, 71, "rdma pull (", 1, "rdma pull (", 1);
     tw_close(c);
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
     free(data);
@@ -506,9 +513,8 @@ static void test_threshold(void)
      * server's threshold still keeps a small put inline (PUT_ACCEPT with the
      * inline plane, which the client follows). */
     c = connect_client_min(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO, 0);
-    itest_fill(data, SMALL, 50);
-    xfer_expect(c, 1, "th0", data, SMALL, "inline tcp (the server chose inline)", 0);
-    xfer_expect(c, 0, "th0", data, SMALL, "inline tcp (the server chose inline)", 0);
+    put_get_expect(c, "th0", data, SMALL, 50, "inline tcp (the server chose inline)", 0,
+                   "inline tcp (the server chose inline)", 0);
     itest_fill(data, BIG, 51);
     xfer_expect(c, 1, "th3", data, BIG, "rdma pull (", 1);
     tw_close(c);
@@ -521,14 +527,11 @@ static void test_threshold(void)
     itest_server_start(&s, args0);
     c = connect_client_min(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO, 0);
     TW_ASSERT_EQ_U64(stat_of(c, "rdma_min_bytes"), 0);
-    itest_fill(data, SMALL, 60);
-    xfer_expect(c, 1, "z", data, SMALL, "rdma pull (", 1);
-    xfer_expect(c, 0, "z", data, SMALL, "rdma pull (", 1);
+    put_get_expect(c, "z", data, SMALL, 60, "rdma pull (", 1, "rdma pull (", 1);
     tw_close(c);
     c = connect_client_min(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO, T);
-    itest_fill(data, SMALL, 61);
-    xfer_expect(c, 1, "z", data, SMALL, "inline tcp (below the rdma threshold)", 0);
-    xfer_expect(c, 0, "z", data, SMALL, "rdma pull (", 1);
+    put_get_expect(c, "z", data, SMALL, 61, "inline tcp (below the rdma threshold)", 0,
+                   "rdma pull (", 1);
     tw_close(c);
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
     free(data);
