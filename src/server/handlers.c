@@ -149,18 +149,19 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
                                   const struct tw_tensor *t, struct tw_path_in *inp)
 {
     struct tw_srv *srv = c->srv;
+    enum tw_path_provider prov =
+        tw__path_provider_kind(c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL);
     struct tw_path_in in = {
         .role = TW_PATH_SERVER,
         .op = op,
         .caps = c->caps,
         .endpoint_accepted = c->fpeer && srv->fab,
-        .provider = tw__path_provider_kind(c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL),
+        .provider = prov,
         .rail_usable = 1,
         .want_rdma = (flags & TW_XFER_WANT_RDMA) != 0,
         .size_known = 1,
         .size = t->byte_length,
-        .rdma_min_bytes = tw__srv_rdma_min_bytes(
-            srv, tw__path_provider_kind(c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL)),
+        .rdma_min_bytes = tw__srv_rdma_min_bytes(srv, prov),
         .mem_local = t->gpu >= 0 ? TW_PATH_MEM_CUDA : TW_PATH_MEM_HOST,
         .mem_peer = TW_PATH_MEM_UNKNOWN, /* the client's memory is not on the wire */
         .push = path_push(srv->cfg.push),
