@@ -179,7 +179,8 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
                     (unsigned long long)c->id, c->peer, detail);
         }
     }
-    *inp = in;
+    if (inp) /* a put keeps its inputs: decided again at RDMA_REGISTER */
+        *inp = in;
     return tw__path_decide(&in);
 }
 
@@ -234,8 +235,7 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
                             show_name(nm, name, sizeof(name)));
         return;
     }
-    struct tw_path_in in;
-    struct tw_path path = choose_path(c, TW_PATH_GET, m->u.tensor_request.flags, t, &in);
+    struct tw_path path = choose_path(c, TW_PATH_GET, m->u.tensor_request.flags, t, NULL);
     log_path(c, id, "get", t, m->u.tensor_request.flags, &path);
     if (!tw__dp_for_path(&path)) {
         tw__tensor_unref(t);
