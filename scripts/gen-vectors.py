@@ -308,6 +308,8 @@ def sm_sequences(v):
                                       ("", u16(1)), ("", b"c")))
     hello_prog = frame("HELLO", 0, p(("", u64(0x2F)), ("", u32(1 << 20)), ("", u32(4)),
                                      ("", u16(1)), ("", b"c")))
+    hello_eager_rdma = frame("HELLO", 0, p(("", u64(0x47)), ("", u32(1 << 20)), ("", u32(4)),
+                                           ("", u16(1)), ("", b"c")))
     accept_inline = frame("PUT_ACCEPT", 1, p(("", u8(1)), ("", bytes(3))))
     ep = [(1, v["rdma_endpoint_offer"]), (0, v["rdma_endpoint_accept"])]
     seqs = {
@@ -347,6 +349,15 @@ def sm_sequences(v):
                       (1, putm(3, 0)), (1, data(3, 0, TENSOR, 0)),
                       (0, frame("PUT_ACCEPT", 3, p(("", u8(1)), ("", bytes(3))))),
                       (0, simple("OK", 3))],
+        # bit 6 (EAGER_RDMA_PUT): a put's RDMA_REGISTER before PUT_ACCEPT,
+        # answered with the RDMA plane, then inline (void), then refused.
+        "eager_rdma_put": [(1, hello_eager_rdma), (0, ack(0x47, 0))] + ep
+        + [(1, putm(1, 1)), (1, reg(1)), (0, frame("PUT_ACCEPT", 1, p(("", u8(2)), ("", bytes(3))))),
+           (0, simple("RDMA_READY", 1)), (0, done(1)), (0, simple("OK", 1)),
+           (1, putm(2, 1)), (1, reg(2)), (0, frame("PUT_ACCEPT", 2, p(("", u8(1)), ("", bytes(3))))),
+           (1, data(2, 0, TENSOR, 0)), (0, simple("OK", 2)),
+           (1, putm(3, 1)), (1, reg(3)),
+           (0, frame("ERROR", 3, p(("", u32(5)), ("", u16(0)), ("", b""))))],
         "noauth_error": [(1, hello), (0, ack(0x1, 0)), (1, req(1, 0)), (1, req(2, 0)),
                          (0, frame("ERROR", 1, p(("", u32(1)), ("", u16(0)), ("", b"")))),
                          (0, info(2, 1)), (1, frame("ERROR", 2, p(("", u32(13)), ("", u16(0)), ("", b"")))),

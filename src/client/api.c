@@ -131,8 +131,9 @@ static int handshake(struct tw_client *c, const struct tw_client_options *o,
         TW_CAP_INLINE_DATA | TW_CAP_EAGER_PUT | (o->checksum ? TW_CAP_PAYLOAD_CRC32C : 0);
     if (c->want_rdma) {
         /* Bit 5: our reads follow a source's RDMA_AVAILABLE (dp_rdma.c,
-         * dp_staging.c); we never send MORE ourselves. */
-        m.u.hello.caps |= TW_CAP_RDMA_DATA_PLANE | TW_CAP_RDMA_PROGRESSIVE;
+         * dp_staging.c); we never send MORE ourselves. Bit 6: a put's
+         * RDMA_REGISTER goes right behind its TENSOR_PUT (engine.c). */
+        m.u.hello.caps |= TW_CAP_RDMA_DATA_PLANE | TW_CAP_RDMA_PROGRESSIVE | TW_CAP_EAGER_RDMA_PUT;
         if (o->push != TW_PUSH_NEVER)
             m.u.hello.caps |= TW_CAP_RDMA_GPUDIRECT;
     }

@@ -71,7 +71,9 @@ struct tw__client_gdr_fake;
  *               them from the connection). NULL: DATA is a protocol error.
  *   put_prepare optional: called before TENSOR_PUT is built (before the CRC
  *               of r->buf is computed); may point r->buf at a host copy.
- *   put_start   PUT_ACCEPT arrived: send r->len bytes from r->buf.
+ *   put_start   PUT_ACCEPT arrived: send r->len bytes from r->buf; on the RDMA
+ *               plane with bit 6 (EAGER_RDMA_PUT) right after TENSOR_PUT
+ *               instead (its RDMA_REGISTER), before any PUT_ACCEPT.
  *   on_message  RDMA_REGISTER / RDMA_READY / RDMA_DONE for r (NULL: error).
  *   release     r ended (finished, failed or abandoned): free r->dp_state and
  *               whatever it holds (registrations); NULL when the plane keeps
@@ -132,7 +134,8 @@ struct tw__creq {
     int crc_done; /* put: r->crc is the bytes' CRC32C already (put_prepare) */
     int alloc;    /* get: allocate buf (page-aligned) at TENSOR_INFO */
     int started, finished;
-    int eager; /* put: its DATA was queued right after TENSOR_PUT (bit 4) */
+    int eager;     /* put: its DATA was queued right after TENSOR_PUT (bit 4) */
+    int eager_reg; /* put: its RDMA_REGISTER was queued right after TENSOR_PUT (bit 6) */
     int status;
     uint8_t ping[TW_PING_PAYLOAD_LEN];
     struct tw__collect *collect; /* LIST, STATS */

@@ -170,6 +170,34 @@ static void follow_inline(struct tw__creq *r)
     }
 }
 
+static int cancel_request(struct tw_client *c, struct tw__creq *r, const char *why);
+
+/* PUT_ACCEPT(1) for put r: its bytes go inline. A registration sent ahead
+ * (bit 6) is void and dropped first; GPU memory the RDMA plane would have
+ * read directly (gdr) is copied to a host stage now, as put_prepare does
+ * for a put staged from the start. Returns 0 or a connection-fatal code. */
+static int put_follow_inline(struct tw_client *c, struct tw__creq *r)
+{
+    if (r->eager_reg) {
+        tw__client_dp_rdma.release(c, r); /* the rdma state only: a host stage stays */
+        r->eager_reg = 0;
+    }
+    int gdr = r->path.gdr;
+    follow_inline(r);
+    if (gdr && r->dp->put_prepare) {
+        int rc = r->dp->put_prepare(c, r);
+        if (rc) {
+            char why[TW__CLIENT_ERRMSG_LEN];
+            int n = snprintf(why, sizeof(why), "%s", c->errmsg);
+            int qrc = cancel_request(c, r, "staging the put failed");
+            tw__client_engine_finish(c, r, rc, why,
+                                     (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
+            return qrc;
+        }
+    }
+    return r->dp->put_start(c, r);
+}
+
 static void desc_from_wire(const struct tw_descriptor *w, struct tw_tensor_desc *d)
 {
     memset(d, 0, sizeof(*d));
@@ -398,8 +426,10 @@ static int dispatch(struct tw_client *c, const struct tw_msg *msg)
             return TW_EOUT_OF_ORDER;
         if (r->eager)
             return 0; /* the bytes went behind the TENSOR_PUT (the sm checked the plane) */
+        if (r->eager_reg && msg->u.put_accept.data_plane == TW_DP_RDMA)
+            return 0; /* registered behind the TENSOR_PUT: READY (or REGISTER) next */
         if (msg->u.put_accept.data_plane == TW_DP_INLINE)
-            follow_inline(r);
+            return put_follow_inline(c, r);
         if (msg->u.put_accept.data_plane != r->dp->wire_plane)
             return TW_EBAD_FIELD;
         return r->dp->put_start(c, r);
@@ -659,6 +689,16 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
         if (rc)
             return rc;
         r->eager = 1;
+    } else if (r->op == TW__OP_PUT && (c->sm.caps & TW_CAP_EAGER_RDMA_PUT) &&
+               r->dp->wire_plane == TW_DP_RDMA) {
+        /* Bit 6: an RDMA put's registration follows its TENSOR_PUT at once,
+         * so the server reads (or asks for a push) without waiting for us
+         * to see PUT_ACCEPT. A registration that fails here is tried again
+         * at PUT_ACCEPT, whose failure ends the put as without the bit. */
+        if (r->dp->put_start(c, r) == 0)
+            r->eager_reg = 1;
+        else
+            tw__client_dp_rdma.release(c, r);
     }
     return 0;
 }

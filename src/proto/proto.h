@@ -94,7 +94,7 @@ enum tw_tag {
     TW_TAG_MAX = 0x19
 };
 
-/* capability_flags (u64). Bits 6..63 reserved: send 0, ignore on receipt. */
+/* capability_flags (u64). Bits 7..63 reserved: send 0, ignore on receipt. */
 #define TW_CAP_INLINE_DATA (UINT64_C(1) << 0)
 #define TW_CAP_PAYLOAD_CRC32C (UINT64_C(1) << 1)
 #define TW_CAP_RDMA_DATA_PLANE (UINT64_C(1) << 2)
@@ -103,7 +103,10 @@ enum tw_tag {
 /* A source registration may precede its bytes: RDMA_REGISTER with MORE,
  * then RDMA_AVAILABLE frames say how far the region may be read. */
 #define TW_CAP_RDMA_PROGRESSIVE (UINT64_C(1) << 5)
-#define TW_CAP_KNOWN_MASK (UINT64_C(0x3F))
+/* A put with WANT_RDMA: the client's RDMA_REGISTER may follow its
+ * TENSOR_PUT before PUT_ACCEPT (no round trip before the server reads). */
+#define TW_CAP_EAGER_RDMA_PUT (UINT64_C(1) << 6)
+#define TW_CAP_KNOWN_MASK (UINT64_C(0x7F))
 
 enum tw_dtype {
     TW_DTYPE_F64 = 1,

@@ -31,6 +31,7 @@ enum req_state {
     RS_RDMA_PUSH,        /* source writes; it sends RDMA_DONE */
     RS_PUT_AWAIT_ACCEPT, /* TENSOR_PUT sent: PUT_ACCEPT or ERROR next (or, eager, DATA) */
     RS_PUT_EAGER_DONE,   /* eager put: all DATA sent before PUT_ACCEPT, which comes next */
+    RS_PUT_EAGER_REG,    /* bit 6: source registered before PUT_ACCEPT, which comes next */
     RS_PUT_AWAIT_RESULT, /* all bytes moved: OK or ERROR next */
     RS_LIST,             /* LIST_REPLY frames until MORE = 0 */
     RS_STAT,             /* TENSOR_INFO(none) next */
@@ -49,6 +50,9 @@ struct tw_sm_req {
     /* Bit 5: the source registered with MORE; bytes announced so far by
      * RDMA_AVAILABLE. */
     uint8_t progressive;
+    /* Bit 6: the client's RDMA_REGISTER of this put was seen before or
+     * without PUT_ACCEPT(2) (at most one; after PUT_ACCEPT(1) it is void). */
+    uint8_t eager_reg;
     uint64_t avail;
     uint8_t ping[TW_PING_PAYLOAD_LEN];
 };
@@ -443,6 +447,18 @@ static int step_open(struct tw_sm *sm, const struct tw_msg *m, int sending)
     return 0;
 }
 
+/* Bit 6 (EAGER_RDMA_PUT): the client's one RDMA_REGISTER of a put with
+ * WANT_RDMA, sent before it saw PUT_ACCEPT. The receiver meets it while
+ * PUT_ACCEPT is outstanding (it has not answered yet) or after its own
+ * PUT_ACCEPT(1) and before any DATA (the registration is then void). */
+static int eager_register(const struct tw_sm *sm, const struct tw_sm_req *r, int from)
+{
+    if (!(sm->caps & TW_CAP_EAGER_RDMA_PUT) || r->kind != TW_REQ_TENSOR_PUT ||
+        !(r->xfer_flags & TW_XFER_WANT_RDMA) || from != FROM_CLIENT || r->eager_reg)
+        return 0;
+    return r->state == RS_PUT_AWAIT_ACCEPT || (r->state == RS_INLINE_DATA && r->done == 0);
+}
+
 /* Verdict and next state of one in-request message. *next = RS_FREE ends
  * the request. Pure: mutates nothing. */
 static int request_next(const struct tw_sm *sm, const struct tw_sm_req *r, const struct tw_msg *m,
@@ -458,7 +474,7 @@ static int request_next(const struct tw_sm *sm, const struct tw_sm_req *r, const
          * refused before the RDMA handshake, i.e. instead of PUT_ACCEPT. */
         if (from == FROM_SERVER && m->u.error.code == TW_WIRE_DEVICE_UNAVAILABLE &&
             r->kind == TW_REQ_TENSOR_PUT && r->state != RS_PUT_AWAIT_ACCEPT &&
-            r->state != RS_PUT_EAGER_DONE)
+            r->state != RS_PUT_EAGER_DONE && r->state != RS_PUT_EAGER_REG)
             return TW_EOUT_OF_ORDER;
         *next = RS_FREE;
         return 0;
@@ -488,7 +504,8 @@ static int request_next(const struct tw_sm *sm, const struct tw_sm_req *r, const
     }
     case TW_TAG_PUT_ACCEPT: {
         uint8_t dp = m->u.put_accept.data_plane;
-        if (r->state != RS_PUT_AWAIT_ACCEPT && r->state != RS_PUT_EAGER_DONE)
+        if (r->state != RS_PUT_AWAIT_ACCEPT && r->state != RS_PUT_EAGER_DONE &&
+            r->state != RS_PUT_EAGER_REG)
             return TW_EOUT_OF_ORDER;
         if (dp == TW_DP_RDMA && !(r->xfer_flags & TW_XFER_WANT_RDMA))
             return TW_ENOT_NEGOTIATED;
@@ -497,6 +514,8 @@ static int request_next(const struct tw_sm *sm, const struct tw_sm_req *r, const
         /* Eager DATA already seen: the rest follows (or all of it came). */
         if (r->state == RS_PUT_EAGER_DONE)
             *next = RS_PUT_AWAIT_RESULT;
+        else if (r->state == RS_PUT_EAGER_REG) /* bit 6: the source already registered */
+            *next = dp == TW_DP_INLINE ? RS_INLINE_DATA : RS_RDMA_AWAIT_DST;
         else
             *next = dp == TW_DP_INLINE ? RS_INLINE_DATA : RS_RDMA_AWAIT_SRC;
         return 0;
@@ -534,6 +553,17 @@ static int request_next(const struct tw_sm *sm, const struct tw_sm_req *r, const
         return 0;
     }
     case TW_TAG_RDMA_REGISTER:
+        if (eager_register(sm, r, from)) {
+            /* Bit 6: a put's source registration ahead of PUT_ACCEPT; if
+             * PUT_ACCEPT(1) went first it is void (the bytes come inline). */
+            if (m->hdr.flags & TW_FRAME_MORE)
+                return TW_EBAD_FLAGS;
+            if (m->u.rdma_register.length != r->byte_length)
+                return TW_EBAD_FIELD;
+            if (r->state == RS_PUT_AWAIT_ACCEPT)
+                *next = RS_PUT_EAGER_REG;
+            return 0;
+        }
         if (r->state == RS_RDMA_AWAIT_SRC) {
             if (from != src)
                 return TW_EOUT_OF_ORDER; /* destination before the source */
@@ -635,6 +665,9 @@ static void request_commit(struct tw_sm *sm, struct tw_sm_req *r, const struct t
         r->byte_length = m->u.tensor_info.desc.byte_length;
     if (m->hdr.tag == TW_TAG_RDMA_REGISTER && (m->hdr.flags & TW_FRAME_MORE))
         r->progressive = 1;
+    if (m->hdr.tag == TW_TAG_RDMA_REGISTER &&
+        (next == RS_PUT_EAGER_REG || (r->state == RS_INLINE_DATA && next == RS_INLINE_DATA)))
+        r->eager_reg = 1;
     r->done = done;
     r->avail = avail;
     if (next == RS_FREE)

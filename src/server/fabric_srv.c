@@ -239,6 +239,10 @@ uint64_t tw__srv_fabric_caps(const struct tw_srv *srv)
     /* Bit 5 (§4.22): a staged GPU source of a get registers before its
      * copy to the host is done (xfer_staged.c). */
     caps |= TW_CAP_RDMA_PROGRESSIVE;
+    /* Bit 6 (§4.9): a put's RDMA_REGISTER may come before our PUT_ACCEPT;
+     * we answer every TENSOR_PUT as we read it, so it meets PUT_ACCEPT(2)
+     * (handled as usual) or PUT_ACCEPT(1) (void: xfer_inline.c). */
+    caps |= TW_CAP_EAGER_RDMA_PUT;
     return caps;
 }
 

@@ -60,7 +60,12 @@ static int inline_data_end(struct tw_xfer *x, const struct tw_msg *m)
 
 static int inline_on_msg(struct tw_xfer *x, const struct tw_msg *m)
 {
-    return TW_ENOT_NEGOTIATED; /* no RDMA messages on the inline plane */
+    /* Bit 6: the client registered its source before reading our
+     * PUT_ACCEPT(1); the state machine let that one registration through,
+     * and it is void: the bytes come inline. */
+    if (x->dir == TW_XFER_PUT && m->hdr.tag == TW_TAG_RDMA_REGISTER)
+        return 0;
+    return TW_ENOT_NEGOTIATED; /* no other RDMA messages on the inline plane */
 }
 
 const struct tw_dp_ops tw__dp_inline_ops = {

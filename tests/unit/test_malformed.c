@@ -625,11 +625,14 @@ static void caps_and_hello(void)
     EXPECT(&f, TW_EBAD_CAPS);
     hello_frame(&f, 0xC, 1u << 20, 1, "a");
     EXPECT(&f, 0);
-    /* Reserved bits are ignored and masked off; bits 4 (EAGER_PUT) and 5
-     * (RDMA_PROGRESSIVE) are kept. */
-    hello_frame(&f, UINT64_C(0x8000000000000041), 1u << 20, 1, "a");
+    /* Reserved bits are ignored and masked off; bits 4 (EAGER_PUT), 5
+     * (RDMA_PROGRESSIVE) and 6 (EAGER_RDMA_PUT) are kept. */
+    hello_frame(&f, UINT64_C(0x8000000000000081), 1u << 20, 1, "a");
     TW_ASSERT_OK(decode(&f, TW_PREAUTH_MAX_FRAME, &m));
     TW_ASSERT_EQ_U64(m.u.hello.caps, 0x1);
+    hello_frame(&f, UINT64_C(0x8000000000000045), 1u << 20, 1, "a");
+    TW_ASSERT_OK(decode(&f, TW_PREAUTH_MAX_FRAME, &m));
+    TW_ASSERT_EQ_U64(m.u.hello.caps, 0x45);
     hello_frame(&f, UINT64_C(0x8000000000000021), 1u << 20, 1, "a");
     TW_ASSERT_OK(decode(&f, TW_PREAUTH_MAX_FRAME, &m));
     TW_ASSERT_EQ_U64(m.u.hello.caps, 0x21);

@@ -178,8 +178,10 @@ static void encoder_refuses_invalid(void)
     TW_ASSERT_ERR(tw__msg_encode(&m, buf, sizeof(buf)), TW_EBAD_FLAGS);
     m = fx_request(1, 0, "");
     TW_ASSERT_ERR(tw__msg_encode(&m, buf, sizeof(buf)), TW_EBAD_NAME);
-    m = fx_hello(0x40 | 0x1, 1u << 20, 1, "a"); /* bit 6: reserved */
+    m = fx_hello(0x80 | 0x1, 1u << 20, 1, "a"); /* bit 7: reserved */
     TW_ASSERT_ERR(tw__msg_encode(&m, buf, sizeof(buf)), TW_EBAD_CAPS);
+    m = fx_hello(0x40 | 0x1, 1u << 20, 1, "a"); /* bit 6: EAGER_RDMA_PUT */
+    TW_ASSERT(tw__msg_encode(&m, buf, sizeof(buf)) > 0);
     m = fx_hello(0x20 | 0x1, 1u << 20, 1, "a"); /* bit 5: RDMA_PROGRESSIVE */
     TW_ASSERT(tw__msg_encode(&m, buf, sizeof(buf)) > 0);
     m = fx_hello(0x10 | 0x1, 1u << 20, 1, "a"); /* bit 4: EAGER_PUT */

@@ -167,6 +167,144 @@ static void eager_put_violations(void)
     pair_destroy(&p);
 }
 
+/* Bit 6 (EAGER_RDMA_PUT): a put's RDMA_REGISTER right behind its
+ * TENSOR_PUT. PUT_ACCEPT(2) then leads to pull or push as usual; after
+ * PUT_ACCEPT(1) the registration is void (the server may read it before or
+ * after answering) and the bytes come inline; after ERROR it is stale. */
+static struct tw_msg reg_more24(uint64_t id)
+{
+    struct tw_msg m = fx_register(id, 0xabc, 0, 24);
+    m.hdr.flags = TW_FRAME_MORE;
+    return m;
+}
+
+static void legal_eager_rdma_put(void)
+{
+    struct sm_pair p;
+    ready(&p, 0x4D, 0, 1);
+    /* Pull. */
+    OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
+    OK_SEND(&p, C, fx_register(1, 0xabc, 0, 24));
+    OK_SEND(&p, S, fx_put_accept(1, TW_DP_RDMA));
+    OK_SEND(&p, S, fx_msg(TW_TAG_RDMA_READY, 1));
+    OK_SEND(&p, S, fx_done(1, 0, 24));
+    OK_SEND(&p, S, fx_msg(TW_TAG_OK, 1));
+    both_idle(&p, 1);
+    /* Push: the server registers its destination after PUT_ACCEPT. */
+    OK_SEND(&p, C, fx_put(2, TW_XFER_WANT_RDMA, desc24()));
+    OK_SEND(&p, C, fx_register(2, 0xabc, 0, 24));
+    OK_SEND(&p, S, fx_put_accept(2, TW_DP_RDMA));
+    OK_SEND(&p, S, fx_register(2, 0xdef, 0, 24));
+    OK_SEND(&p, S, fx_msg(TW_TAG_RDMA_READY, 2));
+    OK_SEND(&p, C, fx_done(2, 0, 24));
+    OK_SEND(&p, S, fx_msg(TW_TAG_OK, 2));
+    both_idle(&p, 2);
+    /* Inline, answered before the server read the registration (what
+     * tensorwired does): the server meets it after its PUT_ACCEPT(1). */
+    SEND_FAILS(&p.c, fx_put(3, TW_XFER_WANT_RDMA, desc24()), 0);
+    SEND_FAILS(&p.c, fx_register(3, 0xabc, 0, 24), 0);
+    RECV(&p.s, fx_put(3, TW_XFER_WANT_RDMA, desc24()), 0);
+    SEND_FAILS(&p.s, fx_put_accept(3, TW_DP_INLINE), 0);
+    RECV(&p.s, fx_register(3, 0xabc, 0, 24), 0);
+    RECV(&p.c, fx_put_accept(3, TW_DP_INLINE), 0);
+    OK_SEND(&p, C, fx_data(3, 0, bytes24, 24, 0));
+    OK_SEND(&p, S, fx_msg(TW_TAG_OK, 3));
+    both_idle(&p, 3);
+    /* Inline, answered after reading it. */
+    OK_SEND(&p, C, fx_put(4, TW_XFER_WANT_RDMA, desc24()));
+    OK_SEND(&p, C, fx_register(4, 0xabc, 0, 24));
+    OK_SEND(&p, S, fx_put_accept(4, TW_DP_INLINE));
+    OK_SEND(&p, C, fx_data(4, 0, bytes24, 10, 1));
+    OK_SEND(&p, C, fx_data(4, 10, bytes24 + 10, 14, 0));
+    OK_SEND(&p, S, fx_msg(TW_TAG_OK, 4));
+    both_idle(&p, 4);
+    /* Refused after the registration was read, and refused before it
+     * arrived (stale). */
+    OK_SEND(&p, C, fx_put(5, TW_XFER_WANT_RDMA, desc24()));
+    OK_SEND(&p, C, fx_register(5, 0xabc, 0, 24));
+    OK_SEND(&p, S, fx_error(5, TW_WIRE_DEVICE_UNAVAILABLE, "no cuda:7"));
+    both_idle(&p, 5);
+    SEND_FAILS(&p.c, fx_put(6, TW_XFER_WANT_RDMA, desc24()), 0);
+    SEND_FAILS(&p.c, fx_register(6, 0xabc, 0, 24), 0);
+    RECV(&p.s, fx_put(6, TW_XFER_WANT_RDMA, desc24()), 0);
+    SEND_FAILS(&p.s, fx_error(6, TW_WIRE_CAPACITY_EXCEEDED, "full"), 0);
+    RECV(&p.s, fx_register(6, 0xabc, 0, 24), TW_SM_STALE);
+    RECV(&p.c, fx_error(6, TW_WIRE_CAPACITY_EXCEEDED, "full"), 0);
+    both_idle(&p, 6);
+    TW_ASSERT_EQ(p.c.phase, TW_PHASE_READY);
+    TW_ASSERT_EQ(p.s.phase, TW_PHASE_READY);
+    pair_destroy(&p);
+}
+
+static void eager_rdma_put_violations(void)
+{
+    struct sm_pair p;
+    /* Without bit 6 the client waits for PUT_ACCEPT. */
+    ready(&p, 0x5, 0, 1);
+    OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
+    SEND_FAILS(&p.c, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
+    RECV(&p.s, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
+    pair_destroy(&p);
+    /* Not for a put without WANT_RDMA, not from the server. */
+    ready(&p, 0x45, 0, 1);
+    OK_SEND(&p, C, fx_put(1, 0, desc24()));
+    SEND_FAILS(&p.c, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
+    RECV(&p.s, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
+    pair_destroy(&p);
+    ready(&p, 0x45, 0, 1);
+    OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
+    SEND_FAILS(&p.s, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
+    RECV(&p.c, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
+    pair_destroy(&p);
+    /* Once only: not twice ahead, not again after PUT_ACCEPT(2) (the
+     * source registering twice) or PUT_ACCEPT(1). */
+    ready(&p, 0x45, 0, 1);
+    OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
+    OK_SEND(&p, C, fx_register(1, 0xabc, 0, 24));
+    SEND_FAILS(&p.c, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
+    RECV(&p.s, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
+    pair_destroy(&p);
+    ready(&p, 0x45, 0, 1);
+    OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
+    OK_SEND(&p, C, fx_register(1, 0xabc, 0, 24));
+    OK_SEND(&p, S, fx_put_accept(1, TW_DP_RDMA));
+    RECV(&p.s, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
+    pair_destroy(&p);
+    ready(&p, 0x45, 0, 1);
+    OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
+    OK_SEND(&p, C, fx_register(1, 0xabc, 0, 24));
+    OK_SEND(&p, S, fx_put_accept(1, TW_DP_INLINE));
+    SEND_FAILS(&p.c, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
+    RECV(&p.s, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
+    pair_destroy(&p);
+    /* After PUT_ACCEPT(1), only before the first DATA. */
+    ready(&p, 0x45, 0, 1);
+    OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
+    OK_SEND(&p, S, fx_put_accept(1, TW_DP_INLINE));
+    OK_SEND(&p, C, fx_data(1, 0, bytes24, 10, 1));
+    RECV(&p.s, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
+    pair_destroy(&p);
+    /* No MORE on it; its length is the put's (request-level). */
+    ready(&p, 0x45, 0, 1);
+    OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
+    RECV(&p.s, reg_more24(1), TW_EBAD_FLAGS);
+    TW_ASSERT_EQ(p.s.phase, TW_PHASE_DEAD);
+    pair_destroy(&p);
+    ready(&p, 0x45, 0, 1);
+    OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
+    RECV(&p.s, fx_register(1, 0xabc, 0, 23), TW_EBAD_FIELD);
+    TW_ASSERT_EQ(p.s.phase, TW_PHASE_READY);
+    TW_ASSERT(!tw__sm_request_active(&p.s, 1));
+    pair_destroy(&p);
+    /* Still no DATA ahead of PUT_ACCEPT for an RDMA put. */
+    ready(&p, 0x55, 0, 1);
+    OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
+    OK_SEND(&p, C, fx_register(1, 0xabc, 0, 24));
+    SEND_FAILS(&p.c, fx_data(1, 0, bytes24, 24, 0), TW_EOUT_OF_ORDER);
+    RECV(&p.s, fx_data(1, 0, bytes24, 24, 0), TW_EOUT_OF_ORDER);
+    pair_destroy(&p);
+}
+
 static void legal_rdma_pull_get(void)
 {
     struct sm_pair p;
@@ -1164,6 +1302,8 @@ int main(void)
     TW_RUN(legal_inline_put);
     TW_RUN(legal_eager_put);
     TW_RUN(eager_put_violations);
+    TW_RUN(legal_eager_rdma_put);
+    TW_RUN(eager_rdma_put_violations);
     TW_RUN(legal_rdma_pull_get);
     TW_RUN(legal_gpudirect_push_get);
     TW_RUN(legal_rdma_pull_put);
