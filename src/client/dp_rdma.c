@@ -538,6 +538,9 @@ static int check_get(struct tw_client *c, struct tw__creq *r)
 
 /* ---- get: the client is the destination ---- */
 
+static int get_pulled(struct tw_client *c, struct tw__creq *r,
+                      const struct tw_fabric_completion *fc);
+
 /* Submits the read of what is announced and not yet read, unless a read
  * runs (it ends in get_pulled, which comes back here). */
 static void pull_more(struct tw_client *c, struct tw__creq *r)
@@ -572,6 +575,20 @@ static int get_on_register(struct tw_client *c, struct tw__creq *r, const struct
     /* We are the destination: push or pull was decided with the plane
      * (tw__path_decide, r->path.mode). */
     int push = r->path.mode == TW_PATH_PUSH;
+    if (!push && !r->path.gdr && !(m->hdr.flags & TW_FRAME_MORE)) {
+        /* Host memory here, the whole region readable: a small read of a
+         * process on this host is copied now (no registration, no mover
+         * round trip), else by the plane. */
+        struct tw_fabric_completion fc;
+        if (tw__fabric_peer_read_now(c->fpeer, r->buf, r->expect, &q->remote,
+                                     (uint64_t)(uintptr_t)q, &fc)) {
+            rc = queue_simple(c, r, TW_TAG_RDMA_READY);
+            if (rc)
+                return rc;
+            q->avail = q->submitted = r->expect;
+            return get_pulled(c, r, &fc); /* RDMA_DONE, the CRC, the end */
+        }
+    }
     char why[TW_FABRIC_ERRMSG_LEN] = "";
     rc = reg_buf(c, r, (size_t)r->expect, push ? TW_FABRIC_REMOTE_WRITE : TW_FABRIC_LOCAL_READ, why,
                  sizeof(why));

@@ -503,6 +503,22 @@ uint32_t tw__fabric_status_to_wire(int status);
 int tw__fabric_xfer_submit(struct tw_fabric *fab, const struct tw_fabric_xfer_desc *d,
                            struct tw_fabric_xfer **xfer);
 
+/* Reads len bytes of the peer's region `remote` (from its start) into host
+ * memory buf now, in the calling thread, where the plane would copy them
+ * by cross-memory attach anyway (see tw__fabric_peer_cma_readable) and len
+ * is at most TW_FABRIC_READ_NOW_MAX: no registration of buf, no hand-off to
+ * the mover and back, so a small read costs one system call instead of
+ * two thread wake-ups. Returns 1 with *c filled (cookie; status 0 and
+ * bytes = len, or the failure, e.g. the peer's process is gone) when the
+ * read is over: nothing is queued. Returns 0 when it is not eligible or
+ * the range cannot be read that way (EFAULT: GPU memory; EPERM): submit a
+ * transfer instead. A copy of at most 256 KiB (~25-50 us) in the caller's
+ * loop is shorter than the two thread wake-ups it replaces. */
+#define TW_FABRIC_READ_NOW_MAX (256u * 1024u)
+int tw__fabric_peer_read_now(struct tw_fabric_peer *peer, void *buf, uint64_t len,
+                             const struct tw_fabric_rkey *remote, uint64_t cookie,
+                             struct tw_fabric_completion *c);
+
 /* Asks the transfer to stop: its completion will carry `status` (e.g.
  * TW_ECANCELLED when the peer sent ERROR) unless it already finished. The
  * outstanding operations are cancelled and drained before it completes. */
@@ -541,6 +557,7 @@ struct tw_fabric_stats {
     unsigned rails_closed;      /* retired rails closed once unused (slot free again) */
     unsigned threads_abandoned; /* mover threads left inside a wedged call */
     uint64_t cma_reads;         /* reads done by cross-memory attach (cma_reads) */
+    uint64_t reads_now;         /* of those, whole transfers read by tw__fabric_peer_read_now */
 };
 void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st);
 

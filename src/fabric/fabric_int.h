@@ -212,6 +212,9 @@ struct tw_fabric {
     uint64_t drain_ns;
     uint64_t spin_ns; /* mover.c: polling after the last activity */
     int cma_reads;    /* tw_fabric_config.cma_reads */
+    /* Reads done in the caller's thread (tw__fabric_xfer_read_now), which
+     * takes no lock: __atomic, folded into the stats by tw__fabric_stats. */
+    uint64_t now_reads, now_bytes;
     int hmem;
     uint8_t host_id[TW_HOST_ID_LEN];
 

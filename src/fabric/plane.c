@@ -319,6 +319,11 @@ void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st)
 {
     pthread_mutex_lock(&fab->lock);
     *st = fab->st;
+    uint64_t now_reads = __atomic_load_n(&fab->now_reads, __ATOMIC_RELAXED);
+    st->xfers_done += now_reads;
+    st->cma_reads += now_reads;
+    st->reads_now = now_reads;
+    st->bytes += __atomic_load_n(&fab->now_bytes, __ATOMIC_RELAXED);
     st->xfers_active = 0;
     for (struct tw_fabric_link *l = fab->active.next; l != &fab->active; l = l->next)
         st->xfers_active++;

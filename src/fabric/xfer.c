@@ -518,6 +518,46 @@ int tw__fabric_peer_cma_readable(struct tw_fabric_peer *p, uint64_t addr, uint64
     return process_vm_readv(p->pid, local, 2, remote, 2, 0) == 2;
 }
 
+int tw__fabric_peer_read_now(struct tw_fabric_peer *p, void *buf, uint64_t len,
+                             const struct tw_fabric_rkey *remote, uint64_t cookie,
+                             struct tw_fabric_completion *c)
+{
+    struct tw_fabric_rail *r = p->rail;
+    struct tw_fabric *fab = r->fab;
+    /* The mover's conditions (cma_eligible) on what the caller owns: the
+     * peer and its rail do not change while the caller holds the peer. */
+    if (!fab->cma_reads || !r->is_shm || !(r->mr_mode & FI_MR_VIRT_ADDR) ||
+        len > TW_FABRIC_READ_NOW_MAX || len > remote->length)
+        return 0;
+    int known = __atomic_load_n(&p->cma, __ATOMIC_ACQUIRE);
+    if (!known) {
+        pthread_mutex_lock(&fab->lock);
+        known = cma_peer_ok(p) ? 1 : -1;
+        pthread_mutex_unlock(&fab->lock);
+    }
+    if (known < 0)
+        return 0;
+    memset(c, 0, sizeof(*c));
+    c->cookie = cookie;
+    if (len) {
+        struct iovec local = {.iov_base = buf, .iov_len = len};
+        struct iovec rem = {.iov_base = (void *)(uintptr_t)remote->remote_addr, .iov_len = len};
+        ssize_t got = process_vm_readv(p->pid, &local, 1, &rem, 1, 0);
+        if (got != (ssize_t)len) {
+            if (got >= 0 || errno == EFAULT || errno == EPERM || errno == ENOSYS)
+                return 0; /* libfabric reads it (the mover's cma_read decides the same) */
+            c->status = -errno;
+            snprintf(c->msg, sizeof(c->msg), "process_vm_readv from process %d: %s", p->pid,
+                     strerror(errno));
+            return 1;
+        }
+    }
+    c->bytes = len;
+    __atomic_fetch_add(&fab->now_reads, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&fab->now_bytes, len, __ATOMIC_RELAXED);
+    return 1;
+}
+
 static int cma_eligible(struct tw_fabric_xfer *x, const struct tw_fabric_rail *r)
 {
     return x->fab->cma_reads && !x->no_cma && x->d.op == TW_FABRIC_PULL && r->is_shm &&

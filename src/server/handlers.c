@@ -564,6 +564,9 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"rdma_min_bytes_shm", tw__srv_rdma_min_bytes(srv, TW_PATH_PROV_SHM)},
         {"rdma_xfers_done", fst.xfers_done},
         {"rdma_xfers_failed", fst.xfers_failed},
+        /* Of rdma_xfers_done: small reads of a local client's memory copied
+         * in the loop (tw__fabric_peer_read_now: no registration). */
+        {"rdma_reads_now", fst.reads_now},
         {"rdma_xfers_active", fst.xfers_active},
         {"rdma_mrs_open", fst.mrs_open},
         {"rdma_peers", fst.peers},

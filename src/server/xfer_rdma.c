@@ -478,6 +478,18 @@ static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
                 push = p.mode == TW_PATH_PUSH;
             }
         }
+        if (!push && x->t->gpu < 0) {
+            /* A small read of a process on this host: copied here and now
+             * (no registration, no mover round trip), else by the plane. */
+            struct tw_fabric_completion fc;
+            if (tw__fabric_peer_read_now(c->fpeer, x->t->data, x->t->byte_length, &st->remote,
+                                         (uint64_t)(uintptr_t)st, &fc)) {
+                if (send_simple(x, TW_TAG_RDMA_READY) < 0)
+                    return 0;
+                tw__srv_rdma_on_completion(srv, &fc); /* RDMA_DONE, then OK or ERROR */
+                return 0;
+            }
+        }
         {
             char err[TW_FABRIC_ERRMSG_LEN];
             rc = tw__fabric_mrcache_acquire_peer(

@@ -402,22 +402,30 @@ static uint64_t server_reg_lookups(tw_client *c)
 
 /* One get or put of n bytes, byte-exact, with the data plane
  * tw_client_data_plane must name (prefix), checked against the server's
- * side: an RDMA transfer registers memory there (and a pull put is one
- * fabric transfer of the server's), an inline one does not. */
+ * side: an RDMA get registers memory there; a pull put is one fabric
+ * transfer of the server's, which registers its destination unless the
+ * server copied it from our process at once (rdma_reads_now: shm, at most
+ * TW_FABRIC_READ_NOW_MAX); an inline one does neither. */
 static void xfer_expect(tw_client *c, int put, const char *name, const uint8_t *data, size_t n,
                         const char *want_plane, int want_rdma)
 {
-    uint64_t reg0 = server_reg_lookups(c), done0 = stat_of(c, "rdma_xfers_done");
+    uint64_t reg0 = server_reg_lookups(c), done0 = stat_of(c, "rdma_xfers_done"),
+             now0 = stat_of(c, "rdma_reads_now");
     if (put)
         put_bytes(c, name, data, n);
     else
         check_get(c, name, data, n);
     const char *dp = tw_client_data_plane(c);
-    uint64_t regs = server_reg_lookups(c) - reg0, done = stat_of(c, "rdma_xfers_done") - done0;
-    fprintf(stderr, "  %s %zu B: %s (server: %llu registrations, %llu rdma transfers)\n",
-            put ? "put" : "get", n, dp, (unsigned long long)regs, (unsigned long long)done);
+    uint64_t regs = server_reg_lookups(c) - reg0, done = stat_of(c, "rdma_xfers_done") - done0,
+             now = stat_of(c, "rdma_reads_now") - now0;
+    fprintf(stderr,
+            "  %s %zu B: %s (server: %llu registrations, %llu rdma transfers, %llu read now)\n",
+            put ? "put" : "get", n, dp, (unsigned long long)regs, (unsigned long long)done,
+            (unsigned long long)now);
     TW_ASSERT(strncmp(dp, want_plane, strlen(want_plane)) == 0);
-    TW_ASSERT_EQ_U64(regs, want_rdma ? 1 : 0);
+    int read_now = want_rdma && put && strstr(dp, "pull (shm)") && n <= TW_FABRIC_READ_NOW_MAX;
+    TW_ASSERT_EQ_U64(regs, want_rdma && !read_now ? 1 : 0);
+    TW_ASSERT_EQ_U64(now, read_now ? 1 : 0);
     TW_ASSERT_EQ_U64(done, want_rdma && put ? 1 : 0);
 }
 
