@@ -22,7 +22,8 @@
  *  - a refused verdict stages and tw_client_data_plane says why;
  *  - a failing flush fails the get with its code, the connection lives on;
  *  - a small get the server answers inline stages instead of receiving
- *    DATA into "GPU memory" (tw__path_follow_inline).
+ *    DATA into "GPU memory" (tw__path_follow_inline), and so does a small
+ *    put: staged to the host before its DATA.
  * Exits 77 without TW_TEST_FABRIC (no RDMA plane, nothing to test).
  */
 #include <errno.h>
@@ -308,6 +309,30 @@ static void test_inline_answer_stages(void)
     tw_close(c);
 }
 
+/* A small put from "GPU memory" that the server answers inline (its
+ * --rdma-min-bytes), after the client registered the buffer behind its
+ * TENSOR_PUT (bit 6): the registration is dropped and the bytes are staged
+ * to the host before they go as DATA, not read from the device pointer. */
+static void test_inline_put_answer_stages(void)
+{
+    tw_client *c = connect_gdr(&admit, 1);
+    TW_ASSERT(c->sm.caps & TW_CAP_EAGER_RDMA_PUT);
+    const size_t n = 4000;
+    uint8_t back[4000];
+    tw_test_fill(arena, n, 9);
+    unsigned th = copies_to_host;
+    struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {n}};
+    TW_ASSERT_OK(tw_put(c, "gdr/p", &d, arena, n));
+    fprintf(stderr, "  small put: %s\n", tw_client_data_plane(c));
+    TW_ASSERT(strncmp(tw_client_data_plane(c), "inline tcp", 10) == 0);
+    TW_ASSERT(strstr(tw_client_data_plane(c), "+ staging") != NULL);
+    TW_ASSERT(copies_to_host > th);
+    TW_ASSERT_OK(tw_get(c, "gdr/p", back, n, NULL));
+    TW_ASSERT_MEM_EQ(back, arena, n);
+    TW_ASSERT_OK(tw_delete(c, "gdr/p"));
+    tw_close(c);
+}
+
 int main(void)
 {
     const char *f = getenv("TW_TEST_FABRIC");
@@ -329,6 +354,7 @@ int main(void)
     static const char *const small_inline[] = {"--rdma-min-bytes", "65536", NULL};
     tw_test_server_start(&srv, small_inline);
     TW_RUN(test_inline_answer_stages);
+    TW_RUN(test_inline_put_answer_stages);
     tw_test_server_stop(&srv);
     munmap(arena, ARENA_LEN);
     TW_DONE();
