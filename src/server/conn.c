@@ -408,6 +408,7 @@ void tw__conn_add_xfer(struct tw_srv_conn *c, struct tw_xfer *x)
     x->hnext = *b;
     *b = x;
     c->nxfers++;
+    c->srv->xfers_live++;
 }
 
 void tw__conn_remove_xfer(struct tw_srv_conn *c, struct tw_xfer *x)
@@ -416,6 +417,7 @@ void tw__conn_remove_xfer(struct tw_srv_conn *c, struct tw_xfer *x)
         if (*pp == x) {
             *pp = x->hnext;
             c->nxfers--;
+            c->srv->xfers_live--;
             break;
         }
     }

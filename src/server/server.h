@@ -228,6 +228,9 @@ struct tw_srv {
     struct tw_timer grace_timer;
     struct tw_timer trim_timer; /* TW_SRV_TRIM_MS */
     struct tw_srv_stats stats;
+    /* Transfers in flight on all connections (the sum of their nxfers):
+     * how busy the loop is (xfer_rdma.c: whether to copy a read itself). */
+    size_t xfers_live;
     struct tw_srv_metrics metrics; /* metrics.h */
     uint8_t *scratch;              /* sink for discarded DATA bytes */
     size_t scratch_len;

@@ -478,9 +478,10 @@ static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
                 push = p.mode == TW_PATH_PUSH;
             }
         }
-        if (!push && x->t->gpu < 0) {
-            /* A small read of a process on this host: copied here and now
-             * (no registration, no mover round trip), else by the plane. */
+        if (!push && x->t->gpu < 0 && srv->xfers_live <= TW_FABRIC_READ_NOW_MAX_INFLIGHT) {
+            /* A small read of a process on this host while the loop has
+             * little else to do: copied here and now (no registration, no
+             * mover round trip); under load the mover copies in parallel. */
             struct tw_fabric_completion fc;
             if (tw__fabric_peer_read_now(c->fpeer, x->t->data, x->t->byte_length, &st->remote,
                                          (uint64_t)(uintptr_t)st, &fc)) {
