@@ -176,11 +176,10 @@ struct tw_fabric_xfer {
     uint64_t refused_since_ns; /* posts refused (EAGAIN) with nothing in flight since */
     int sync;                  /* tw__fabric_xfer_run() waits for it */
     int no_cma;                /* cross-memory attach hit EFAULT: libfabric reads the rest */
-    int cma_deferred;     /* post_batch: left for the next window (CMA_WINDOW_BYTES), not refused */
-    ssize_t post_ret;     /* the post that stopped this round's posts, else 0 */
-    unsigned post_posted; /* operations posted this round */
-    int finished;         /* completion produced */
-    int popped;           /* completion consumed: free once drained */
+    ssize_t post_ret;          /* the post that stopped this round's posts, else 0 */
+    unsigned post_posted;      /* operations posted this round */
+    int finished;              /* completion produced */
+    int popped;                /* completion consumed: free once drained */
     /* Orphan: a popped transfer whose shm peer process is gone while the
      * provider still holds its operations. Nobody can answer them any
      * more, so its buffer, registration and peer were let go; the struct

@@ -377,9 +377,8 @@ static void advance_settle(struct tw_fabric_xfer *x, uint64_t now)
         x->next_off = off;
         if (x->post_ret == -FI_EAGAIN || x->post_ret == 0) {
             /* Provider queue full (here or for an earlier transfer of this
-             * round): progress first. Reads left for the next window by
-             * post_batch were not refused by anyone. */
-            if (x->inflight == 0 && x->d.peer->rail->is_shm && !x->cma_deferred)
+             * round): progress first. */
+            if (x->inflight == 0 && x->d.peer->rail->is_shm)
                 (void)refused_too_long(x, now);
         } else {
             stop(x, map_err((int)-x->post_ret), "%s at offset %llu: %s",
@@ -573,13 +572,6 @@ static int cma_eligible(struct tw_fabric_xfer *x, const struct tw_fabric_rail *r
  * was abandoned (lock not held). */
 #define POST_BATCH 64
 #define CMA_BATCH 256 /* reads done by cross-memory attach in one window, at most */
-/* ... and bytes: their completions are handed over only when the window
- * ends, so a window of many reads held them all back until the last was
- * copied, and the owner's loop (and its peer) idled meanwhile. With bit 6
- * a server's 16 puts of 256 KiB came in together and were copied in one
- * 4 MiB window: 24-25k puts/s on the H200 against 30-32k when their
- * registrations arrived spread out (docs/performance.md). */
-#define CMA_WINDOW_BYTES (256u * 1024u)
 static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
                       struct tw_fabric_xfer *const *xs, unsigned n, uint64_t now)
 {
@@ -589,16 +581,13 @@ static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
         int err;
     } cma[CMA_BATCH];
     unsigned ncma = 0;
-    uint64_t cma_bytes = 0;
     unsigned gen = call_begin(fab, r);
-    int cma_full = 0;
     for (unsigned k = 0; k < n; k++) {
         struct tw_fabric_xfer *x = xs[k];
         struct tw_fabric_peer *p = x->d.peer;
         struct tw_fabric_mr *m = x->d.local;
         x->post_ret = 0;
         x->post_posted = 0;
-        x->cma_deferred = cma_full;
         if (m->cuda_device >= 0)
             tw__fabric_cuda_current(m->cuda_device, -1);
         int by_cma = cma_eligible(x, r);
@@ -610,13 +599,11 @@ static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
             uint64_t raddr = x->d.remote.remote_addr + op->off;
             ssize_t ret;
             if (by_cma) {
-                if (ncma == CMA_BATCH || (ncma && cma_bytes >= CMA_WINDOW_BYTES)) {
-                    full = cma_full = 1; /* the rest next round, after these complete */
-                    x->cma_deferred = 1;
+                if (ncma == CMA_BATCH) {
+                    full = 1; /* the rest next round */
                     break;
                 }
                 int err = cma_read(x, op, buf, raddr);
-                cma_bytes += op->len;
                 if (err <= 0) {
                     op->fresh = 0;
                     x->post_posted++;
