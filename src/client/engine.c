@@ -690,11 +690,14 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
             return rc;
         r->eager = 1;
     } else if (r->op == TW__OP_PUT && (c->sm.caps & TW_CAP_EAGER_RDMA_PUT) &&
-               r->dp->wire_plane == TW_DP_RDMA) {
+               r->dp->wire_plane == TW_DP_RDMA &&
+               (r->len <= TW__EAGER_RDMA_PUT_MAX || c->run_active == 0)) {
         /* Bit 6: an RDMA put's registration follows its TENSOR_PUT at once,
          * so the server reads (or asks for a push) without waiting for us
-         * to see PUT_ACCEPT. A registration that fails here is tried again
-         * at PUT_ACCEPT, whose failure ends the put as without the bit. */
+         * to see PUT_ACCEPT: small puts, and any put alone in flight
+         * (TW__EAGER_RDMA_PUT_MAX says why not the others). A registration
+         * that fails here is tried again at PUT_ACCEPT, whose failure ends
+         * the put as without the bit. */
         if (r->dp->put_start(c, r) == 0)
             r->eager_reg = 1;
         else
