@@ -37,14 +37,6 @@
  * wait, so a refused put (capacity, device) does not cost its bytes on
  * the wire. */
 #define TW__EAGER_PUT_MAX (1u << 20)
-/* RDMA puts register their source right behind TENSOR_PUT when bit 6
- * (EAGER_RDMA_PUT) was negotiated and they are at most this large, or the
- * only ones in flight. Measured on the H200 over shm, 16 in flight: 32 KiB
- * 51-54k -> 68-80k ops/s with it, 64 KiB unchanged, but 128 KiB 58-59k ->
- * 36-38k and 256 KiB 31-38k -> 24-26k (cause not found; 512 KiB
- * unchanged); one at a time it gains at every size measured (256 KiB:
- * 68-89 -> 40-48 us). docs/performance.md. */
-#define TW__EAGER_RDMA_PUT_MAX (64u * 1024u)
 #define TW__CLIENT_PAGE 4096u /* tw_get_alloc alignment */
 
 enum tw__op {

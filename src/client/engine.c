@@ -690,14 +690,18 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
             return rc;
         r->eager = 1;
     } else if (r->op == TW__OP_PUT && (c->sm.caps & TW_CAP_EAGER_RDMA_PUT) &&
-               r->dp->wire_plane == TW_DP_RDMA &&
-               (r->len <= TW__EAGER_RDMA_PUT_MAX || c->run_active == 0)) {
-        /* Bit 6: an RDMA put's registration follows its TENSOR_PUT at once,
-         * so the server reads (or asks for a push) without waiting for us
-         * to see PUT_ACCEPT: small puts, and any put alone in flight
-         * (TW__EAGER_RDMA_PUT_MAX says why not the others). A registration
-         * that fails here is tried again at PUT_ACCEPT, whose failure ends
-         * the put as without the bit. */
+               r->dp->wire_plane == TW_DP_RDMA && c->run_active == 0) {
+        /* Bit 6: an RDMA put alone in flight registers its source right
+         * behind its TENSOR_PUT, so the server reads (or asks for a push)
+         * without waiting for us to see PUT_ACCEPT: one put at a time over
+         * shm on the H200, p50 68-79 -> 27-37 us at 32 KiB, 77-85 -> 43-48
+         * at 256 KiB. Among others it
+         * is not done: there it measured both faster (32 KiB puts, 16 or
+         * 64 in flight: +18-47% ops/s) and slower (128 and 256 KiB puts of
+         * 16: -25-40%; the 40,960-block KV batch put: x0.67-0.73 -> x0.49-
+         * 0.56 of one tensor), causes not found (docs/performance.md). A
+         * registration that fails here is tried again at PUT_ACCEPT, whose
+         * failure ends the put as without the bit. */
         if (r->dp->put_start(c, r) == 0)
             r->eager_reg = 1;
         else
