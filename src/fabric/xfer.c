@@ -492,22 +492,29 @@ static int cma_read(struct tw_fabric_xfer *x, const struct tw_fabric_rma *op, vo
     return -errno;
 }
 
-int tw__fabric_peer_cma_readable(struct tw_fabric_peer *p, uint64_t addr, uint64_t len)
+/* Whether this plane copies reads from peer p by cross-memory attach (the
+ * plane's cma_reads, an shm rail with virtual addresses, the peer's process
+ * verified), for callers outside the mover. The peer's verdict is read
+ * without fab->lock once known (the caller's loop must not wait behind a
+ * mover round for it); the first check takes the lock like the mover's. */
+static int cma_peer_usable(struct tw_fabric_peer *p)
 {
     struct tw_fabric_rail *r = p->rail;
     struct tw_fabric *fab = r->fab;
-    if (addr + len < addr || !fab->cma_reads || !r->is_shm || !(r->mr_mode & FI_MR_VIRT_ADDR))
+    if (!fab->cma_reads || !r->is_shm || !(r->mr_mode & FI_MR_VIRT_ADDR))
         return 0;
-    /* The peer's verdict is read without fab->lock once known (the
-     * caller's loop must not wait behind a mover round for it); the first
-     * check takes the lock like the mover's. */
     int known = __atomic_load_n(&p->cma, __ATOMIC_ACQUIRE);
     if (!known) {
         pthread_mutex_lock(&fab->lock);
         known = cma_peer_ok(p) ? 1 : -1;
         pthread_mutex_unlock(&fab->lock);
     }
-    if (known < 0)
+    return known > 0;
+}
+
+int tw__fabric_peer_cma_readable(struct tw_fabric_peer *p, uint64_t addr, uint64_t len)
+{
+    if (addr + len < addr || !cma_peer_usable(p))
         return 0;
     if (!len)
         return 1; /* nothing to read */
@@ -522,20 +529,10 @@ int tw__fabric_peer_read_now(struct tw_fabric_peer *p, void *buf, uint64_t len,
                              const struct tw_fabric_rkey *remote, uint64_t cookie,
                              struct tw_fabric_completion *c)
 {
-    struct tw_fabric_rail *r = p->rail;
-    struct tw_fabric *fab = r->fab;
+    struct tw_fabric *fab = p->rail->fab;
     /* The mover's conditions (cma_eligible) on what the caller owns: the
      * peer and its rail do not change while the caller holds the peer. */
-    if (!fab->cma_reads || !r->is_shm || !(r->mr_mode & FI_MR_VIRT_ADDR) ||
-        len > TW_FABRIC_READ_NOW_MAX || len > remote->length)
-        return 0;
-    int known = __atomic_load_n(&p->cma, __ATOMIC_ACQUIRE);
-    if (!known) {
-        pthread_mutex_lock(&fab->lock);
-        known = cma_peer_ok(p) ? 1 : -1;
-        pthread_mutex_unlock(&fab->lock);
-    }
-    if (known < 0)
+    if (len > TW_FABRIC_READ_NOW_MAX || len > remote->length || !cma_peer_usable(p))
         return 0;
     memset(c, 0, sizeof(*c));
     c->cookie = cookie;
