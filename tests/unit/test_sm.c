@@ -24,6 +24,14 @@
         TW_ASSERT_ERR(tw__sm_on_send((sm), &m_), (verdict));                                       \
     } while (0)
 
+/* The sender's machine refuses to send m, and the receiver's to accept it,
+ * both with verdict. */
+#define REFUSED(sender, receiver, m, verdict)                                                      \
+    do {                                                                                           \
+        SEND_FAILS((sender), (m), (verdict));                                                      \
+        RECV((receiver), (m), (verdict));                                                          \
+    } while (0)
+
 static const uint64_t shape23[2] = {2, 3};
 static uint8_t bytes24[24];
 
@@ -94,6 +102,14 @@ static void legal_inline_put(void)
     pair_destroy(&p);
 }
 
+/* Both machines still READY (nothing was fatal); then the pair goes. */
+static void end_ready(struct sm_pair *p)
+{
+    TW_ASSERT_EQ(p->c.phase, TW_PHASE_READY);
+    TW_ASSERT_EQ(p->s.phase, TW_PHASE_READY);
+    pair_destroy(p);
+}
+
 /* Bit 4 (EAGER_PUT): an inline put's DATA right behind its TENSOR_PUT,
  * PUT_ACCEPT after all of it, in the middle of it, or ERROR instead. */
 static void legal_eager_put(void)
@@ -123,9 +139,7 @@ static void legal_eager_put(void)
     OK_SEND(&p, C, fx_data(4, 0, bytes24, 24, 0));
     OK_SEND(&p, S, fx_error(4, TW_WIRE_DEVICE_UNAVAILABLE, "no cuda:7"));
     both_idle(&p, 4);
-    TW_ASSERT_EQ(p.c.phase, TW_PHASE_READY);
-    TW_ASSERT_EQ(p.s.phase, TW_PHASE_READY);
-    pair_destroy(&p);
+    end_ready(&p);
 }
 
 static void eager_put_violations(void)
@@ -134,24 +148,21 @@ static void eager_put_violations(void)
     /* Not with WANT_RDMA: the answer could be the RDMA plane. */
     ready(&p, 0x15, 0, 1);
     OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
-    SEND_FAILS(&p.c, fx_data(1, 0, bytes24, 24, 0), TW_EOUT_OF_ORDER);
-    RECV(&p.s, fx_data(1, 0, bytes24, 24, 0), TW_EOUT_OF_ORDER);
+    REFUSED(&p.c, &p.s, fx_data(1, 0, bytes24, 24, 0), TW_EOUT_OF_ORDER);
     pair_destroy(&p);
     /* Not from the server, and not twice. */
     ready(&p, 0x11, 0, 0);
     OK_SEND(&p, C, fx_put(1, 0, desc24()));
     SEND_FAILS(&p.s, fx_data(1, 0, bytes24, 24, 0), TW_EBAD_DIRECTION);
     OK_SEND(&p, C, fx_data(1, 0, bytes24, 24, 0));
-    SEND_FAILS(&p.c, fx_data(1, 24, bytes24, 1, 0), TW_EOUT_OF_ORDER);
-    RECV(&p.s, fx_data(1, 24, bytes24, 1, 0), TW_EOUT_OF_ORDER);
+    REFUSED(&p.c, &p.s, fx_data(1, 24, bytes24, 1, 0), TW_EOUT_OF_ORDER);
     pair_destroy(&p);
     /* All bytes sent: OK before PUT_ACCEPT, the RDMA plane, a second
      * PUT_ACCEPT. */
     ready(&p, 0x11, 0, 0);
     OK_SEND(&p, C, fx_put(1, 0, desc24()));
     OK_SEND(&p, C, fx_data(1, 0, bytes24, 24, 0));
-    SEND_FAILS(&p.s, fx_msg(TW_TAG_OK, 1), TW_EOUT_OF_ORDER);
-    RECV(&p.c, fx_msg(TW_TAG_OK, 1), TW_EOUT_OF_ORDER);
+    REFUSED(&p.s, &p.c, fx_msg(TW_TAG_OK, 1), TW_EOUT_OF_ORDER);
     pair_destroy(&p);
     ready(&p, 0x11, 0, 0);
     OK_SEND(&p, C, fx_put(1, 0, desc24()));
@@ -162,8 +173,7 @@ static void eager_put_violations(void)
     OK_SEND(&p, C, fx_put(1, 0, desc24()));
     OK_SEND(&p, C, fx_data(1, 0, bytes24, 24, 0));
     OK_SEND(&p, S, fx_put_accept(1, TW_DP_INLINE));
-    SEND_FAILS(&p.s, fx_put_accept(1, TW_DP_INLINE), TW_EOUT_OF_ORDER);
-    RECV(&p.c, fx_put_accept(1, TW_DP_INLINE), TW_EOUT_OF_ORDER);
+    REFUSED(&p.s, &p.c, fx_put_accept(1, TW_DP_INLINE), TW_EOUT_OF_ORDER);
     pair_destroy(&p);
 }
 
@@ -231,9 +241,7 @@ static void legal_eager_rdma_put(void)
     RECV(&p.s, fx_register(6, 0xabc, 0, 24), TW_SM_STALE);
     RECV(&p.c, fx_error(6, TW_WIRE_CAPACITY_EXCEEDED, "full"), 0);
     both_idle(&p, 6);
-    TW_ASSERT_EQ(p.c.phase, TW_PHASE_READY);
-    TW_ASSERT_EQ(p.s.phase, TW_PHASE_READY);
-    pair_destroy(&p);
+    end_ready(&p);
 }
 
 static void eager_rdma_put_violations(void)
@@ -242,27 +250,23 @@ static void eager_rdma_put_violations(void)
     /* Without bit 6 the client waits for PUT_ACCEPT. */
     ready(&p, 0x5, 0, 1);
     OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
-    SEND_FAILS(&p.c, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
-    RECV(&p.s, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
+    REFUSED(&p.c, &p.s, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
     pair_destroy(&p);
     /* Not for a put without WANT_RDMA, not from the server. */
     ready(&p, 0x45, 0, 1);
     OK_SEND(&p, C, fx_put(1, 0, desc24()));
-    SEND_FAILS(&p.c, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
-    RECV(&p.s, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
+    REFUSED(&p.c, &p.s, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
     pair_destroy(&p);
     ready(&p, 0x45, 0, 1);
     OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
-    SEND_FAILS(&p.s, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
-    RECV(&p.c, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
+    REFUSED(&p.s, &p.c, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
     pair_destroy(&p);
     /* Once only: not twice ahead, not again after PUT_ACCEPT(2) (the
      * source registering twice) or PUT_ACCEPT(1). */
     ready(&p, 0x45, 0, 1);
     OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
     OK_SEND(&p, C, fx_register(1, 0xabc, 0, 24));
-    SEND_FAILS(&p.c, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
-    RECV(&p.s, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
+    REFUSED(&p.c, &p.s, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
     pair_destroy(&p);
     ready(&p, 0x45, 0, 1);
     OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
@@ -274,8 +278,7 @@ static void eager_rdma_put_violations(void)
     OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
     OK_SEND(&p, C, fx_register(1, 0xabc, 0, 24));
     OK_SEND(&p, S, fx_put_accept(1, TW_DP_INLINE));
-    SEND_FAILS(&p.c, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
-    RECV(&p.s, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
+    REFUSED(&p.c, &p.s, fx_register(1, 0xabc, 0, 24), TW_EOUT_OF_ORDER);
     pair_destroy(&p);
     /* After PUT_ACCEPT(1), only before the first DATA. */
     ready(&p, 0x45, 0, 1);
@@ -300,8 +303,7 @@ static void eager_rdma_put_violations(void)
     ready(&p, 0x55, 0, 1);
     OK_SEND(&p, C, fx_put(1, TW_XFER_WANT_RDMA, desc24()));
     OK_SEND(&p, C, fx_register(1, 0xabc, 0, 24));
-    SEND_FAILS(&p.c, fx_data(1, 0, bytes24, 24, 0), TW_EOUT_OF_ORDER);
-    RECV(&p.s, fx_data(1, 0, bytes24, 24, 0), TW_EOUT_OF_ORDER);
+    REFUSED(&p.c, &p.s, fx_data(1, 0, bytes24, 24, 0), TW_EOUT_OF_ORDER);
     pair_destroy(&p);
 }
 
