@@ -695,13 +695,14 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
          * behind its TENSOR_PUT, so the server reads (or asks for a push)
          * without waiting for us to see PUT_ACCEPT: one put at a time over
          * shm on the H200, p50 68-79 -> 27-37 us at 32 KiB, 77-85 -> 43-48
-         * at 256 KiB. Among others it
-         * is not done: there it measured both faster (32 KiB puts, 16 or
-         * 64 in flight: +18-47% ops/s) and slower (128 and 256 KiB puts of
-         * 16: -25-40%; the 40,960-block KV batch put: x0.67-0.73 -> x0.49-
-         * 0.56 of one tensor), causes not found (docs/performance.md). A
-         * registration that fails here is tried again at PUT_ACCEPT, whose
-         * failure ends the put as without the bit. */
+         * at 256 KiB. Among others it is not done: there it measured both
+         * faster (32 KiB puts, 16 or 64 in flight: up to +68% ops/s) and
+         * slower (128 and 256 KiB puts of 16: 16-38% fewer; the
+         * 40,960-block KV batch put: x0.56-0.73 -> x0.42-0.62 of one
+         * tensor in nine of ten rounds), causes not found
+         * (docs/performance.md). A registration that fails here is tried
+         * again at PUT_ACCEPT, whose failure ends the put as without the
+         * bit. */
         if (r->dp->put_start(c, r) == 0)
             r->eager_reg = 1;
         else
