@@ -1062,6 +1062,50 @@ static void ops_counted(struct tw_fabric *f, enum tw_fabric_op op, struct tw_fab
  * it. On tcp the option changes nothing (cma_reads stays 0). The server's
  * probe of a put's source (tw__fabric_peer_cma_readable) answers the same
  * way. */
+/* tw__fabric_peer_read_now on the peer's region rk (n bytes of src):
+ * copied at once, byte-exact and counted, on shm up to
+ * TW_FABRIC_READ_NOW_MAX (an empty one trivially); declined (0, nothing
+ * counted) beyond that size, past the region, for an address the peer
+ * never mapped (EFAULT: the mover's libfabric path reads or fails it), on
+ * a plane without cma_reads and on tcp. */
+static void read_now_checks(struct tw_fabric *c3, struct tw_fabric_peer *cp,
+                            struct tw_fabric_peer *sp, const uint8_t *src, struct tw_fabric_rkey rk,
+                            size_t n, int is_shm)
+{
+    const size_t max = TW_FABRIC_READ_NOW_MAX;
+    TW_ASSERT(n > max);
+    uint8_t *buf = malloc(max + 1);
+    TW_ASSERT(buf);
+    struct tw_fabric_stats st0, st1;
+    struct tw_fabric_completion c;
+    tw__fabric_stats(c3, &st0);
+    memset(buf, 0, max);
+    c.cookie = 0;
+    TW_ASSERT_EQ(tw__fabric_peer_read_now(cp, buf, max, &rk, 77, &c), is_shm);
+    if (is_shm) {
+        TW_ASSERT_EQ(c.status, 0);
+        TW_ASSERT_EQ_U64(c.bytes, max);
+        TW_ASSERT_EQ_U64(c.cookie, 77);
+        TW_ASSERT(memcmp(buf, src, max) == 0);
+    }
+    TW_ASSERT_EQ(tw__fabric_peer_read_now(cp, buf, 0, &rk, 78, &c), is_shm);
+    tw__fabric_stats(c3, &st1);
+    TW_ASSERT_EQ_U64(st1.reads_now - st0.reads_now, is_shm ? 2 : 0);
+    TW_ASSERT_EQ_U64(st1.xfers_done - st0.xfers_done, is_shm ? 2 : 0);
+    TW_ASSERT_EQ_U64(st1.bytes - st0.bytes, is_shm ? max : 0);
+    TW_ASSERT_EQ(tw__fabric_peer_read_now(cp, buf, max + 1, &rk, 79, &c), 0);
+    struct tw_fabric_rkey tail = rk;
+    tail.remote_addr += n - 16;
+    tail.length = 16;
+    TW_ASSERT_EQ(tw__fabric_peer_read_now(cp, buf, 32, &tail, 80, &c), 0);
+    struct tw_fabric_rkey unmapped = {.key = rk.key, .remote_addr = 4096, .length = 4096};
+    TW_ASSERT_EQ(tw__fabric_peer_read_now(cp, buf, 4096, &unmapped, 81, &c), 0);
+    TW_ASSERT_EQ(tw__fabric_peer_read_now(sp, buf, 4096, &rk, 82, &c), 0);
+    tw__fabric_stats(c3, &st0);
+    TW_ASSERT_EQ_U64(st0.reads_now, st1.reads_now);
+    free(buf);
+}
+
 static void cma_reads(void)
 {
     struct tw_fabric_config cfg = {
@@ -1096,6 +1140,7 @@ static void cma_reads(void)
     TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, 4096, 4096), 0);
     TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, rk.remote_addr, UINT64_MAX - rk.remote_addr), 0);
     TW_ASSERT_EQ(tw__fabric_peer_cma_readable(sp, rk.remote_addr, n), 0);
+    read_now_checks(c3, cp, sp, src, rk, n, is_shm);
 
     /* Writes: a new pattern from our side into a region of the peer's,
      * through libfabric. */
