@@ -85,13 +85,22 @@ static const struct tw__client_dp_ops *dp_for_path(const struct tw_path *p)
     }
 }
 
-uint64_t tw__client_rdma_min_bytes(const tw_client *c)
+/* The kind of provider the connection's RDMA peer is on (NONE without one). */
+static enum tw_path_provider conn_provider(const tw_client *c)
+{
+    return tw__path_provider_kind(c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL);
+}
+
+static uint64_t rdma_min_bytes_on(const tw_client *c, enum tw_path_provider prov)
 {
     if (c->rdma_min_bytes != TW_RDMA_MIN_BYTES_AUTO)
         return c->rdma_min_bytes;
-    const char *prov = c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL;
-    return tw__path_provider_kind(prov) == TW_PATH_PROV_SHM ? TW_DEFAULT_RDMA_MIN_BYTES_SHM
-                                                            : TW_DEFAULT_RDMA_MIN_BYTES;
+    return prov == TW_PATH_PROV_SHM ? TW_DEFAULT_RDMA_MIN_BYTES_SHM : TW_DEFAULT_RDMA_MIN_BYTES;
+}
+
+uint64_t tw__client_rdma_min_bytes(const tw_client *c)
+{
+    return rdma_min_bytes_on(c, conn_provider(c));
 }
 
 /* The inputs of r's transfer-path decision; mem_peer is the server's memory
@@ -100,12 +109,13 @@ uint64_t tw__client_rdma_min_bytes(const tw_client *c)
 static struct tw_path_in path_inputs(struct tw_client *c, const struct tw__creq *r,
                                      enum tw_path_mem mem_peer)
 {
+    enum tw_path_provider prov = conn_provider(c);
     struct tw_path_in in = {
         .role = TW_PATH_CLIENT,
         .op = r->op == TW__OP_GET ? TW_PATH_GET : TW_PATH_PUT,
         .caps = c->sm.caps,
         .endpoint_accepted = c->fpeer != NULL,
-        .provider = tw__path_provider_kind(c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL),
+        .provider = prov,
         /* A peer whose rail was retired (fabric.h: a wedged or blocked shm
          * endpoint) moves the rest of this connection's data inline. */
         .rail_usable = !c->fpeer || tw__fabric_peer_usable(c->fpeer, NULL, 0),
@@ -113,7 +123,7 @@ static struct tw_path_in path_inputs(struct tw_client *c, const struct tw__creq 
          * server applies its threshold. A put's is known now. */
         .size_known = r->op == TW__OP_PUT,
         .size = r->len,
-        .rdma_min_bytes = tw__client_rdma_min_bytes(c),
+        .rdma_min_bytes = rdma_min_bytes_on(c, prov),
         .mem_local = r->mem.kind == TW_MEMKIND_CUDA ? TW_PATH_MEM_CUDA : TW_PATH_MEM_HOST,
         .mem_peer = mem_peer,
         .push = (enum tw_path_push)c->push_policy,

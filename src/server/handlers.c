@@ -125,6 +125,12 @@ uint64_t tw__srv_rdma_min_bytes(const struct tw_srv *srv, enum tw_path_provider 
     return TW_DEFAULT_RDMA_MIN_BYTES_SHM;
 }
 
+/* The kind of provider c's RDMA peer is on (NONE without one). */
+static enum tw_path_provider conn_provider(const struct tw_srv_conn *c)
+{
+    return tw__path_provider_kind(c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL);
+}
+
 static enum tw_path_push path_push(int srv_push)
 {
     switch (srv_push) {
@@ -149,8 +155,7 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
                                   const struct tw_tensor *t, struct tw_path_in *inp)
 {
     struct tw_srv *srv = c->srv;
-    enum tw_path_provider prov =
-        tw__path_provider_kind(c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL);
+    enum tw_path_provider prov = conn_provider(c);
     struct tw_path_in in = {
         .role = TW_PATH_SERVER,
         .op = op,
@@ -199,18 +204,16 @@ static void log_path(const struct tw_srv_conn *c, uint64_t id, const char *op,
         tw__srv_gdr_why_not(c, c->srv->store.gpu[t->gpu].ordinal, why + 2, sizeof(why) - 3);
         strcat(why, ")");
     }
-    TW_LOGD(
-        "conn %llu %s: %s request %llu of %llu B: %s data plane%s, %s%s (--rdma-min-bytes "
-        "%llu)",
-        (unsigned long long)c->id, c->peer, op, (unsigned long long)id,
-        (unsigned long long)t->byte_length,
-        p->plane == TW_PATH_PLANE_RDMA     ? "rdma"
-        : p->plane == TW_PATH_PLANE_INLINE ? "inline"
-                                           : "no",
-        p->mode == TW_PATH_PUSH ? " (push)" : "",
-        tw__path_reason_str((enum tw_path_reason)p->reason), why,
-        (unsigned long long)tw__srv_rdma_min_bytes(
-            c->srv, tw__path_provider_kind(c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL)));
+    TW_LOGD("conn %llu %s: %s request %llu of %llu B: %s data plane%s, %s%s (--rdma-min-bytes "
+            "%llu)",
+            (unsigned long long)c->id, c->peer, op, (unsigned long long)id,
+            (unsigned long long)t->byte_length,
+            p->plane == TW_PATH_PLANE_RDMA     ? "rdma"
+            : p->plane == TW_PATH_PLANE_INLINE ? "inline"
+                                               : "no",
+            p->mode == TW_PATH_PUSH ? " (push)" : "",
+            tw__path_reason_str((enum tw_path_reason)p->reason), why,
+            (unsigned long long)tw__srv_rdma_min_bytes(c->srv, conn_provider(c)));
 }
 
 /* No data plane of this server implements the path: none is left (the RDMA
