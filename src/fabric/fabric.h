@@ -565,6 +565,7 @@ struct tw_fabric_stats {
     unsigned rails_closed;      /* retired rails closed once unused (slot free again) */
     unsigned threads_abandoned; /* mover threads left inside a wedged call */
     uint64_t cma_reads;         /* reads done by cross-memory attach (cma_reads) */
+    uint64_t cma_calls;         /* the mover's process_vm_readv calls for them (batched) */
     uint64_t reads_now;         /* of those, whole transfers read by tw__fabric_peer_read_now */
 };
 void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st);

@@ -570,6 +570,11 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         /* Of rdma_xfers_done: small reads of a local client's memory copied
          * in the loop (tw__fabric_peer_read_now: no registration). */
         {"rdma_reads_now", fst.reads_now},
+        /* Reads the data mover copied from local clients' processes
+         * (shm, process_vm_readv), and the calls it made for them: reads
+         * that leave together share calls (fabric/xfer.c cma_flush). */
+        {"rdma_cma_reads", fst.cma_reads - fst.reads_now},
+        {"rdma_cma_calls", fst.cma_calls},
         {"rdma_xfers_active", fst.xfers_active},
         {"rdma_mrs_open", fst.mrs_open},
         {"rdma_peers", fst.peers},

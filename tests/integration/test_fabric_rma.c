@@ -1223,6 +1223,120 @@ static void cma_reads(void)
     close_client(c3);
 }
 
+/* Submits n pulls of `each` bytes from rsrc at matching offsets into
+ * local (the one at index bad, if below n, from an address the peer never
+ * mapped, into sink) on a plane without a mover, then progresses it until
+ * all completed: the first round posts them all in one window. Returns the
+ * failures; every other one must be byte-exact. */
+static int pulls_one_window(struct tw_fabric *f, struct tw_fabric_peer *p,
+                            struct tw_fabric_mr *local, struct tw_fabric_mr *rsrc,
+                            struct tw_fabric_mr *sink, int n, size_t each, int bad)
+{
+    for (int i = 0; i < n; i++) {
+        struct tw_fabric_xfer_desc d = {.op = TW_FABRIC_PULL,
+                                        .peer = p,
+                                        .local = i == bad ? sink : local,
+                                        .local_offset = i == bad ? 0 : (uint64_t)i * each,
+                                        .remote = tw__fabric_mr_rkey(rsrc),
+                                        .length = each,
+                                        .deadline_ns = deadline_in_ms(i == bad ? 1000 : 10000),
+                                        .cookie = (uint64_t)i + 1};
+        d.remote.remote_addr += (uint64_t)i * each;
+        d.remote.length -= (uint64_t)i * each;
+        if (i == bad)
+            d.remote.remote_addr = 4096; /* page 1: never mapped */
+        TW_ASSERT_OK(tw__fabric_xfer_submit(f, &d, NULL));
+    }
+    int failed = 0;
+    uint64_t until = deadline_in_ms(15000);
+    for (int seen = 0; seen < n;) {
+        TW_ASSERT(tw__now_ns() < until);
+        tw__fabric_progress(f);
+        struct tw_fabric_completion c;
+        while (tw__fabric_done_pop(f, &c) == 1) {
+            seen++;
+            TW_ASSERT(c.cookie >= 1 && c.cookie <= (uint64_t)n);
+            if ((int)c.cookie - 1 == bad) {
+                fprintf(stderr, "  the unmapped one: %s: %s\n", tw_strerror_name(c.status), c.msg);
+                TW_ASSERT(c.status != 0);
+                TW_ASSERT(strstr(c.msg, "process_vm_readv") == NULL);
+                failed++;
+            } else {
+                TW_ASSERT_EQ(c.status, 0);
+                TW_ASSERT_EQ_U64(c.bytes, each);
+            }
+        }
+    }
+    return failed;
+}
+
+/* Reads by cross-memory attach that leave in one window share
+ * process_vm_readv calls (xfer.c cma_flush). On a plane whose caller
+ * progresses (no mover), 48 pulls of 32 KiB submitted together: one call
+ * for all 48 on shm, byte-exact. Then 40 with the 14th from an address the
+ * peer never mapped (EFAULT, as for a GPUDirect source's GPU memory): the
+ * call stops there, that one is retried alone and goes to libfabric (which
+ * fails it, as in cma_reads), the 26 after it share one more call: 3 calls,
+ * 39 reads, byte-exact. On tcp nothing is read that way (0 calls). */
+static void cma_batched(void)
+{
+    struct tw_fabric_config cfg = {.provider = TW_TEST_PROVIDER,
+                                   .node = "127.0.0.1",
+                                   .threaded = 0,
+                                   .drain_ns = 100ull * 1000 * 1000,
+                                   .cma_reads = 1};
+    struct tw_fabric *c4 = NULL;
+    char err[512];
+    TW_ASSERT_OK(tw__fabric_open(&cfg, &c4, err, sizeof(err)));
+    struct tw_fabric_peer *cp, *sp;
+    tw_test_connect_planes(c4, srv, &cp, &sp);
+    int is_shm = strcmp(tw__fabric_peer_provider(cp), "shm") == 0;
+    enum { N = 48 };
+    const size_t each = 32u << 10, n = N * each;
+    uint8_t *src, *dst;
+    struct tw_fabric_mr *rsrc, *ldst;
+    pull_regions(sp, cp, n, 35, &src, &dst, &rsrc, &ldst);
+    struct tw_fabric_stats st0, st1;
+    tw__fabric_stats(c4, &st0);
+    TW_ASSERT_EQ(pulls_one_window(c4, cp, ldst, rsrc, NULL, N, each, N), 0);
+    TW_ASSERT_MEM_EQ(dst, src, n);
+    tw__fabric_stats(c4, &st1);
+    fprintf(stderr,
+            "  %d reads of %zu bytes in one window: %llu by cross-memory attach, %llu calls\n", N,
+            each, (unsigned long long)(st1.cma_reads - st0.cma_reads),
+            (unsigned long long)(st1.cma_calls - st0.cma_calls));
+    TW_ASSERT_EQ_U64(st1.cma_reads - st0.cma_reads, is_shm ? N : 0);
+    TW_ASSERT_EQ_U64(st1.cma_calls - st0.cma_calls, is_shm ? 1 : 0);
+
+    if (is_shm) {
+        /* dst[13] keeps zeros: its read goes to the static sink. */
+        static uint8_t sink[32u << 10];
+        struct tw_fabric_mr *lsink;
+        TW_ASSERT_OK(tw__fabric_mr_register(cp, sink, sizeof(sink), TW_FABRIC_LOCAL_READ,
+                                            TW_FABRIC_HOST, 0, &lsink));
+        memset(dst, 0, n);
+        tw__fabric_stats(c4, &st0);
+        TW_ASSERT_EQ(pulls_one_window(c4, cp, ldst, rsrc, lsink, 40, each, 13), 1);
+        TW_ASSERT_MEM_EQ(dst, src, 13 * each);
+        TW_ASSERT_MEM_EQ(dst + 14 * each, src + 14 * each, 26 * each);
+        tw__fabric_stats(c4, &st1);
+        fprintf(stderr, "  40 reads, the 14th unmapped: %llu by cross-memory attach, %llu calls\n",
+                (unsigned long long)(st1.cma_reads - st0.cma_reads),
+                (unsigned long long)(st1.cma_calls - st0.cma_calls));
+        TW_ASSERT_EQ_U64(st1.cma_reads - st0.cma_reads, 39);
+        TW_ASSERT_EQ_U64(st1.cma_calls - st0.cma_calls, 3);
+        TW_ASSERT_EQ(cp->cma, 1); /* the peer stays readable that way */
+        tw__fabric_mr_deregister(lsink);
+    }
+    tw__fabric_mr_deregister(ldst);
+    tw__fabric_mr_deregister(rsrc);
+    tw__fabric_peer_remove(cp);
+    tw__fabric_peer_remove(sp);
+    free(src);
+    free(dst);
+    close_client(c4);
+}
+
 /* GPUDirect's CUDA registration probe on the open plane's rail (issue 12,
  * tw__fabric_plane_probe_mr): a provider the plane has no rail of is
  * -ENOENT; its own provider with len 0 says the rail exists; a CUDA
@@ -1269,6 +1383,7 @@ int main(void)
     TW_RUN(release_after_drain);
     TW_RUN(old_key_rejected);
     TW_RUN(cma_reads);
+    TW_RUN(cma_batched);
     tw__fabric_peer_remove(cli_peer);
     tw__fabric_peer_remove(srv_peer);
     close_all(cli, srv);
