@@ -62,7 +62,10 @@
  * from there to the GPU (5.8-6.7 GB/s; docs/performance.md, "host tensors
  * into a client's GPU"). A client get learns where the source lives from
  * TENSOR_INFO's device tag and decides again then (engine.c), before any
- * plane state exists; --push always still pushes.
+ * plane state exists; --push always still pushes. A server put learns it
+ * at the client's RDMA_REGISTER: a source range readable by cross-memory
+ * attach is host memory (server/xfer_rdma.c), and the staged plane takes
+ * the put over (tw__xfer_replan).
  */
 #include "proto/path.h"
 

@@ -114,6 +114,27 @@ void tw__xfer_destroy(struct tw_xfer *x)
     free(x);
 }
 
+int tw__xfer_replan(struct tw_xfer *x, const struct tw_path *p, const struct tw_msg *m)
+{
+    const struct tw_dp_ops *ops = tw__dp_for_path(p);
+    if (x->ops->release)
+        x->ops->release(x);
+    x->path = *p;
+    x->ops = ops;
+    x->why[0] = '\0';
+    int rc = ops->start(x);
+    if (rc < 0) {
+        struct tw_srv_conn *c = x->conn;
+        uint64_t id = x->id;
+        char why[sizeof(x->why)];
+        snprintf(why, sizeof(why), "%s", x->why[0] ? x->why : tw_strerror(rc));
+        tw__xfer_destroy(x);
+        tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "cannot start the transfer: %s", why);
+        return 0;
+    }
+    return ops->on_msg(x, m);
+}
+
 void tw__xfer_want_pump(struct tw_xfer *x)
 {
     struct tw_srv_conn *c = x->conn;

@@ -141,6 +141,14 @@ struct tw_xfer *tw__xfer_new(struct tw_srv_conn *c, uint64_t id, enum tw_xfer_di
                              struct tw_tensor *t, const struct tw_path *path);
 /* Removes x from its connection and frees it (see Ownership above). */
 void tw__xfer_destroy(struct tw_xfer *x);
+/* Moves x, a transfer that has not moved a byte, to the plane of path p
+ * (tw__dp_for_path(p) must not be NULL) once the server learned more about
+ * it (a put's source memory, at the client's RDMA_REGISTER): the current
+ * plane releases its state, the new one starts, and m, the message that
+ * taught it, is handed to the new plane. Returns what that plane's on_msg
+ * returns; 0 after answering ERROR INTERNAL and destroying x when the new
+ * plane cannot start. */
+int tw__xfer_replan(struct tw_xfer *x, const struct tw_path *p, const struct tw_msg *m);
 /* A PUT whose bytes all arrived: verifies the CRC, publishes the version and
  * answers OK, or answers CHECKSUM_MISMATCH; then destroys x. A commit whose
  * copy was queued leaves x on the connection's list instead. */

@@ -195,9 +195,10 @@ static const struct row rows[] = {
      TW_PATH_R_STAGED_NO_GPUDIRECT},
     {"client get into host memory over shm, host source: pull", C, GET, INL | RDMA | GDR, 1, P_SHM,
      1, 0, 0, 0, MIB, HOST, HOST, AUTO, UNEVAL, RDMA_P, PULL, ST_NONE, TW_PATH_R_SIZE_UNKNOWN},
-    {"server put into admitted GPU memory over shm, a host source (if it knew): staged", S, PUT,
-     INL | RDMA | GDR, 1, P_SHM, 1, 1, 1, 8 * MIB, MIB, CUDA, HOST, AUTO, ADMITTED, RDMA_P, PULL,
-     ST_HOST, TW_PATH_R_STAGED_SHM_HOST_SOURCE},
+    {"server put into admitted GPU memory over shm, a host source (known at its RDMA_REGISTER): "
+     "staged",
+     S, PUT, INL | RDMA | GDR, 1, P_SHM, 1, 1, 1, 8 * MIB, MIB, CUDA, HOST, AUTO, ADMITTED, RDMA_P,
+     PULL, ST_HOST, TW_PATH_R_STAGED_SHM_HOST_SOURCE},
     {"the peer's GPU memory does not change this side's path", S, GET, INL | RDMA, 1, P_TCP, 1, 1,
      1, 8 * MIB, MIB, HOST, CUDA, AUTO, UNEVAL, RDMA_P, PULL, ST_NONE, TW_PATH_R_AT_THRESHOLD},
 };
