@@ -462,9 +462,9 @@ static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
         st->remote.key = m->u.rdma_register.rkey;
         st->remote.remote_addr = m->u.rdma_register.remote_addr;
         st->remote.length = m->u.rdma_register.length;
-        /* A put into admitted GPU memory over shm, pushed: from GPU memory
-         * of the client's shm writes it by CUDA IPC, but from host memory
-         * through its bounce buffers (~2.4 GB/s on the H200). Host memory
+        /* A put into admitted GPU memory over shm, pushed: shm writes the
+         * client's GPU memory by CUDA IPC, but its host memory through its
+         * bounce buffers (~2.4 GB/s on the H200). Host memory
          * is what cross-memory attach can read, so where it can, the
          * server reads it itself into pinned memory and copies it to its
          * GPU instead (proto/path.c, STAGED_SHM_HOST_SOURCE): the staged
