@@ -1106,16 +1106,29 @@ static void read_now_checks(struct tw_fabric *c3, struct tw_fabric_peer *cp,
     free(buf);
 }
 
+/* A plane with cma_reads (the client library's), threaded or progressed
+ * by its caller, connected to srv: *cp is its peer handle for srv, *sp
+ * srv's for it. Returns whether they talk shm. */
+static int open_cma_plane(int threaded, struct tw_fabric **f, struct tw_fabric_peer **cp,
+                          struct tw_fabric_peer **sp)
+{
+    struct tw_fabric_config cfg = {.provider = TW_TEST_PROVIDER,
+                                   .node = "127.0.0.1",
+                                   .threaded = threaded,
+                                   .drain_ns = threaded ? 0 : 100ull * 1000 * 1000,
+                                   .cma_reads = 1};
+    char err[512];
+    *f = NULL;
+    TW_ASSERT_OK(tw__fabric_open(&cfg, f, err, sizeof(err)));
+    tw_test_connect_planes(*f, srv, cp, sp);
+    return strcmp(tw__fabric_peer_provider(*cp), "shm") == 0;
+}
+
 static void cma_reads(void)
 {
-    struct tw_fabric_config cfg = {
-        .provider = TW_TEST_PROVIDER, .node = "127.0.0.1", .threaded = 1, .cma_reads = 1};
-    struct tw_fabric *c3 = NULL;
-    char err[512];
-    TW_ASSERT_OK(tw__fabric_open(&cfg, &c3, err, sizeof(err)));
+    struct tw_fabric *c3;
     struct tw_fabric_peer *cp, *sp;
-    tw_test_connect_planes(c3, srv, &cp, &sp);
-    int is_shm = strcmp(tw__fabric_peer_provider(cp), "shm") == 0;
+    int is_shm = open_cma_plane(1, &c3, &cp, &sp);
     enum { N = 48 };
     size_t n = 6u << 20, each = n / N;
     uint8_t *src, *dst;
@@ -1280,17 +1293,9 @@ static int pulls_one_window(struct tw_fabric *f, struct tw_fabric_peer *p,
  * 39 reads, byte-exact. On tcp nothing is read that way (0 calls). */
 static void cma_batched(void)
 {
-    struct tw_fabric_config cfg = {.provider = TW_TEST_PROVIDER,
-                                   .node = "127.0.0.1",
-                                   .threaded = 0,
-                                   .drain_ns = 100ull * 1000 * 1000,
-                                   .cma_reads = 1};
-    struct tw_fabric *c4 = NULL;
-    char err[512];
-    TW_ASSERT_OK(tw__fabric_open(&cfg, &c4, err, sizeof(err)));
+    struct tw_fabric *c4;
     struct tw_fabric_peer *cp, *sp;
-    tw_test_connect_planes(c4, srv, &cp, &sp);
-    int is_shm = strcmp(tw__fabric_peer_provider(cp), "shm") == 0;
+    int is_shm = open_cma_plane(0, &c4, &cp, &sp);
     enum { N = 48 };
     const size_t each = 32u << 10, n = N * each;
     uint8_t *src, *dst;
