@@ -723,6 +723,18 @@ static void pull_regions(struct tw_fabric_peer *sp, struct tw_fabric_peer *cp, s
         tw__fabric_mr_register(cp, *dst, n, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, ldst));
 }
 
+/* Undoes pull_regions() and removes the pair's peer handles. */
+static void pull_regions_drop(struct tw_fabric_peer *sp, struct tw_fabric_peer *cp, uint8_t *src,
+                              uint8_t *dst, struct tw_fabric_mr *rsrc, struct tw_fabric_mr *ldst)
+{
+    tw__fabric_mr_deregister(ldst);
+    tw__fabric_mr_deregister(rsrc);
+    tw__fabric_peer_remove(cp);
+    tw__fabric_peer_remove(sp);
+    free(src);
+    free(dst);
+}
+
 /* The server stops progressing mid-transfer: the client's transfer ends
  * with TIMEOUT at its deadline, nothing hangs, and the next one works. */
 static void deadline_when_peer_stalls(void)
@@ -1191,12 +1203,7 @@ static void cma_reads(void)
     ops_counted(c3, TW_FABRIC_PULL, cp, ldst, rsrc, 8, each, src, dst, &cma, &posted);
     TW_ASSERT_EQ_U64(cma, 0);
     TW_ASSERT_EQ(cp->cma, -1);
-    tw__fabric_mr_deregister(ldst);
-    tw__fabric_mr_deregister(rsrc);
-    tw__fabric_peer_remove(cp);
-    tw__fabric_peer_remove(sp);
-    free(src);
-    free(dst);
+    pull_regions_drop(sp, cp, src, dst, rsrc, ldst);
 
     /* A third pair (verified), reading at an address its peer has not
      * mapped: cross-memory attach says EFAULT (as it would for a GPUDirect
@@ -1333,12 +1340,7 @@ static void cma_batched(void)
         TW_ASSERT_EQ(cp->cma, 1); /* the peer stays readable that way */
         tw__fabric_mr_deregister(lsink);
     }
-    tw__fabric_mr_deregister(ldst);
-    tw__fabric_mr_deregister(rsrc);
-    tw__fabric_peer_remove(cp);
-    tw__fabric_peer_remove(sp);
-    free(src);
-    free(dst);
+    pull_regions_drop(sp, cp, src, dst, rsrc, ldst);
     close_client(c4);
 }
 
