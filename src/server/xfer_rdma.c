@@ -462,40 +462,32 @@ static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
         st->remote.key = m->u.rdma_register.rkey;
         st->remote.remote_addr = m->u.rdma_register.remote_addr;
         st->remote.length = m->u.rdma_register.length;
-        /* A put into admitted GPU memory over shm, pushed: shm writes the
-         * client's GPU memory by CUDA IPC, but its host memory through its
-         * bounce buffers (~2.4 GB/s on the H200). Host memory
-         * is what cross-memory attach can read, so where it can, the
-         * server reads it itself into pinned memory and copies it to its
-         * GPU instead (proto/path.c, STAGED_SHM_HOST_SOURCE): the staged
-         * plane takes the transfer over, this message included. */
-        if (push && x->path.gdr && x->path_in.provider == TW_PATH_PROV_SHM &&
+        /* A put over shm pushed under --push auto is decided again now that
+         * the client's range is known (proto/path.c): a range this server
+         * can read from the client's process by cross-memory attach is host
+         * memory. Into host memory (or a staged GPU tensor's host copy)
+         * the server then reads it itself instead of letting the client
+         * write (PULL_SHM_CMA: libfabric's reads would lock the client's
+         * region). Into admitted GPU memory, which shm would otherwise
+         * write from that host memory through its bounce buffers (~2.4
+         * GB/s on the H200, against CUDA IPC for a GPU source), it stages
+         * (STAGED_SHM_HOST_SOURCE): the staged plane takes the transfer
+         * over, this message included. */
+        if (push && x->path_in.provider == TW_PATH_PROV_SHM &&
             x->path_in.push == TW_PATH_PUSH_AUTO &&
             tw__fabric_peer_cma_readable(c->fpeer, st->remote.remote_addr, st->remote.length)) {
             struct tw_path_in in = x->path_in;
             in.mem_peer = TW_PATH_MEM_HOST;
             in.peer_cma = 1;
             struct tw_path p = tw__path_decide(&in);
-            if (p.plane == x->path.plane && p.staging == TW_PATH_STAGING_HOST &&
-                p.mode == TW_PATH_PULL) {
-                x->path_in = in;
-                return tw__xfer_replan(x, &p, m);
-            }
-        }
-        /* A put over shm pushed only because libfabric's reads would lock
-         * the client's region: decided again now that the range is known,
-         * reading it ourselves where the client's process allows
-         * (proto/path.c, PULL_SHM_CMA). */
-        if (push && x->path_in.provider == TW_PATH_PROV_SHM &&
-            x->path_in.push == TW_PATH_PUSH_AUTO && !x->path.gdr &&
-            tw__fabric_peer_cma_readable(c->fpeer, st->remote.remote_addr, st->remote.length)) {
-            struct tw_path_in in = x->path_in;
-            in.peer_cma = 1;
-            struct tw_path p = tw__path_decide(&in);
             if (p.plane == x->path.plane && p.staging == x->path.staging && p.gdr == x->path.gdr) {
                 x->path_in = in;
                 x->path = p;
                 push = p.mode == TW_PATH_PUSH;
+            } else if (p.plane == x->path.plane && x->path.gdr &&
+                       p.staging == TW_PATH_STAGING_HOST) {
+                x->path_in = in;
+                return tw__xfer_replan(x, &p, m);
             }
         }
         if (!push && x->t->gpu < 0 && srv->xfers_live <= TW_FABRIC_READ_NOW_MAX_INFLIGHT) {
