@@ -469,27 +469,40 @@ static int cma_peer_ok(struct tw_fabric_peer *p)
     return ok;
 }
 
-/* Copies op's chunk of transfer x from the peer's process (see above).
- * Returns 0, a negative errno for the operation, or 1 when it cannot be
- * read that way (post it to libfabric). */
+/* One range of len bytes at raddr in peer p's process into buf, by one
+ * process_vm_readv() (see above). Returns 0 when copied, CMA_NO_PEER when
+ * the peer's process may not be read that way (EPERM, ENOSYS), CMA_NO_RANGE
+ * when this range cannot be (EFAULT, or short: GPU memory, not mapped), or
+ * a negative errno for the operation (the process is gone). */
+enum { CMA_NO_PEER = 1, CMA_NO_RANGE = 2 };
+static int cma_copy(const struct tw_fabric_peer *p, void *buf, uint64_t raddr, uint64_t len)
+{
+    struct iovec local = {.iov_base = buf, .iov_len = len};
+    struct iovec remote = {.iov_base = (void *)(uintptr_t)raddr, .iov_len = len};
+    ssize_t got = process_vm_readv(p->pid, &local, 1, &remote, 1, 0);
+    if (got == (ssize_t)len)
+        return 0;
+    if (got < 0 && (errno == EPERM || errno == ENOSYS))
+        return CMA_NO_PEER;
+    if (got >= 0 || errno == EFAULT)
+        return CMA_NO_RANGE;
+    return -errno;
+}
+
+/* Copies op's chunk of transfer x from the peer's process. Returns 0, a
+ * negative errno for the operation, or 1 when it cannot be read that way
+ * (post it to libfabric; the peer, or the rest of this transfer, is then
+ * read through libfabric from now on). */
 static int cma_read(struct tw_fabric_xfer *x, const struct tw_fabric_rma *op, void *buf,
                     uint64_t raddr)
 {
     struct tw_fabric_peer *p = x->d.peer;
-    struct iovec local = {.iov_base = buf, .iov_len = op->len};
-    struct iovec remote = {.iov_base = (void *)(uintptr_t)raddr, .iov_len = op->len};
-    ssize_t got = process_vm_readv(p->pid, &local, 1, &remote, 1, 0);
-    if (got == (ssize_t)op->len)
-        return 0;
-    if (got < 0 && (errno == EPERM || errno == ENOSYS)) {
+    int rc = cma_copy(p, buf, raddr, op->len);
+    if (rc == CMA_NO_PEER)
         __atomic_store_n(&p->cma, -1, __ATOMIC_RELEASE);
-        return 1;
-    }
-    if (got >= 0 || errno == EFAULT) { /* short: part of the range is not readable */
+    else if (rc == CMA_NO_RANGE)
         x->no_cma = 1;
-        return 1;
-    }
-    return -errno;
+    return rc > 0 ? 1 : rc;
 }
 
 /* Whether this plane copies reads from peer p by cross-memory attach (the
@@ -536,18 +549,14 @@ int tw__fabric_peer_read_now(struct tw_fabric_peer *p, void *buf, uint64_t len,
         return 0;
     memset(c, 0, sizeof(*c));
     c->cookie = cookie;
-    if (len) {
-        struct iovec local = {.iov_base = buf, .iov_len = len};
-        struct iovec rem = {.iov_base = (void *)(uintptr_t)remote->remote_addr, .iov_len = len};
-        ssize_t got = process_vm_readv(p->pid, &local, 1, &rem, 1, 0);
-        if (got != (ssize_t)len) {
-            if (got >= 0 || errno == EFAULT || errno == EPERM || errno == ENOSYS)
-                return 0; /* libfabric reads it (the mover's cma_read decides the same) */
-            c->status = -errno;
-            snprintf(c->msg, sizeof(c->msg), "process_vm_readv from process %d: %s", p->pid,
-                     strerror(errno));
-            return 1;
-        }
+    int rc = len ? cma_copy(p, buf, remote->remote_addr, len) : 0;
+    if (rc > 0)
+        return 0; /* the mover's cma_read hands it to libfabric */
+    if (rc < 0) {
+        c->status = rc;
+        snprintf(c->msg, sizeof(c->msg), "process_vm_readv from process %d: %s", p->pid,
+                 strerror(-rc));
+        return 1;
     }
     c->bytes = len;
     __atomic_fetch_add(&fab->now_reads, 1, __ATOMIC_RELAXED);
@@ -693,10 +702,10 @@ static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
         struct tw_fabric_mr *m = x->d.local;
         x->post_ret = 0;
         x->post_posted = 0;
-        if (m->cuda_device >= 0)
-            tw__fabric_cuda_current(m->cuda_device, -1);
         if (full)
             continue; /* settled below with nothing posted */
+        if (m->cuda_device >= 0)
+            tw__fabric_cuda_current(m->cuda_device, -1);
         int by_cma = cma_eligible(x, r);
         if (by_cma && b.n && b.peer != p)
             cma_flush(r, &b, cma, &ncma, &full, &calls);
