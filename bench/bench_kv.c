@@ -196,7 +196,8 @@ int main(int argc, char **argv)
         /* New names each round: a store that reuses a freed name's memory
          * would otherwise hide the cost of first allocation. */
         snprintf(prefix, sizeof(prefix), "kvb/%d/%d/", (int)getpid(), r);
-        char(*names)[128] = malloc(n * sizeof(*names));
+        /* Room for the whole prefix and item name, so the name is never cut. */
+        char(*names)[sizeof(prefix) + sizeof(items[0].name)] = malloc(n * sizeof(*names));
         if (!names)
             return 1;
         for (size_t i = 0; i < n; i++) {

@@ -242,7 +242,7 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     char plane[96] = "", prov[64] = "", fab_err[256];
     int rdma = 0, fab_write = 0;
     struct tw_cli cli2 = *cli;
-    char name_prefix[64];
+    char name_prefix[32]; /* "bench/PID": fits the names below with any index */
     char(*names)[80] = NULL;
     int op_put, rc, ret = TW_CLI_FAILED;
     struct extra_conn *extra = NULL;

@@ -419,7 +419,7 @@ static void old_key_after_invalidate(void)
 static void api_errors(void)
 {
     struct tw_fabric_mrc *h = NULL;
-    uint8_t b[16];
+    uint8_t b[16] = {0};
     TW_ASSERT_ERR(tw__fabric_mrcache_acquire(smc, 7, b, 16, TW_FABRIC_REMOTE_READ, TW_MEMKIND_HOST,
                                              &h, err, sizeof(err)),
                   TW_EINVAL);
