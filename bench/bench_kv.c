@@ -126,7 +126,7 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: %s HOST:PORT [--workload kv|weights] [--scale F] [--rounds N]\n"
                 "          [--fabric none|PROV] [--rdma-min-bytes N] "
-                "[--push auto|always|never] [--json]\n",
+                "[--push auto|always|never] [--inflight N] [--json]\n",
                 argv[0]);
         return 2;
     }
@@ -154,6 +154,8 @@ int main(int argc, char **argv)
             rounds = atoi(v);
         else if (strcmp(a, "--fabric") == 0)
             o.fabric = v;
+        else if (strcmp(a, "--inflight") == 0 && atoi(v) > 0)
+            o.max_inflight = (uint32_t)atoi(v); /* the batch calls' window */
         else if (strcmp(a, "--rdma-min-bytes") == 0)
             o.rdma_min_bytes = strtoull(v, NULL, 0);
         else if (strcmp(a, "--push") == 0 && !strcmp(v, "always"))
@@ -261,6 +263,7 @@ int main(int argc, char **argv)
         }
         tw_delete(c, single);
     }
+    unsigned window = tw_client_max_inflight(c);
     tw_close(c);
     double mpn = tw_bench_median(tp_new, rounds), mpo = tw_bench_median(tp_over, rounds),
            mg = tw_bench_median(tg, rounds);
@@ -268,16 +271,16 @@ int main(int argc, char **argv)
     double gb = (double)total / 1e9;
     if (json) {
         printf("{\"workload\":\"%s\",\"scale\":%g,\"tensors\":%zu,\"bytes\":%zu,\"rounds\":%d,"
-               "\"fabric\":\"%s\",\"batch_plane\":\"%s\",\"single_plane\":\"%s\","
+               "\"fabric\":\"%s\",\"window\":%u,\"batch_plane\":\"%s\",\"single_plane\":\"%s\","
                "\"batch_put_new_gbps\":%.3f,\"batch_put_overwrite_gbps\":%.3f,"
                "\"batch_get_gbps\":%.3f,\"single_put_gbps\":%.3f,\"single_get_gbps\":%.3f,"
                "\"ratio_put_new\":%.3f,\"ratio_put_overwrite\":%.3f,\"ratio_get\":%.3f}\n",
-               workload, scale, n, total, rounds, o.fabric ? o.fabric : "none", batch_plane,
+               workload, scale, n, total, rounds, o.fabric ? o.fabric : "none", window, batch_plane,
                single_plane, gb / mpn, gb / mpo, gb / mg, gb / msp, gb / msg, msp / mpn, msp / mpo,
                msg / mg);
     } else {
-        printf("%s x%g: %zu tensors, %.3f GB, fabric %s, median of %d\n", workload, scale, n, gb,
-               o.fabric ? o.fabric : "none", rounds);
+        printf("%s x%g: %zu tensors, %.3f GB, fabric %s, batch window %u, median of %d\n", workload,
+               scale, n, gb, o.fabric ? o.fabric : "none", window, rounds);
         printf("  batch put, new names   %7.3f GB/s  x%.2f of single put\n", gb / mpn, msp / mpn);
         printf("  batch put, overwrite   %7.3f GB/s  x%.2f of single put\n", gb / mpo, msp / mpo);
         printf("  batch get              %7.3f GB/s  x%.2f of single get\n", gb / mg, msg / mg);
