@@ -38,13 +38,15 @@ static void on_idle_io(struct tw_loop *loop, struct tw_io *io, uint32_t events)
 static void on_fab_io(struct tw_loop *loop, struct tw_io *io, uint32_t events)
 {
     struct tw_srv *srv = io->data;
-    uint64_t v;
     struct tw_fabric_completion fc;
     (void)loop;
     (void)events;
-    if (read(tw__fabric_event_fd(srv->fab), &v, sizeof(v)) < 0) {
-        /* EAGAIN: popping below is what counts */
-    }
+    /* The event fd is not read here: the pop that empties the queue resets
+     * it (tw__fabric_done_pop_many), and the plane signals it again only
+     * after that. With more than 256 completions queued it stays readable,
+     * so the loop comes back for the rest after serving the sockets;
+     * draining it first lost them (a batch of more than 256 pull puts in
+     * flight stalled until the client gave up, and the rail with it). */
     for (int i = 0; i < 256 && tw__fabric_done_pop(srv->fab, &fc) == 1; i++)
         tw__srv_rdma_on_completion(srv, &fc);
     /* A rail retired meanwhile (a dead shm peer, src/fabric/fabric.h):

@@ -32,8 +32,9 @@ const char *__lsan_default_suppressions(void)
 #endif
 
 /* rdma_min_bytes: the client's threshold (puts below it go inline). */
-static tw_client *connect_client_min(const struct itest_server *s, const char *fabric, int push,
-                                     uint64_t rdma_min_bytes)
+/* window: the batch calls' max_inflight (0: the library's default). */
+static tw_client *connect_client_window(const struct itest_server *s, const char *fabric, int push,
+                                        uint64_t rdma_min_bytes, uint32_t window)
 {
     struct tw_client_options o;
     tw_client *c = NULL;
@@ -44,11 +45,19 @@ static tw_client *connect_client_min(const struct itest_server *s, const char *f
     o.rdma_min_bytes = rdma_min_bytes;
     o.checksum = 1;
     o.request_timeout_ms = 20000;
+    if (window)
+        o.max_inflight = window;
     int rc = tw_client_connect_error(s->addr, &o, &c, err, sizeof(err));
     if (rc)
         fprintf(stderr, "connect: %s\n", err);
     TW_ASSERT_EQ(rc, 0);
     return c;
+}
+
+static tw_client *connect_client_min(const struct itest_server *s, const char *fabric, int push,
+                                     uint64_t rdma_min_bytes)
+{
+    return connect_client_window(s, fabric, push, rdma_min_bytes, 0);
 }
 
 /* Most tests here exercise the RDMA plane itself, with tensors of every
@@ -101,6 +110,24 @@ static void start_server(struct itest_server *s, const char *fabric, const char 
 {
     const char *args[] = {"--fabric",         fabric, "--push", push, "--transfer-timeout", "20",
                           "--rdma-min-bytes", "0",    NULL};
+    itest_server_start(s, args);
+}
+
+/* The same with room for `max_inflight` requests per connection. */
+static void start_server_window(struct itest_server *s, const char *fabric, const char *push,
+                                const char *max_inflight)
+{
+    const char *args[] = {"--fabric",
+                          fabric,
+                          "--push",
+                          push,
+                          "--transfer-timeout",
+                          "20",
+                          "--rdma-min-bytes",
+                          "0",
+                          "--max-inflight",
+                          max_inflight,
+                          NULL};
     itest_server_start(s, args);
 }
 
@@ -280,13 +307,21 @@ static void test_batch(void)
  * never, and its default auto: over shm by cross-memory attach) and with
  * the client writing the puts (push always). Sizes vary
  * (0 B to 48 KiB + 1) so an item that got another's completion or bytes
- * shows as a length or content mismatch. */
-static void batch_small(const char *server_push)
+ * shows as a length or content mismatch. window: the batch calls'
+ * max_inflight, server and client (0: both defaults). */
+static void batch_small(const char *server_push, uint32_t window)
 {
     struct itest_server s;
     enum { N = 600, MAXLEN = 48 * 1024 + 1 };
-    start_server(&s, TW_TEST_PROVIDER, server_push);
-    tw_client *c = connect_client(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO);
+    char wtext[16];
+    snprintf(wtext, sizeof(wtext), "%u", (unsigned)window);
+    if (window)
+        start_server_window(&s, TW_TEST_PROVIDER, server_push, wtext);
+    else
+        start_server(&s, TW_TEST_PROVIDER, server_push);
+    tw_client *c = connect_client_window(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO, 0, window);
+    if (window)
+        TW_ASSERT_EQ(tw_client_max_inflight(c), window);
     struct tw_batch_item *items = calloc(N, sizeof(*items));
     uint8_t *src = malloc((size_t)N * MAXLEN), *dst = malloc((size_t)N * MAXLEN);
     char(*names)[24] = calloc(N, 24);
@@ -335,17 +370,28 @@ static void batch_small(const char *server_push)
 
 static void test_batch_small_server_reads(void)
 {
-    batch_small("never");
+    batch_small("never", 0);
 }
 
 static void test_batch_small_default(void)
 {
-    batch_small("auto");
+    batch_small("auto", 0);
 }
 
 static void test_batch_small_client_writes(void)
 {
-    batch_small("always");
+    batch_small("always", 0);
+}
+
+/* All 600 in flight at once: more completions than the server's loop takes
+ * from the plane in one turn (256) can be waiting together. The server
+ * drained the plane's event fd before taking them, so the rest waited for
+ * a signal that never came; the batch put stalled until the client's
+ * timeout, and every later RDMA request of the server with it. */
+static void test_batch_small_wide_window(void)
+{
+    batch_small("auto", 1024);
+    batch_small("never", 1024);
 }
 
 /* One item of a batch that fails (a missing tensor, a buffer too small for
@@ -1187,6 +1233,7 @@ int main(void)
     TW_RUN(test_batch_small_server_reads);
     TW_RUN(test_batch_small_default);
     TW_RUN(test_batch_small_client_writes);
+    TW_RUN(test_batch_small_wide_window);
     TW_RUN(test_batch_one_item_fails);
     TW_RUN(test_fallback_and_mixed);
     TW_RUN(test_threshold);
