@@ -279,8 +279,9 @@ int main(int argc, char **argv)
                single_plane, gb / mpn, gb / mpo, gb / mg, gb / msp, gb / msg, msp / mpn, msp / mpo,
                msg / mg);
     } else {
-        printf("%s x%g: %zu tensors, %.3f GB, fabric %s, batch window %u, median of %d\n", workload,
-               scale, n, gb, o.fabric ? o.fabric : "none", window, rounds);
+        printf("%s x%g: %zu tensors, %.3f GB, fabric %s, batch window %s%u, median of %d\n",
+               workload, scale, n, gb, o.fabric ? o.fabric : "none",
+               o.max_inflight ? "" : "auto, at most ", window, rounds);
         printf("  batch put, new names   %7.3f GB/s  x%.2f of single put\n", gb / mpn, msp / mpn);
         printf("  batch put, overwrite   %7.3f GB/s  x%.2f of single put\n", gb / mpo, msp / mpo);
         printf("  batch get              %7.3f GB/s  x%.2f of single get\n", gb / mg, msg / mg);

@@ -228,6 +228,11 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
         goto out_free_client;
     c->next_id = 1;
     c->request_timeout_ms = o.request_timeout_ms;
+    /* 0: the window follows the transfers (engine.c batch_window); the
+     * server is asked for the widest one. */
+    c->auto_window = o.max_inflight == 0;
+    if (c->auto_window)
+        o.max_inflight = TW__WINDOW_WIDE;
     c->want_inflight = o.max_inflight;
     /* The one place the fabric option is read: NULL, "" and "none" mean no
      * RDMA (tensorwire/client.h). */
@@ -238,11 +243,11 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
         rc = -ENOMEM;
         goto out_free_client;
     }
-    if (o.max_inflight < 1 || o.max_inflight > 65536 || o.max_frame < TW_MIN_MAX_FRAME ||
+    if (o.max_inflight > 65536 || o.max_frame < TW_MIN_MAX_FRAME ||
         o.max_frame > TW_MAX_MAX_FRAME ||
         (o.agent && (strlen(o.agent) == 0 || strlen(o.agent) > TW_MAX_AGENT_LEN))) {
         tw__client_seterr(c,
-                          "options out of range (max_inflight 1..65536, max_frame 64 KiB..1 GiB, "
+                          "options out of range (max_inflight 0..65536, max_frame 64 KiB..1 GiB, "
                           "agent 1..64 bytes)");
         rc = TW_EINVAL;
         goto out_free_client;

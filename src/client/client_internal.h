@@ -32,6 +32,14 @@
  * less than the extra system calls. */
 #define TW__CLIENT_DIRECT_RECV_MIN (64u * 1024u)
 #define TW__RUN_SYNC SIZE_MAX
+/* The batch window with max_inflight 0 (engine.c batch_window). Measured on
+ * the H200 host, 40,960 x 32 KiB (bench_kv --inflight): over shm RDMA,
+ * 256 in flight moved 8-9% more than 64 (put 5.48-5.60 against 5.06-5.19
+ * GB/s, get 6.13-6.26 against 5.67-5.75); inline and over tcp RDMA, 256
+ * moved 8-18% less (inline get 4.84-5.14 against 5.37-6.14 GB/s, tcp put
+ * 2.39 against 2.83). docs/performance.md. */
+#define TW__WINDOW_NARROW 64u
+#define TW__WINDOW_WIDE 256u
 /* Inline puts up to this size send their DATA right behind TENSOR_PUT when
  * bit 4 (EAGER_PUT) was negotiated: no PUT_ACCEPT round trip. Larger ones
  * wait, so a refused put (capacity, device) does not cost its bytes on
@@ -174,6 +182,9 @@ struct tw_client {
     struct tw_sm sm;
     int request_timeout_ms;
     uint32_t want_inflight;
+    /* max_inflight 0 (default): the batch window is chosen per run from the
+     * transfers it has finished (engine.c batch_window). */
+    int auto_window;
     int checksum; /* option and capability both on */
     uint64_t next_id;
 
@@ -194,7 +205,10 @@ struct tw_client {
     size_t *run_map;
     struct tw__creq *run;
     size_t run_n;
-    size_t run_active;   /* started and not finished, plus sync PINGs */
+    size_t run_active; /* started and not finished, plus sync PINGs */
+    /* Gets and puts of the run finished, by plane: direct RDMA on shm (from
+     * or into the caller's host memory) and any other (batch_window). */
+    size_t run_done_wide, run_done_narrow;
     size_t sync_pending; /* PINGs sent after cancels, not yet answered */
     uint64_t run_base;
     size_t err_index; /* index of the lowest failed request in the run */

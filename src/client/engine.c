@@ -23,6 +23,8 @@
 
 #include "client/client_internal.h"
 
+static enum tw_path_provider conn_provider(const tw_client *c);
+
 void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int status, const char *msg,
                               size_t msg_len)
 {
@@ -50,6 +52,13 @@ out_times:
         r->t_end = tw__now_ns();
         if (c->run_active > 0)
             c->run_active--;
+        if (r->op == TW__OP_GET || r->op == TW__OP_PUT) {
+            if (r->dp == &tw__client_dp_rdma && !r->path.gdr &&
+                conn_provider(c) == TW_PATH_PROV_SHM)
+                c->run_done_wide++;
+            else
+                c->run_done_narrow++;
+        }
     }
     if (status < 0 && r->index < c->err_index) {
         c->err_index = r->index;
@@ -765,6 +774,20 @@ static size_t count_unfinished(const struct tw__creq *reqs, size_t n)
     return k;
 }
 
+/* How many requests a run keeps in flight. With max_inflight set, that
+ * many (as negotiated). With 0 (the default) it follows what the run's
+ * transfers turned out to be, since a get's plane is the server's choice
+ * (its threshold) and is known only once it answers: TW__WINDOW_NARROW
+ * until most finished gets and puts went by direct RDMA over shm, then
+ * TW__WINDOW_WIDE (both measured, client_internal.h). */
+static size_t batch_window(const struct tw_client *c)
+{
+    size_t w = c->sm.max_inflight < c->want_inflight ? c->sm.max_inflight : c->want_inflight;
+    if (c->auto_window && !(c->run_done_wide > c->run_done_narrow) && w > TW__WINDOW_NARROW)
+        w = TW__WINDOW_NARROW;
+    return w ? w : 1;
+}
+
 int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
 {
     size_t next = 0, active = 0, window;
@@ -794,12 +817,13 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     }
     for (size_t i = 0; i < n; i++)
         reqs[i].index = i;
-    window = c->sm.max_inflight < c->want_inflight ? c->sm.max_inflight : c->want_inflight;
-    if (window == 0)
-        window = 1;
+    c->run_done_wide = c->run_done_narrow = 0;
+    window = batch_window(c);
 
     for (;;) {
         /* Open requests up to the window. */
+        if (c->auto_window)
+            window = batch_window(c);
         while (next < n && active < window) {
             struct tw__creq *r = &reqs[next++];
             if (r->finished)
