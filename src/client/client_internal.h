@@ -209,6 +209,7 @@ struct tw_client {
     /* Gets and puts of the run finished, by plane: direct RDMA on shm (from
      * or into the caller's host memory) and any other (batch_window). */
     size_t run_done_wide, run_done_narrow;
+    size_t run_peak;     /* most requests in flight at once in the last run (tests) */
     size_t sync_pending; /* PINGs sent after cancels, not yet answered */
     uint64_t run_base;
     size_t err_index; /* index of the lowest failed request in the run */

@@ -817,7 +817,7 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     }
     for (size_t i = 0; i < n; i++)
         reqs[i].index = i;
-    c->run_done_wide = c->run_done_narrow = 0;
+    c->run_done_wide = c->run_done_narrow = c->run_peak = 0;
     window = batch_window(c);
 
     for (;;) {
@@ -840,6 +840,8 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
                 goto out_fail;
             c->run_active++;
             active = c->run_active;
+            if (active > c->run_peak)
+                c->run_peak = active;
         }
         if (active == 0 && next >= n)
             break;
