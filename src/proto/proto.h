@@ -47,6 +47,13 @@
  * shm, again"). Used where no threshold was set (tensorwired without
  * --rdma-min-bytes, TW_RDMA_MIN_BYTES_AUTO in the client). */
 #define TW_DEFAULT_RDMA_MIN_BYTES_SHM (64u << 10)
+/* Over shm where this side's tensor is GPU memory that stages (not admitted
+ * for GPUDirect): device-block batches on the H200 (bench_stage_e2e, GPU to
+ * GPU) got 2.1-5.1x faster inline than by staged RDMA at 64-256 KiB (64
+ * KiB blocks: 6.2-6.4 against 1.2 GB/s) and 1.3-1.4x slower from 512 KiB;
+ * puts were 1.2-1.6x faster inline at 64-128 KiB, even at 256 KiB-1 MiB
+ * (docs/performance.md, "Device blocks around the shm threshold"). */
+#define TW_DEFAULT_RDMA_MIN_BYTES_SHM_STAGED (512u << 10)
 #define TW_MAX_NAME_LEN 1024u
 #define TW_MAX_NDIM 16u
 #define TW_MAX_DEVICE_TAG_LEN 32u

@@ -369,6 +369,55 @@ static void format_for_people(void)
     TW_ASSERT_STR_EQ(tw__path_format(&p, "tcp", b, 5), "rdma");
 }
 
+/* Where this side's GPU memory stages, the staged threshold decides; not
+ * for host memory, not for GPU memory admitted for GPUDirect, and never
+ * below the plain threshold. */
+static void staged_threshold(void)
+{
+    struct tw_path_in in = {.role = TW_PATH_SERVER,
+                            .op = TW_PATH_GET,
+                            .caps = INL | RDMA,
+                            .endpoint_accepted = 1,
+                            .provider = TW_PATH_PROV_SHM,
+                            .rail_usable = 1,
+                            .want_rdma = 1,
+                            .size_known = 1,
+                            .size = 256u << 10,
+                            .rdma_min_bytes = 64u << 10,
+                            .rdma_min_bytes_staged = 512u << 10,
+                            .mem_local = TW_PATH_MEM_CUDA,
+                            .mem_peer = TW_PATH_MEM_UNKNOWN,
+                            .push = TW_PATH_PUSH_AUTO,
+                            .gdr = TW_PATH_GDR_REFUSED};
+    struct tw_path p = tw__path_decide(&in);
+    TW_ASSERT_EQ(p.plane, INLINE);
+    TW_ASSERT_EQ(p.reason, TW_PATH_R_STAGED_INLINE);
+    TW_ASSERT_EQ(p.staging, ST_HOST);
+    in.size = 512u << 10; /* at the staged threshold */
+    p = tw__path_decide(&in);
+    TW_ASSERT_EQ(p.plane, RDMA_P);
+    TW_ASSERT_EQ(p.staging, ST_HOST);
+    in.size = 256u << 10;
+    in.mem_local = TW_PATH_MEM_HOST; /* nothing stages here */
+    TW_ASSERT_EQ(tw__path_decide(&in).plane, RDMA_P);
+    in.mem_local = TW_PATH_MEM_CUDA;
+    in.gdr = TW_PATH_GDR_ADMITTED; /* registered directly: no staging */
+    TW_ASSERT_EQ(tw__path_decide(&in).plane, RDMA_P);
+    in.gdr = TW_PATH_GDR_NOT_EVALUATED;
+    in.rdma_min_bytes_staged = 0; /* none given (a threshold was set) */
+    TW_ASSERT_EQ(tw__path_decide(&in).plane, RDMA_P);
+    in.rdma_min_bytes = MIB; /* a larger plain threshold still holds */
+    in.rdma_min_bytes_staged = 512u << 10;
+    in.size = 768u << 10;
+    TW_ASSERT_EQ(tw__path_decide(&in).plane, INLINE);
+    /* A client put from its GPU memory: the same. */
+    in.role = TW_PATH_CLIENT;
+    in.op = TW_PATH_PUT;
+    in.rdma_min_bytes = 64u << 10;
+    in.size = 128u << 10;
+    TW_ASSERT_EQ(tw__path_decide(&in).plane, INLINE);
+}
+
 static void every_reason_has_text(void)
 {
     for (int r = 0; r < TW_PATH_R_COUNT; r++)
@@ -383,6 +432,7 @@ int main(void)
     TW_RUN(follow_inline);
     TW_RUN(provider_kinds);
     TW_RUN(format_for_people);
+    TW_RUN(staged_threshold);
     TW_RUN(every_reason_has_text);
     TW_DONE();
 }
