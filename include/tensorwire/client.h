@@ -124,7 +124,8 @@ struct tw_tensor_desc {
 TW_EXTERN int tw_tensor_desc_bytes(const struct tw_tensor_desc *desc, uint64_t *out);
 
 /* tw_client_options.rdma_min_bytes: the threshold follows the connection's
- * provider (64 KiB over shm, 1 MiB otherwise). */
+ * provider (64 KiB over shm, 1 MiB otherwise; over shm 512 KiB for puts
+ * from GPU memory that stages). */
 #define TW_RDMA_MIN_BYTES_AUTO UINT64_MAX
 
 /* Connection options. Initialise with tw_client_options_init() and change
@@ -191,7 +192,9 @@ struct tw_client_options {
      * WANT_RDMA): below about this size the RDMA control round trips cost
      * more than copying through the socket. Default TW_RDMA_MIN_BYTES_AUTO:
      * 65536 (64 KiB) when the connection's provider is shm, 1048576 (1 MiB)
-     * otherwise (docs/performance.md "RDMA size threshold");
+     * otherwise (docs/performance.md "RDMA size threshold"), and over shm
+     * 524288 (512 KiB) for puts from GPU memory that stages (not admitted
+     * for GPUDirect: "Device blocks around the shm threshold");
      * tw_client_rdma_min_bytes() says which applies. 0 = RDMA at every
      * size. Gets always ask for RDMA (their size is unknown until the
      * reply): the server applies its own threshold (tensorwired
