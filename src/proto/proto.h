@@ -51,8 +51,8 @@
  * for GPUDirect): device-block batches on the H200 (bench_stage_e2e, GPU to
  * GPU) got 2.1-5.1x faster inline than by staged RDMA at 64-256 KiB (64
  * KiB blocks: 6.2-6.4 against 1.2 GB/s) and 1.3-1.4x slower from 512 KiB;
- * puts were 1.2-1.6x faster inline at 64-128 KiB, even at 256 KiB-1 MiB
- * (docs/performance.md, "Device blocks around the shm threshold"). */
+ * puts 1.2-1.6x faster inline at 64-128 KiB, within 8% either way from 256
+ * KiB (docs/performance.md, "Device blocks around the shm threshold"). */
 #define TW_DEFAULT_RDMA_MIN_BYTES_SHM_STAGED (512u << 10)
 #define TW_MAX_NAME_LEN 1024u
 #define TW_MAX_NDIM 16u
