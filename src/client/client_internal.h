@@ -206,9 +206,9 @@ struct tw_client {
     struct tw__creq *run;
     size_t run_n;
     size_t run_active; /* started and not finished, plus sync PINGs */
-    /* Gets and puts of the run finished, by plane: direct RDMA on shm (from
-     * or into the caller's host memory) and any other (batch_window). */
-    size_t run_done_wide, run_done_narrow;
+    /* Gets and puts of the run finished, by plane: direct RDMA (from or
+     * into the caller's host memory) and any other (batch_window). */
+    size_t run_done_rdma, run_done_other;
     size_t run_peak;     /* most requests in flight at once in the last run (tests) */
     size_t sync_pending; /* PINGs sent after cancels, not yet answered */
     uint64_t run_base;

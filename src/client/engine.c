@@ -23,8 +23,6 @@
 
 #include "client/client_internal.h"
 
-static enum tw_path_provider conn_provider(const tw_client *c);
-
 void tw__client_engine_finish(struct tw_client *c, struct tw__creq *r, int status, const char *msg,
                               size_t msg_len)
 {
@@ -53,11 +51,10 @@ out_times:
         if (c->run_active > 0)
             c->run_active--;
         if (r->op == TW__OP_GET || r->op == TW__OP_PUT) {
-            if (r->dp == &tw__client_dp_rdma && !r->path.gdr &&
-                conn_provider(c) == TW_PATH_PROV_SHM)
-                c->run_done_wide++;
+            if (r->dp == &tw__client_dp_rdma && !r->path.gdr)
+                c->run_done_rdma++;
             else
-                c->run_done_narrow++;
+                c->run_done_other++;
         }
     }
     if (status < 0 && r->index < c->err_index) {
@@ -782,12 +779,14 @@ static size_t count_unfinished(const struct tw__creq *reqs, size_t n)
  * many (as negotiated). With 0 (the default) it follows what the run's
  * transfers turned out to be, since a get's plane is the server's choice
  * (its threshold) and is known only once it answers: TW__WINDOW_NARROW
- * until most finished gets and puts went by direct RDMA over shm, then
- * TW__WINDOW_WIDE (both measured, client_internal.h). */
-static size_t batch_window(const struct tw_client *c)
+ * until most finished gets and puts went by direct RDMA, on an shm
+ * connection (over_shm), then TW__WINDOW_WIDE (both measured,
+ * client_internal.h). */
+static size_t batch_window(const struct tw_client *c, int over_shm)
 {
     size_t w = c->sm.max_inflight < c->want_inflight ? c->sm.max_inflight : c->want_inflight;
-    if (c->auto_window && !(c->run_done_wide > c->run_done_narrow) && w > TW__WINDOW_NARROW)
+    int wide = over_shm && c->run_done_rdma > c->run_done_other;
+    if (c->auto_window && !wide && w > TW__WINDOW_NARROW)
         w = TW__WINDOW_NARROW;
     return w ? w : 1;
 }
@@ -821,13 +820,12 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     }
     for (size_t i = 0; i < n; i++)
         reqs[i].index = i;
-    c->run_done_wide = c->run_done_narrow = c->run_peak = 0;
-    window = batch_window(c);
+    c->run_done_rdma = c->run_done_other = c->run_peak = 0;
+    const int over_shm = conn_provider(c) == TW_PATH_PROV_SHM;
 
     for (;;) {
         /* Open requests up to the window. */
-        if (c->auto_window)
-            window = batch_window(c);
+        window = batch_window(c, over_shm);
         while (next < n && active < window) {
             struct tw__creq *r = &reqs[next++];
             if (r->finished)

@@ -107,14 +107,7 @@ static void check_get(tw_client *c, const char *name, const uint8_t *want, size_
     tw_free(buf);
 }
 
-static void start_server(struct itest_server *s, const char *fabric, const char *push)
-{
-    const char *args[] = {"--fabric",         fabric, "--push", push, "--transfer-timeout", "20",
-                          "--rdma-min-bytes", "0",    NULL};
-    itest_server_start(s, args);
-}
-
-/* The same with room for `max_inflight` requests per connection. */
+/* max_inflight: the server's --max-inflight, or NULL for its default. */
 static void start_server_window(struct itest_server *s, const char *fabric, const char *push,
                                 const char *max_inflight)
 {
@@ -126,10 +119,15 @@ static void start_server_window(struct itest_server *s, const char *fabric, cons
                           "20",
                           "--rdma-min-bytes",
                           "0",
-                          "--max-inflight",
+                          max_inflight ? "--max-inflight" : NULL,
                           max_inflight,
                           NULL};
     itest_server_start(s, args);
+}
+
+static void start_server(struct itest_server *s, const char *fabric, const char *push)
+{
+    start_server_window(s, fabric, push, NULL);
 }
 
 /* The provider must open here, else SKIP. */
@@ -316,10 +314,7 @@ static void batch_small(const char *server_push, uint32_t window)
     enum { N = 600, MAXLEN = 48 * 1024 + 1 };
     char wtext[16];
     snprintf(wtext, sizeof(wtext), "%u", (unsigned)window);
-    if (window)
-        start_server_window(&s, TW_TEST_PROVIDER, server_push, wtext);
-    else
-        start_server(&s, TW_TEST_PROVIDER, server_push);
+    start_server_window(&s, TW_TEST_PROVIDER, server_push, window ? wtext : NULL);
     tw_client *c = connect_client_window(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO, 0, window);
     if (window)
         TW_ASSERT_EQ(tw_client_max_inflight(c), window);
