@@ -27,9 +27,17 @@ struct tw_slab_arena {
 
 int tw__slab_init(struct tw_slab *sl, uint64_t keep_max)
 {
+    return tw__slab_init_sized(sl, keep_max, TW_SLAB_MAX);
+}
+
+int tw__slab_init_sized(struct tw_slab *sl, uint64_t keep_max, size_t max_block)
+{
     memset(sl, 0, sizeof(*sl));
     sl->page = (size_t)sysconf(_SC_PAGESIZE);
-    sl->nclasses = TW_SLAB_MAX / sl->page;
+    if (max_block < sl->page || max_block % sl->page || max_block > TW_SLAB_ARENA / 8)
+        return -EINVAL;
+    sl->max_block = max_block;
+    sl->nclasses = max_block / sl->page;
     sl->keep_max = keep_max;
     sl->classes = calloc(sl->nclasses, sizeof(*sl->classes));
     return sl->classes ? 0 : -ENOMEM;
@@ -111,7 +119,7 @@ static void arenas_release(struct tw_slab *sl)
 
 void *tw__slab_alloc(struct tw_slab *sl, size_t len)
 {
-    if (len == 0 || len >= TW_SLAB_MAX || len % sl->page != 0 || sl->dead)
+    if (len == 0 || len >= sl->max_block || len % sl->page != 0 || sl->dead)
         return NULL;
     struct tw_slab_class *c = &sl->classes[len / sl->page - 1];
     if (c->nfree > 0) {
@@ -123,7 +131,7 @@ void *tw__slab_alloc(struct tw_slab *sl, size_t len)
     }
     struct tw_slab_arena *a = sl->arenas;
     if (!a || TW_SLAB_ARENA - a->bump < len) {
-        /* The old arena's tail (under 1 MiB) stays unused. */
+        /* The old arena's tail (under max_block) stays unused. */
         if (!(a = arena_new(sl)))
             return NULL;
     }

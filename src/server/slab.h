@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TW_SLAB_MAX (1u << 20)    /* blocks are smaller than this */
+#define TW_SLAB_MAX (1u << 20)    /* blocks are smaller than this (tw__slab_init) */
 #define TW_SLAB_ARENA (64u << 20) /* bytes per arena */
 
 struct tw_slab_arena;
@@ -47,7 +47,8 @@ struct tw_slab_class {
 
 struct tw_slab {
     size_t page;
-    size_t nclasses; /* sizes 1..nclasses pages */
+    size_t max_block; /* blocks are smaller than this */
+    size_t nclasses;  /* sizes 1..nclasses pages */
     struct tw_slab_class *classes;
     struct tw_slab_arena *arenas; /* newest first; bump allocation in the first */
     uint64_t keep_max;            /* free bytes kept faulted in */
@@ -68,13 +69,17 @@ struct tw_slab {
     uint64_t max_arena_bytes;
 };
 
-/* Prepares an empty slab (no memory yet). Returns 0 or -ENOMEM. */
+/* Prepares an empty slab (no memory yet) for blocks under TW_SLAB_MAX.
+ * Returns 0 or -ENOMEM. */
 int tw__slab_init(struct tw_slab *sl, uint64_t keep_max);
+/* The same for blocks under max_block (a multiple of the page size, at
+ * most TW_SLAB_ARENA / 8: an arena's unused tail stays under an eighth). */
+int tw__slab_init_sized(struct tw_slab *sl, uint64_t keep_max, size_t max_block);
 /* Switches an empty slab (no arena yet) to page-locked mode, see struct
  * tw_slab. pin returns 0 or a negative code; ctx is passed to both. */
 void tw__slab_set_pinned(struct tw_slab *sl, int (*pin)(void *ctx, void *p, size_t len),
                          void (*unpin)(void *ctx, void *p), void *ctx, uint64_t max_arena_bytes);
-/* A block of len bytes (a multiple of the page size, 0 < len < TW_SLAB_MAX),
+/* A block of len bytes (a multiple of the page size, 0 < len < max_block),
  * page aligned, owned by the caller until tw__slab_free. NULL when out of
  * memory. */
 void *tw__slab_alloc(struct tw_slab *sl, size_t len);

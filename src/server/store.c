@@ -600,7 +600,7 @@ int tw__store_init(struct tw_store *s, uint64_t capacity)
         s->buckets = NULL;
         return -ENOMEM;
     }
-    if (tw__slab_init(&s->pinned_slab, 0) < 0) {
+    if (tw__slab_init_sized(&s->pinned_slab, 0, TW_STORE_PINNED_BLOCK_MAX) < 0) {
         tw__slab_destroy(&s->slab);
         free(s->buckets);
         s->buckets = NULL;
@@ -707,7 +707,18 @@ static int store_alloc(struct tw_store *s, const struct tw_descriptor *d, struct
         }
     } else if (len > 0) {
         size_t alloc = (len + page - 1) & ~(page - 1);
-        if (alloc >= MMAP_THRESHOLD) {
+        uint8_t *pinned = want_pinned && alloc < TW_STORE_PINNED_BLOCK_MAX
+                              ? tw__slab_alloc(&s->pinned_slab, alloc)
+                              : NULL;
+        if (pinned) {
+            /* A reused block holds an older version's bytes: the put
+             * overwrites [0, len), clear the rest of the last page. */
+            if (alloc > len)
+                memset(pinned + len, 0, alloc - len);
+            t->data = pinned;
+            t->pinned = 1;
+            t->in_slab = 1;
+        } else if (alloc >= MMAP_THRESHOLD) {
             void *p = take_spare(s, alloc);
             /* The put writes [0, len); the tail of the last page still holds
              * an older version's bytes, and a cached registration's key
@@ -724,10 +735,8 @@ static int store_alloc(struct tw_store *s, const struct tw_descriptor *d, struct
             t->data = p;
             t->mmapped = 1;
         } else {
-            uint8_t *p = want_pinned ? tw__slab_alloc(&s->pinned_slab, alloc) : NULL;
-            if (p)
-                t->pinned = 1;
-            else if (!(p = tw__slab_alloc(&s->slab, alloc)))
+            uint8_t *p = tw__slab_alloc(&s->slab, alloc);
+            if (!p)
                 goto out_free_tensor;
             /* A reused block holds an older version's bytes: the put
              * overwrites [0, len), clear the rest of the last page. */

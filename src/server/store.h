@@ -186,13 +186,17 @@ const struct tw_store_gpu *tw__store_gpu(const struct tw_store *s, int ordinal);
 int tw__store_alloc(struct tw_store *s, const struct tw_descriptor *d, struct tw_tensor **out);
 /*
  * As tw__store_alloc for a host version (d names the CPU), for the host
- * copy of a staged GPU tensor: a small one (under TW_SLAB_MAX) comes from
- * page-locked arenas (pinned through the devmem ops, at most
+ * copy of a staged GPU tensor: one under TW_STORE_PINNED_BLOCK_MAX comes
+ * from page-locked arenas (pinned through the devmem ops, at most
  * TW_STORE_PINNED_MAX bytes of them, kept for the store's life) and has
  * t->pinned set, so asynchronous copies may target it; otherwise, or when
- * none is left or pinning failed, it is an ordinary host version.
+ * none is left or pinning failed, it is an ordinary host version (from
+ * 1 MiB a mapping of its own, which the staging plane pins through its
+ * registration cache: per block, and evicting others, when a batch of
+ * 1-8 MiB blocks went that way: docs/performance.md).
  */
 #define TW_STORE_PINNED_MAX ((uint64_t)256 << 20)
+#define TW_STORE_PINNED_BLOCK_MAX ((size_t)8 << 20)
 int tw__store_alloc_pinned(struct tw_store *s, const struct tw_descriptor *d,
                            struct tw_tensor **out);
 /* Publishes t under its name, replacing any current version atomically. The

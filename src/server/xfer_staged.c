@@ -20,8 +20,10 @@
  * did not, it copies the whole version before RDMA_REGISTER, because in a
  * pull the client reads whenever it likes (the client overlaps its own
  * copies to the GPU with its reads either way: dp_staging.c).
- * Every copy runs at the pinned rate:
- * the host copies of 1 MiB and more are page-locked through a registration
+ * Every copy runs at the pinned rate: host copies under 8 MiB come from
+ * the store's page-locked slab (tw__store_alloc_pinned: pinned once per
+ * 64 MiB arena, their copies queued on the device's stream), larger ones
+ * are page-locked through a registration
  * cache (srv->stage_pins, mem/regcache.h, with a registrar that pins
  * through the store's devmem ops), so a repeated transfer of one size finds
  * its recycled host memory pinned already (the store keeps freed buffers
@@ -204,7 +206,7 @@ static int stage_host_version(struct tw_xfer *x, int *pinned)
     int rc = tw__store_alloc_pinned(dev->store, &d, &host);
     if (rc)
         return rc;
-    int p = pin_host_copy(x->conn->srv, host);
+    int p = host->pinned || pin_host_copy(x->conn->srv, host); /* the slab's, or cached */
     if (pinned)
         *pinned = p;
     x->dev_t = dev; /* x's reference moves along */

@@ -220,8 +220,8 @@ static void fake_unpin(int ordinal, void *p)
 static const struct tw_store_devmem_ops fake_devmem_pins = {
     .alloc = fake_dev_alloc, .free = fake_dev_free, .pin = fake_pin, .unpin = fake_unpin};
 
-/* Host copies of staged GPU tensors: small ones from the page-locked slab
- * (pinned once per arena), large ones and every one without a way to pin
+/* Host copies of staged GPU tensors: those under 8 MiB from the page-locked
+ * slab (pinned once per arena), larger ones and every one without a way to pin
  * (no GPU, a refused pin) ordinary host versions. */
 static void test_store_alloc_pinned(void)
 {
@@ -246,7 +246,13 @@ static void test_store_alloc_pinned(void)
     TW_ASSERT(a->pinned && a->in_slab && b->pinned && a->data != b->data);
     TW_ASSERT_EQ(host_pins, 1);              /* one arena */
     TW_ASSERT_EQ_U64(s.reserved, 2 * 32768); /* counted like any host version */
-    tw_test_desc_u8(&d, "big", "cpu", 2u << 20);
+    /* Up to 8 MiB (a batch of medium GPU blocks) from the same slab; from
+     * 8 MiB a mapping of its own. */
+    tw_test_desc_u8(&d, "mid", "cpu", (8u << 20) - 4096);
+    TW_ASSERT_OK(tw__store_alloc_pinned(&s, &d, &big));
+    TW_ASSERT(big->pinned && big->in_slab && !big->mmapped);
+    tw__tensor_unref(big);
+    tw_test_desc_u8(&d, "big", "cpu", 8u << 20);
     TW_ASSERT_OK(tw__store_alloc_pinned(&s, &d, &big));
     TW_ASSERT(!big->pinned && big->mmapped);
     tw__tensor_unref(big);

@@ -73,6 +73,38 @@ static void test_blocks_distinct_and_reused(void)
     TW_ASSERT_EQ_U64(sl.arena_bytes, 0);
 }
 
+/* A slab sized for larger blocks (the store's page-locked one: 8 MiB):
+ * blocks up to max_block - page, eight of the largest per arena, reuse by
+ * size; sizes beyond an eighth of an arena are refused at init. */
+static void test_sized(void)
+{
+    struct tw_slab sl;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t max = (size_t)8 << 20;
+    TW_ASSERT_ERR(tw__slab_init_sized(&sl, 0, (size_t)TW_SLAB_ARENA / 4), -EINVAL);
+    TW_ASSERT_ERR(tw__slab_init_sized(&sl, 0, max + 1), -EINVAL);
+    TW_ASSERT_OK(tw__slab_init_sized(&sl, 1u << 30, max));
+    TW_ASSERT(tw__slab_alloc(&sl, max) == NULL);
+    void *b[9];
+    for (int i = 0; i < 9; i++) {
+        b[i] = tw__slab_alloc(&sl, max - page);
+        TW_ASSERT(b[i] != NULL);
+        TW_ASSERT_EQ((uintptr_t)b[i] % page, 0);
+        memset(b[i], i, max - page); /* faulted and writable */
+    }
+    TW_ASSERT_EQ_U64(sl.arena_bytes, 2 * (uint64_t)TW_SLAB_ARENA);
+    void *mid = tw__slab_alloc(&sl, (size_t)2 << 20);
+    TW_ASSERT(mid != NULL);
+    tw__slab_free(&sl, b[3], max - page);
+    TW_ASSERT(tw__slab_alloc(&sl, max - page) == b[3]);
+    tw__slab_free(&sl, mid, (size_t)2 << 20);
+    for (int i = 0; i < 9; i++)
+        tw__slab_free(&sl, b[i], max - page);
+    TW_ASSERT_EQ_U64(sl.live_bytes, 0);
+    tw__slab_destroy(&sl);
+    TW_ASSERT_EQ_U64(sl.arena_bytes, 0);
+}
+
 static void test_keep_bound(void)
 {
     struct tw_slab sl;
@@ -236,6 +268,7 @@ static void test_pinned_mode(void)
 int main(void)
 {
     TW_RUN(test_blocks_distinct_and_reused);
+    TW_RUN(test_sized);
     TW_RUN(test_keep_bound);
     TW_RUN(test_trim);
     TW_RUN(test_store_small_versions);
