@@ -170,8 +170,12 @@ struct tw__txseg {
     size_t len;
 };
 
-/* Small staging buffers kept per handle (dp_staging.c). */
+/* Staging buffers kept per handle and size class, at most (dp_staging.c);
+ * also the most small gets whose copies wait for a fence. */
 #define TW__STAGE_SMALL_KEEP 128
+/* Size classes of kept staging buffers: 256 KiB (small), then 512 KiB to
+ * 8 MiB by powers of two (dp_staging.c buf_get). */
+#define TW__STAGE_CLASSES 6
 /* Small puts from GPU memory copied to host memory ahead, at most. */
 #define TW__STAGE_AHEAD 32
 
@@ -246,18 +250,20 @@ struct tw_client {
      * made from the codes above when asked. */
     char fabric_text[384];
     char plane_text[384];
-    /* Staging (dp_staging.c): one host buffer kept between requests, so a
-     * repeated large transfer of GPU memory neither faults in nor pins
-     * fresh pages. NULL when none is kept. */
+    /* Staging (dp_staging.c): one host buffer above the largest size class
+     * kept between requests, so a repeated large transfer of GPU memory
+     * neither faults in nor pins fresh pages. NULL when none is kept. */
     struct tw__stage_buf *stage_spare;
-    /* Small ones (one size class) kept for batches of small transfers. */
-    struct tw__stage_buf *stage_small[TW__STAGE_SMALL_KEEP];
-    unsigned nstage_small;
-    /* Small gets whose copy to the GPU is queued on the device's fence
-     * stream, not yet waited for (tw__client_stage_fence): the buffer and
-     * the request (index in c->run) of each. At most TW__STAGE_SMALL_KEEP.
-     * Their copies reach the stream in groups (dp_staging.c stage_submit:
-     * one batched driver call per group). */
+    /* Buffers of the size classes (pinned once) kept for batches of small
+     * and medium transfers: stage_kept[k][0, nstage_kept[k]); the idle
+     * bytes of classes above the small one, bounded (dp_staging.c). */
+    struct tw__stage_buf *stage_kept[TW__STAGE_CLASSES][TW__STAGE_SMALL_KEEP];
+    unsigned nstage_kept[TW__STAGE_CLASSES];
+    size_t stage_kept_mid_bytes;
+    /* Small and medium gets (a size class's buffer) whose copy to the GPU
+     * is queued on the device's fence stream, not yet waited for (tw__client_stage_fence): the
+     * buffer and the request (index in c->run) of each. At most TW__STAGE_SMALL_KEEP. Their copies
+     * reach the stream in groups (dp_staging.c stage_submit: one batched driver call per group). */
     struct tw__stage_pending {
         struct tw__stage_buf *buf;
         size_t index;
@@ -267,7 +273,8 @@ struct tw_client {
         int queued; /* handed to the stream (0: waits for stage_submit) */
     } stage_pend[TW__STAGE_SMALL_KEEP];
     unsigned nstage_pend;
-    unsigned nstage_unqueued; /* of them, not handed to the stream yet */
+    unsigned nstage_unqueued;    /* of them, not handed to the stream yet */
+    size_t stage_unqueued_bytes; /* and their bytes */
     /* Small puts of the run from GPU memory whose bytes were copied into a
      * small buffer ahead, by a group (dp_staging.c put_ahead), with the
      * request's index in c->run; given back when the run ends

@@ -32,9 +32,11 @@
  * way, when a call returns the bytes are in place and visible to any work
  * later submitted on that device.
  *
- * The host buffer is kept on the handle between requests (the largest one
- * used so far) and page-locked from 1 MiB up, so repeated transfers do not
- * fault in or pin fresh pages; the pool likewise (made on the first
+ * Host buffers are kept on the handle between requests, so repeated
+ * transfers do not fault in or pin fresh pages: up to 8 MiB in size
+ * classes (powers of two from 256 KiB), page-locked, at most 32 MiB of
+ * small and 64 MiB of larger classes idle; above that the largest one used
+ * so far, page-locked from 1 MiB up. The pool likewise (made on the first
  * pipelined get, freed with the handle).
  *
  * State: struct stage in r->stage (the inner plane keeps r->dp_state).
@@ -60,7 +62,8 @@ struct staged_plane {
 struct tw__stage_buf {
     void *p;
     size_t cap;
-    int pin_dev;
+    int pin_dev;                            /* the device it was pinned for, or -1 */
+    const struct tw_memkind_async_ops *pin; /* whose pin (unpins it) */
 };
 
 struct stage {
@@ -89,8 +92,14 @@ struct stage {
 #define STAGE_POOL_SLOTS 8u
 #define STAGE_PIPE_DEPTH 4u
 
-/* The size class of small host buffers (see buf_get). */
+/* Size classes of host buffers (see buf_get): class 0 (small) holds up
+ * to STAGE_SMALL_CAP bytes, class k up to STAGE_SMALL_CAP << k, the last
+ * up to STAGE_CLASS_MAX; larger requests use the one spare buffer. The
+ * idle buffers of classes 1 and up are kept while their bytes stay under
+ * STAGE_MID_IDLE (class 0: TW__STAGE_SMALL_KEEP buffers, 32 MiB). */
 #define STAGE_SMALL_CAP ((size_t)256 << 10)
+#define STAGE_CLASS_MAX (STAGE_SMALL_CAP << (TW__STAGE_CLASSES - 1))
+#define STAGE_MID_IDLE ((size_t)64 << 20)
 
 /* Buffers at least this large are page-locked (copies at full speed; the
  * pinning is paid once while the buffer is kept between requests). */
@@ -101,7 +110,7 @@ static void buf_free(struct tw__stage_buf *b)
     if (!b)
         return;
     if (b->pin_dev >= 0)
-        tw__memkind_cuda_async.unpin(b->pin_dev, b->p);
+        b->pin->unpin(b->pin_dev, b->p);
     tw__hostmem_free(b->p);
     free(b);
 }
@@ -130,8 +139,31 @@ static void fail_pending(struct tw_client *c, const struct tw__stage_pending *p,
 /* Copies of small gets handed to the stream together (one batched driver
  * call: ~1.5 us per 32 KiB copy in groups of 16-64 on the H200, against
  * ~3.5 queued one by one); the first of a group waits at most this many
- * other arrivals, so copies still overlap the next blocks' receive. */
+ * other arrivals, or this many bytes of them, so copies still overlap the
+ * next blocks' receive. */
 #define STAGE_SUBMIT_AT 16
+#define STAGE_SUBMIT_BYTES ((size_t)2 << 20)
+/* A get that finds no kept buffer of its class waits for the fence once
+ * this many gets' copies are pending (buf_get). */
+#define STAGE_FENCE_AT 8u
+
+/* The size class of a buffer of cap bytes (a class's capacity), or -1. */
+static int class_of_cap(size_t cap)
+{
+    for (int k = 0; k < TW__STAGE_CLASSES; k++)
+        if (cap == STAGE_SMALL_CAP << k)
+            return k;
+    return -1;
+}
+
+/* The size class serving len bytes, or -1 (above STAGE_CLASS_MAX). */
+static int class_of_len(size_t len)
+{
+    for (int k = 0; k < TW__STAGE_CLASSES; k++)
+        if (len <= STAGE_SMALL_CAP << k)
+            return k;
+    return -1;
+}
 
 /* Hands device dev's waiting copies to its fence stream. A refused group
  * fails its requests (the fence still gives their buffers back). */
@@ -152,6 +184,7 @@ static void stage_submit(struct tw_client *c, int dev)
         len[n] = p->len;
         idx[n++] = i;
         p->queued = 1;
+        c->stage_unqueued_bytes -= p->len;
     }
     if (!n)
         return;
@@ -180,21 +213,22 @@ static void stage_submit(struct tw_client *c, int dev)
     }
 }
 
-/* Queues the copy of small get r's bytes (all in st's pinned buffer) for
- * the device's fence stream and keeps the buffer until the fence: the
- * copies of a batch's blocks then run back to back on the GPU while the
- * next blocks arrive, and the caller waits once per fence instead of once
- * per block (a synchronous 32 KiB copy costs ~9.7 us on the H200, a queued
- * one ~3.4, one of a batched group ~1.5: docs/performance.md). 0 when
- * queued; 1 when it cannot be (the caller copies synchronously); a
- * negative code when the copy was refused (text in c->errmsg). */
-static int stage_queue_small(struct tw_client *c, struct tw__creq *r, struct stage *st)
+/* Queues the copy of get r's bytes (all in st's pinned buffer of a size
+ * class) for the device's fence stream and keeps the buffer until the
+ * fence: the copies of a batch's blocks then run back to back on the GPU
+ * while the next blocks arrive, and the caller waits once per fence
+ * instead of once per block (a synchronous 32 KiB copy costs ~9.7 us on
+ * the H200, a queued one ~3.4, one of a batched group ~1.5:
+ * docs/performance.md). 0 when queued; 1 when it cannot be (the caller
+ * copies synchronously); a negative code when the copy was refused (text
+ * in c->errmsg). */
+static int stage_queue(struct tw_client *c, struct tw__creq *r, struct stage *st)
 {
     const struct tw_memkind_async_ops *as = r->mem_ops->async;
     int dev = r->mem.device;
     char err[200] = "";
     if (!as || !c->run || st->stream || st->copied || !r->expect || !st->buf ||
-        st->buf->cap != STAGE_SMALL_CAP || st->buf->pin_dev < 0 || dev < 0 ||
+        class_of_cap(st->buf->cap) < 0 || st->buf->pin_dev < 0 || dev < 0 ||
         dev >= TW_CUDA_MAX_DEVICES || c->nstage_pend >= TW__STAGE_SMALL_KEEP)
         return 1;
     if (c->stage_fence_as && c->stage_fence_as != as)
@@ -216,7 +250,8 @@ static int stage_queue_small(struct tw_client *c, struct tw__creq *r, struct sta
         .len = (size_t)r->expect,
     };
     st->buf = NULL; /* the fence gives it back */
-    if (++c->nstage_unqueued >= STAGE_SUBMIT_AT)
+    c->stage_unqueued_bytes += (size_t)r->expect;
+    if (++c->nstage_unqueued >= STAGE_SUBMIT_AT || c->stage_unqueued_bytes >= STAGE_SUBMIT_BYTES)
         stage_submit(c, dev);
     return 0;
 }
@@ -271,8 +306,10 @@ void tw__client_stage_free(struct tw_client *c)
     }
     buf_free(c->stage_spare);
     c->stage_spare = NULL;
-    while (c->nstage_small)
-        buf_free(c->stage_small[--c->nstage_small]);
+    for (int k = 0; k < TW__STAGE_CLASSES; k++)
+        while (c->nstage_kept[k])
+            buf_free(c->stage_kept[k][--c->nstage_kept[k]]);
+    c->stage_kept_mid_bytes = 0;
     /* The plane (and the pool's registration with it) is closed first
      * (tw_close). */
     if (c->stage_pool_mr)
@@ -322,47 +359,66 @@ static int pool_ready(struct tw_client *c, const struct tw__creq *r)
 }
 
 /* A host buffer of at least len bytes: a kept one when one is large
- * enough, else a new one. Small requests (batches of KV blocks, many in
- * flight) share one size class, STAGE_SMALL_CAP, kept by the dozen and
- * pinned once: no mmap, munmap, page faults or pinning per request. */
+ * enough, else a new one. Requests up to STAGE_CLASS_MAX (batches of KV
+ * blocks or of layers, many in flight) take a buffer of their size class,
+ * kept between requests and pinned once: no mmap, munmap, page faults or
+ * pinning per request (a fresh 512 KiB buffer per request, unpinned, and
+ * a fresh pinned one from 1 MiB, halved a batch's speed: docs/
+ * performance.md). Larger ones take the spare. */
 static struct tw__stage_buf *buf_get(struct tw_client *c, const struct tw__creq *r, size_t len)
 {
     struct tw__stage_buf *b;
-    int small = len <= STAGE_SMALL_CAP;
-    if (small && !c->nstage_small && c->nstage_pend)
+    int k = class_of_len(len);
+    /* None kept: wait for the pending gets' copies and take their buffers
+     * back, once a few are pending (a fence per get would wait for each
+     * copy in turn); else one more buffer. */
+    if (k >= 0 && !c->nstage_kept[k] && c->nstage_pend >= STAGE_FENCE_AT)
         (void)tw__client_stage_fence(c); /* failures land on their requests */
-    if (small && c->nstage_small)
-        return c->stage_small[--c->nstage_small];
+    if (k >= 0 && c->nstage_kept[k]) {
+        b = c->stage_kept[k][--c->nstage_kept[k]];
+        if (k > 0)
+            c->stage_kept_mid_bytes -= b->cap;
+        return b;
+    }
     b = c->stage_spare;
-    if (!small && b && b->cap >= len) {
+    if (k < 0 && b && b->cap >= len) {
         c->stage_spare = NULL;
         return b;
     }
     b = calloc(1, sizeof(*b));
     if (!b)
         return NULL;
-    b->cap = small ? STAGE_SMALL_CAP : len;
+    b->cap = k >= 0 ? STAGE_SMALL_CAP << k : len;
     b->pin_dev = -1;
     if (tw__hostmem_alloc(b->cap, &b->p) != 0) {
         free(b);
         return NULL;
     }
     const struct tw_memkind_async_ops *as = r->mem_ops->async;
-    if (as && (small || b->cap >= STAGE_PIN_MIN) &&
-        as->pin(r->mem.device, b->p, b->cap, NULL, 0) == 0)
+    if (as && (k >= 0 || b->cap >= STAGE_PIN_MIN) &&
+        as->pin(r->mem.device, b->p, b->cap, NULL, 0) == 0) {
         b->pin_dev = r->mem.device;
+        b->pin = as;
+    }
     return b;
 }
 
-/* Keeps b (small class: up to TW__STAGE_SMALL_KEEP of them; else the
- * larger of b and the kept buffer), frees what is not kept. */
+/* Keeps b (a size class's: up to TW__STAGE_SMALL_KEEP of its class, and
+ * above the small class while their idle bytes stay within
+ * STAGE_MID_IDLE; else the larger of b and the spare), frees what is not
+ * kept. */
 static void buf_put(struct tw_client *c, struct tw__stage_buf *b)
 {
-    if (b->cap == STAGE_SMALL_CAP) {
-        if (c->nstage_small < TW__STAGE_SMALL_KEEP)
-            c->stage_small[c->nstage_small++] = b;
-        else
+    int k = class_of_cap(b->cap);
+    if (k >= 0) {
+        if (c->nstage_kept[k] < TW__STAGE_SMALL_KEEP &&
+            (k == 0 || c->stage_kept_mid_bytes + b->cap <= STAGE_MID_IDLE)) {
+            c->stage_kept[k][c->nstage_kept[k]++] = b;
+            if (k > 0)
+                c->stage_kept_mid_bytes += b->cap;
+        } else {
             buf_free(b);
+        }
         return;
     }
     if (c->stage_spare && c->stage_spare->cap >= b->cap) {
@@ -546,7 +602,7 @@ void tw__client_stage_ahead_drop(struct tw_client *c)
  * device and kind, which put_ahead may copy ahead. */
 static int ahead_candidate(struct tw_client *c, const struct tw__creq *r, const struct tw__creq *q)
 {
-    if (q->finished || q->op != TW__OP_PUT || !q->buf || !q->len || q->len > STAGE_SMALL_CAP ||
+    if (q->finished || q->op != TW__OP_PUT || !q->buf || !q->len || q->len > STAGE_CLASS_MAX ||
         !q->desc)
         return 0;
     if (q == r)
@@ -557,13 +613,17 @@ static int ahead_candidate(struct tw_client *c, const struct tw__creq *r, const 
            a.kind == r->mem.kind && a.device == r->mem.device;
 }
 
-/* Small puts from GPU memory (a KV cache's blocks): the copies of r and
- * of the next small puts of the run from the same device go to host
- * buffers in one batched driver call, with one wait, instead of a
- * synchronous ~8.6 us copy each (H200, docs/performance.md). Leaves the
- * buffers in c->stage_ahead; nothing when it cannot (the caller copies
- * r alone). The caller guarantees the run's buffers stay unchanged while
- * the call runs (client.h), so copying early is copying the same bytes. */
+/* A group of puts copied ahead holds at most this many bytes. */
+#define STAGE_AHEAD_BYTES ((size_t)16 << 20)
+
+/* Small and medium puts from GPU memory (a KV cache's blocks, up to
+ * STAGE_CLASS_MAX): the copies of r and of the next such puts of the run
+ * from the same device go to host buffers in one batched driver call, with
+ * one wait, instead of a synchronous ~8.6 us copy each (H200,
+ * docs/performance.md). Leaves the buffers in c->stage_ahead; nothing when
+ * it cannot (the caller copies r alone). The caller guarantees the run's
+ * buffers stay unchanged while the call runs (client.h), so copying early
+ * is copying the same bytes. */
 static void put_ahead(struct tw_client *c, struct tw__creq *r)
 {
     const struct tw_memkind_async_ops *as = r->mem_ops->async;
@@ -594,11 +654,12 @@ static void put_ahead(struct tw_client *c, struct tw__creq *r)
     }
     void *dst[TW__STAGE_AHEAD];
     const void *src[TW__STAGE_AHEAD];
-    size_t len[TW__STAGE_AHEAD], n = 0;
+    size_t len[TW__STAGE_AHEAD], n = 0, bytes = 0;
     for (size_t i = r->index; i < c->run_n && n < TW__STAGE_AHEAD; i++) {
         const struct tw__creq *q = &c->run[i];
-        if (!ahead_candidate(c, r, q))
+        if (!ahead_candidate(c, r, q) || (n && bytes + q->len > STAGE_AHEAD_BYTES))
             break;
+        bytes += q->len;
         struct tw__stage_buf *b = buf_get(c, r, q->len);
         if (!b)
             break;
@@ -637,7 +698,7 @@ static int staged_put_prepare(struct tw_client *c, struct tw__creq *r)
 {
     char err[200];
     struct tw__stage_buf *ahead = NULL;
-    if (r->len && r->len <= STAGE_SMALL_CAP && c->run) {
+    if (r->len && r->len <= STAGE_CLASS_MAX && c->run) {
         if (!(ahead = ahead_take(c, r->index))) {
             put_ahead(c, r);
             ahead = ahead_take(c, r->index);
@@ -908,7 +969,7 @@ static void staged_release(struct tw_client *c, struct tw__creq *r)
     r->stage = NULL;
     if (r->op == TW__OP_GET && r->finished && r->status == 0 && !st->piped) {
         int rc = st->failed;
-        if (!rc && (rc = stage_queue_small(c, r, st)) > 0)
+        if (!rc && (rc = stage_queue(c, r, st)) > 0)
             rc = stage_to_device(c, r, st, (size_t)r->expect, 0);
         if (rc)
             r->status = rc;

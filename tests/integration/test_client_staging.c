@@ -235,9 +235,10 @@ static void test_round_trips(void)
             /* The pipelined pull: one asynchronous copy per chunk. */
             TW_ASSERT_EQ(fake.copies - async_before, (long)tw__staging_nchunks(n, PIPE_CHUNK));
             TW_ASSERT_EQ(copies_to_dev, td);
-        } else if (n <= (256u << 10)) {
-            /* A small get: one copy queued on the fence stream, waited for
-             * before tw_get returned (the bytes are checked below). */
+        } else if (n <= (8u << 20)) {
+            /* A get up to the largest size class (8 MiB): one copy queued
+             * on the fence stream, waited for before tw_get returned (the
+             * bytes are checked below). */
             TW_ASSERT_EQ(fake.copies - async_before, 1);
             TW_ASSERT_EQ(copies_to_dev, td);
         } else {
@@ -384,6 +385,55 @@ static void test_batch_of_slices(void)
     tw_close(c);
 }
 
+/* A batch of medium blocks (600 KiB + 5: the 1 MiB size class) from and
+ * into device slices: the puts are copied to host memory ahead in one
+ * group, the gets' copies queued on the fence stream (inline), the
+ * buffers pinned in the first round only and unpinned when the handle
+ * closes. Before the size classes every such block took a fresh,
+ * unpinned buffer and synchronous copies both ways. */
+static void test_batch_of_medium_blocks(void)
+{
+    enum { N = 12, BLK = 600 * 1024 + 5 };
+    static struct tw_batch_item items[N];
+    static char names[N][32];
+    long pins0 = fake.pins, unpins0 = fake.unpins;
+    tw_client *c = connect_fake(0);
+    uint8_t *src = malloc((size_t)N * BLK), *back = malloc((size_t)N * BLK);
+    long round1_pins = 0;
+    for (int round = 0; round < 2; round++) {
+        fill(src, (size_t)N * BLK, 300 + (uint32_t)round);
+        dev_write(arena, src, (size_t)N * BLK);
+        for (int i = 0; i < N; i++) {
+            snprintf(names[i], sizeof(names[i]), "st/m%d", i);
+            items[i] = (struct tw_batch_item){.name = names[i],
+                                              .desc = {.dtype = TW_U8, .ndim = 1, .shape = {BLK}},
+                                              .buf = arena + (size_t)i * BLK,
+                                              .len = BLK};
+        }
+        long p0 = fake.pins;
+        unsigned th = copies_to_host, td = copies_to_dev, bt = batch_to_host_calls;
+        TW_ASSERT_OK(tw_batch_put(c, items, N));
+        TW_ASSERT_EQ(copies_to_host, th);
+        TW_ASSERT_EQ(batch_to_host_calls - bt, 1u);
+        get_slices_and_check(c, items, N, BLK, src, back);
+        if (!on_rdma(c))
+            TW_ASSERT_EQ(copies_to_dev, td);
+        if (round == 0)
+            round1_pins = fake.pins - p0;
+        else
+            TW_ASSERT_EQ(fake.pins, p0); /* every buffer kept, pinned once */
+    }
+    TW_ASSERT(round1_pins >= 1 && round1_pins <= 2 * N);
+    fprintf(stderr, "  %d blocks of %d B: %ld buffers pinned in round 1, none in round 2\n", N,
+            (int)BLK, round1_pins);
+    for (int i = 0; i < N; i++)
+        TW_ASSERT_OK(tw_delete(c, names[i]));
+    tw_close(c);
+    TW_ASSERT_EQ(fake.pins - pins0, fake.unpins - unpins0);
+    free(src);
+    free(back);
+}
+
 /* A copy to the device failing at chunk k of a get: inline, the 6th
  * frame's copy (64 KiB frames); RDMA, the pipeline's copy of chunk k (16
  * chunks of 64 KiB), refused when queued or failing when it runs, for k at
@@ -497,15 +547,10 @@ static void test_put_checksum(void)
         unsigned th = copies_to_host;
         long before = fake.copies;
         TW_ASSERT_OK(tw_put(c, "st/crc", &d, arena, n));
-        if (n > (256u << 10) && n < (1u << 20)) {
-            /* A host buffer neither of the small class nor large enough
-             * to be pinned: one synchronous copy, the CRC after it. */
-            TW_ASSERT_EQ(copies_to_host, th + 1);
-            TW_ASSERT_EQ(fake.copies, before);
-        } else {
-            TW_ASSERT_EQ(copies_to_host, th);
-            TW_ASSERT_EQ(fake.copies - before, (long)tw__staging_nchunks(n, pc));
-        }
+        /* Every host buffer is pinned (a size class's up to 8 MiB, the
+         * spare above): no synchronous copy at any size. */
+        TW_ASSERT_EQ(copies_to_host, th);
+        TW_ASSERT_EQ(fake.copies - before, (long)tw__staging_nchunks(n, pc));
         memset(back, 0, n);
         TW_ASSERT_OK(tw_get(c, "st/crc", back, n, NULL)); /* verified against the CRC */
         TW_ASSERT_MEM_EQ(back, src, n);
@@ -535,6 +580,7 @@ int main(void)
     tw_test_server_start(&srv, NULL);
     TW_RUN(test_round_trips);
     TW_RUN(test_batch_of_slices);
+    TW_RUN(test_batch_of_medium_blocks);
     TW_RUN(test_copy_failures);
     TW_RUN(test_put_checksum);
     tw_test_server_stop(&srv);
