@@ -143,9 +143,6 @@ static void fail_pending(struct tw_client *c, const struct tw__stage_pending *p,
  * next blocks' receive. */
 #define STAGE_SUBMIT_AT 16
 #define STAGE_SUBMIT_BYTES ((size_t)2 << 20)
-/* A get that finds no kept buffer of its class waits for the fence once
- * this many gets' copies are pending (buf_get). */
-#define STAGE_FENCE_AT 8u
 
 /* The size class of a buffer of cap bytes (a class's capacity), or -1. */
 static int class_of_cap(size_t cap)
@@ -370,9 +367,9 @@ static struct tw__stage_buf *buf_get(struct tw_client *c, const struct tw__creq 
     struct tw__stage_buf *b;
     int k = class_of_len(len);
     /* None kept: wait for the pending gets' copies and take their buffers
-     * back, once a few are pending (a fence per get would wait for each
-     * copy in turn); else one more buffer. */
-    if (k >= 0 && !c->nstage_kept[k] && c->nstage_pend >= STAGE_FENCE_AT)
+     * back (waiting only once 8 were pending measured no faster on the
+     * H200: docs/performance.md). */
+    if (k >= 0 && !c->nstage_kept[k] && c->nstage_pend)
         (void)tw__client_stage_fence(c); /* failures land on their requests */
     if (k >= 0 && c->nstage_kept[k]) {
         b = c->stage_kept[k][--c->nstage_kept[k]];
