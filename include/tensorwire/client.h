@@ -59,7 +59,12 @@
  *     addressing like any other device allocation, provided the allocation
  *     is complete and stays allocated for the duration of the call;
  *   - a range must lie inside one allocation; managed memory and host
- *     memory registered with CUDA are treated as host memory.
+ *     memory registered with CUDA are treated as host memory;
+ *   - host memory: a handle keeps the page-locked host buffers it staged
+ *     through until tw_close, so repeated transfers neither fault in nor
+ *     pin pages again: at most 32 MiB idle for transfers up to 256 KiB,
+ *     64 MiB for those up to 8 MiB, the largest larger one used, and
+ *     (RDMA pull gets into GPU memory) a 64 MiB pool.
  */
 #ifndef TENSORWIRE_CLIENT_H
 #define TENSORWIRE_CLIENT_H
