@@ -693,7 +693,7 @@ static void conn_flush(struct tw_srv_conn *c)
                 if (r < 0) {
                     c->srv->stats.staged_failed++;
                     char why[320];
-                    snprintf(why, sizeof(why), "a copy from the GPU for queued DATA failed: %s",
+                    snprintf(why, sizeof(why), "a copy from the GPU for a queued frame failed: %s",
                              err);
                     TW_LOGW("conn %llu %s: %s", (unsigned long long)c->id, c->peer, why);
                     tw__conn_destroy(c, why);

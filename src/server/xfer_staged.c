@@ -17,9 +17,15 @@
  * (the frames queued before it drain to the socket meanwhile). An RDMA get
  * to a client that announced bit 5 copies in parts that the client reads
  * as they land (RDMA_AVAILABLE, "progressive RDMA get" below); to one that
- * did not, it copies the whole version before RDMA_REGISTER, because in a
- * pull the client reads whenever it likes (the client overlaps its own
- * copies to the GPU with its reads either way: dp_staging.c).
+ * did not, it copies the whole version before RDMA_REGISTER goes out,
+ * because in a pull the client reads whenever it likes (the client
+ * overlaps its own copies to the GPU with its reads either way:
+ * dp_staging.c). A host copy from the pinned slab (under 8 MiB: a batch's
+ * blocks) is copied on the device's stream and its RDMA_REGISTER queued
+ * at once, marked with the copy's ticket: conn_flush sends it when the
+ * copy is done (as it does an inline DATA frame a copy fills), so the
+ * copies of many small gets overlap each other and the frames before
+ * them; before, each took a synchronous copy on the event loop.
  * Every copy runs at the pinned rate: host copies under 8 MiB come from
  * the store's page-locked slab (tw__store_alloc_pinned: pinned once per
  * 64 MiB arena, their copies queued on the device's stream), larger ones
@@ -655,13 +661,28 @@ static int staged_start(struct tw_xfer *x)
         c->srv->stats.staged_puts++;
     c->srv->stats.staged_bytes += x->t->byte_length;
     /* Inline gets copy frame by frame in pump; RDMA copies the whole version
-     * first, or in parts the client reads as they land (bit 5). */
+     * first, or in parts the client reads as they land (bit 5), or (a host
+     * copy in the pinned slab) queues its copy and holds RDMA_REGISTER
+     * back until it is done. */
+    int deferred = 0;
+    uint64_t ticket = 0;
     if (x->dir == TW_XFER_GET && x->t->byte_length && inner_of(x) != &tw__dp_inline_ops) {
-        if (progressive_wanted(x, m, pinned))
+        if (progressive_wanted(x, m, pinned)) {
             rc = stage_progressive(x, m, ordinal, &plan, err, sizeof(err));
-        else
+        } else if (x->t->pinned && m->copy_async && m->copied && m->fence) {
+            rc = m->copy_async(ordinal, x->t->data, x->dev_t->data, (size_t)x->t->byte_length, 1,
+                               &ticket, err, sizeof(err));
+            if (rc == 0) {
+                deferred = 1;
+                x->prog_gpu = x->dev_t->gpu; /* staged_release waits for it */
+                x->prog_ticket = ticket;
+                c->dev_fence |= (uint64_t)1 << x->dev_t->gpu;
+                c->srv->stats.staged_async_copies++;
+            }
+        } else {
             rc = m->to_host(ordinal, x->t->data, x->dev_t->data, (size_t)x->t->byte_length, err,
                             sizeof(err));
+        }
         if (rc) {
             c->srv->stats.staged_failed++;
             snprintf(x->why, sizeof(x->why), "copying it from cuda:%d failed: %.150s", ordinal,
@@ -670,7 +691,23 @@ static int staged_start(struct tw_xfer *x)
             return rc;
         }
     }
+    struct tw_out_chunk *tail = c->out_tail;
     rc = inner_of(x)->start(x);
+    if (deferred) {
+        /* The frame start queued last is the RDMA_REGISTER of the host
+         * copy: conn_flush sends it once the copy is done, so the client
+         * reads (or has us write) only bytes in place. */
+        struct tw_out_chunk *ch = c->out_tail;
+        if (rc == 0 && ch && ch != tail && ch->dev_gpu < 0) {
+            ch->dev_gpu = x->dev_t->gpu;
+            ch->dev_ticket = ticket;
+        } else if (tw__srv_stage_prog_wait(x, err, sizeof(err)) < 0 && rc == 0) {
+            c->srv->stats.staged_failed++;
+            snprintf(x->why, sizeof(x->why), "copying it from cuda:%d failed: %.150s", ordinal,
+                     err);
+            return TW_EINTERNAL;
+        }
+    }
     if (rc || !x->progressive)
         return rc;
     for (unsigned i = 0; i < plan.n; i++)
