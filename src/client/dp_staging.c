@@ -509,9 +509,13 @@ static int stage_drain(struct tw_client *c, struct tw__creq *r, struct stage *st
 static int staged_get_start(struct tw_client *c, struct tw__creq *r)
 {
     /* The pipeline needs a pull (we read, so we know when a chunk is in),
-     * asynchronous copies and the pool. */
+     * asynchronous copies and the pool, and pays off from two chunks: a
+     * get of one chunk or less overlaps nothing within itself and would
+     * hold a whole slot (8 of them: a batch of small blocks went a few at
+     * a time), so it reads into a buffer of its size class instead, many
+     * in flight, its copy queued like an inline get's. */
     int piped = inner_of(r) == &tw__client_dp_rdma && r->path.mode == TW_PATH_PULL &&
-                r->mem_ops->async && r->expect && pool_ready(c, r);
+                r->mem_ops->async && r->expect > pool_chunk() && pool_ready(c, r);
     int rc = stage_begin(c, r, (size_t)r->expect, piped, NULL);
     if (rc)
         return rc;
