@@ -5,9 +5,10 @@
  * the device and host memory the library owns, with the memory kind's
  * copies, while the inner plane (inline or RDMA) moves them on the wire:
  *
- *   RDMA pull get (the pipeline, mem/staging.h): the client reads the
- *        server's region chunk by chunk into slots of a pinned pool kept on
- *        the handle (registered once on the plane); each chunk read is
+ *   RDMA pull get of more than one pool chunk (the pipeline,
+ *        mem/staging.h): the client reads the server's region chunk by
+ *        chunk into slots of a pinned pool kept on the handle (registered
+ *        once on the plane); each chunk read is
  *        queued host->device on a CUDA stream and the next chunk's read
  *        starts at once, so the copy of chunk k overlaps the read of chunk
  *        k+1. The CRC32C is computed on each chunk as it passes. The inner
@@ -17,8 +18,10 @@
  *        byte_length bytes; each DATA frame's bytes are copied on to the
  *        device as soon as they are in (the next frames wait in the socket
  *        meanwhile), the rest in release;
- *   other RDMA gets (push, a kind without asynchronous copies, no pool):
- *        the whole host buffer is copied in release, after the transfer;
+ *   other RDMA gets (one chunk or less, push, a kind without asynchronous
+ *        copies, no pool): the whole host buffer is copied in release,
+ *        after the transfer (queued on the fence stream for a buffer of a
+ *        size class);
  *   put: put_prepare copies device -> host before TENSOR_PUT is built (the
  *        descriptor's CRC is computed on the host copy, so every byte must
  *        be on the host before the first goes out), the inner plane sends
