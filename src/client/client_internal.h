@@ -260,10 +260,12 @@ struct tw_client {
     struct tw__stage_buf *stage_kept[TW__STAGE_CLASSES][TW__STAGE_SMALL_KEEP];
     unsigned nstage_kept[TW__STAGE_CLASSES];
     size_t stage_kept_mid_bytes;
-    /* Small and medium gets (a size class's buffer) whose copy to the GPU
-     * is queued on the device's fence stream, not yet waited for (tw__client_stage_fence): the
-     * buffer and the request (index in c->run) of each. At most TW__STAGE_SMALL_KEEP. Their copies
-     * reach the stream in groups (dp_staging.c stage_submit: one batched driver call per group). */
+    /* Gets into a size class's buffer whose copy to the GPU is queued on
+     * the device's fence stream, not yet waited for
+     * (tw__client_stage_fence): the buffer and the request (index in
+     * c->run) of each. At most TW__STAGE_SMALL_KEEP. Their copies reach
+     * the stream in groups (dp_staging.c stage_submit: one batched driver
+     * call per group). */
     struct tw__stage_pending {
         struct tw__stage_buf *buf;
         size_t index;

@@ -8,12 +8,12 @@
  *   RDMA pull get of more than one pool chunk (the pipeline,
  *        mem/staging.h): the client reads the server's region chunk by
  *        chunk into slots of a pinned pool kept on the handle (registered
- *        once on the plane); each chunk read is
- *        queued host->device on a CUDA stream and the next chunk's read
- *        starts at once, so the copy of chunk k overlaps the read of chunk
- *        k+1. The CRC32C is computed on each chunk as it passes. The inner
- *        RDMA plane keeps its per-request state but this plane answers the
- *        server's RDMA_REGISTER itself (RDMA_READY, reads, RDMA_DONE);
+ *        once on the plane); each chunk read is queued host->device on a
+ *        CUDA stream and the next chunk's read starts at once, so the copy
+ *        of chunk k overlaps the read of chunk k+1. The CRC32C is computed
+ *        on each chunk as it passes. The inner RDMA plane keeps its
+ *        per-request state but this plane answers the server's
+ *        RDMA_REGISTER itself (RDMA_READY, reads, RDMA_DONE);
  *   inline get: get_start points the inner plane at a host buffer of
  *        byte_length bytes; each DATA frame's bytes are copied on to the
  *        device as soon as they are in (the next frames wait in the socket
