@@ -73,7 +73,8 @@ struct tw_slab {
  * Returns 0 or -ENOMEM. */
 int tw__slab_init(struct tw_slab *sl, uint64_t keep_max);
 /* The same for blocks under max_block (a multiple of the page size, at
- * most TW_SLAB_ARENA / 8: an arena's unused tail stays under an eighth). */
+ * most TW_SLAB_ARENA / 8: an arena's unused tail stays under an eighth).
+ * Returns 0, -EINVAL (any other max_block) or -ENOMEM. */
 int tw__slab_init_sized(struct tw_slab *sl, uint64_t keep_max, size_t max_block);
 /* Switches an empty slab (no arena yet) to page-locked mode, see struct
  * tw_slab. pin returns 0 or a negative code; ctx is passed to both. */
