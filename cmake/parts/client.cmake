@@ -100,3 +100,28 @@ foreach(prov tcp shm)
     ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=${prov};TW_TEST_PUSH=auto")
 endforeach()
 add_dependencies(test_client_gdr tensorwired)
+
+# The GPU tests end to end without a GPU (CI): a test double of the CUDA
+# driver (tests/fakecuda: host memory, lazily run streams, no GPUDirect)
+# built as libcuda.so.1 in its own directory, which LD_LIBRARY_PATH puts
+# before any real driver, for the client and the tensorwired it starts.
+# So the staging planes of both sides, and the server's queued copies, run
+# in every CI build; the real runs stay on the GPU machine.
+add_library(fakecuda SHARED ${CMAKE_SOURCE_DIR}/tests/fakecuda/fake_libcuda.c)
+target_include_directories(fakecuda PRIVATE ${CMAKE_SOURCE_DIR}/src)
+set_target_properties(fakecuda PROPERTIES OUTPUT_NAME cuda SOVERSION 1 C_VISIBILITY_PRESET hidden
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/fakecuda)
+target_link_libraries(fakecuda PRIVATE Threads::Threads)
+foreach(t test_gpu_staging test_gpu_inject)
+  add_dependencies(${t} fakecuda)
+  foreach(prov none tcp shm)
+    set(_n ${t}_fakecuda)
+    if(NOT prov STREQUAL "none")
+      set(_n ${t}_fakecuda_${prov})
+    endif()
+    add_test(NAME ${_n} COMMAND ${t})
+    set_tests_properties(${_n} PROPERTIES TIMEOUT 600 LABELS "integration;fakecuda"
+      SKIP_RETURN_CODE 77
+      ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=$<$<NOT:$<STREQUAL:${prov},none>>:${prov}>;TW_TEST_PUSH=never;LD_LIBRARY_PATH=${CMAKE_BINARY_DIR}/fakecuda")
+  endforeach()
+endforeach()

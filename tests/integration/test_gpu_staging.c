@@ -8,7 +8,8 @@
  * again (same address when the driver gives it) between two gets; a range
  * that leaves its GPU allocation (refused, the connection stays usable).
  * Runs over inline and, through TW_TEST_FABRIC, RDMA tcp / shm. Public API
- * only. Exits 77 (SKIPPED) without a CUDA driver or device.
+ * only. Exits 77 (SKIPPED) without a CUDA driver or device; the
+ * *_fakecuda CTest runs give it tests/fakecuda's driver double instead.
  */
 #include <stdint.h>
 #include <stdio.h>
