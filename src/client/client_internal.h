@@ -255,11 +255,10 @@ struct tw_client {
      * neither faults in nor pins fresh pages. NULL when none is kept. */
     struct tw__stage_buf *stage_spare;
     /* Buffers of the size classes (pinned once) kept for batches of small
-     * and medium transfers: stage_kept[k][0, nstage_kept[k]); the idle
-     * bytes of classes above the small one, bounded (dp_staging.c). */
+     * and medium transfers: stage_kept[k][0, nstage_kept[k]) (the idle
+     * bytes of the classes above the small one bounded: dp_staging.c). */
     struct tw__stage_buf *stage_kept[TW__STAGE_CLASSES][TW__STAGE_SMALL_KEEP];
     unsigned nstage_kept[TW__STAGE_CLASSES];
-    size_t stage_kept_mid_bytes;
     /* Gets into a size class's buffer whose copy to the GPU is queued on
      * the device's fence stream, not yet waited for
      * (tw__client_stage_fence): the buffer and the request (index in

@@ -309,7 +309,6 @@ void tw__client_stage_free(struct tw_client *c)
     for (int k = 0; k < TW__STAGE_CLASSES; k++)
         while (c->nstage_kept[k])
             buf_free(c->stage_kept[k][--c->nstage_kept[k]]);
-    c->stage_kept_mid_bytes = 0;
     /* The plane (and the pool's registration with it) is closed first
      * (tw_close). */
     if (c->stage_pool_mr)
@@ -374,12 +373,8 @@ static struct tw__stage_buf *buf_get(struct tw_client *c, const struct tw__creq 
      * H200: docs/performance.md). */
     if (k >= 0 && !c->nstage_kept[k] && c->nstage_pend)
         (void)tw__client_stage_fence(c); /* failures land on their requests */
-    if (k >= 0 && c->nstage_kept[k]) {
-        b = c->stage_kept[k][--c->nstage_kept[k]];
-        if (k > 0)
-            c->stage_kept_mid_bytes -= b->cap;
-        return b;
-    }
+    if (k >= 0 && c->nstage_kept[k])
+        return c->stage_kept[k][--c->nstage_kept[k]];
     b = c->stage_spare;
     if (k < 0 && b && b->cap >= len) {
         c->stage_spare = NULL;
@@ -403,6 +398,15 @@ static struct tw__stage_buf *buf_get(struct tw_client *c, const struct tw__creq 
     return b;
 }
 
+/* Bytes of the kept buffers of the classes above the small one. */
+static size_t kept_mid_bytes(const struct tw_client *c)
+{
+    size_t n = 0;
+    for (int k = 1; k < TW__STAGE_CLASSES; k++)
+        n += (size_t)c->nstage_kept[k] * (STAGE_SMALL_CAP << k);
+    return n;
+}
+
 /* Keeps b (a size class's: up to TW__STAGE_SMALL_KEEP of its class, and
  * above the small class while their idle bytes stay within
  * STAGE_MID_IDLE; else the larger of b and the spare), frees what is not
@@ -412,13 +416,10 @@ static void buf_put(struct tw_client *c, struct tw__stage_buf *b)
     int k = class_of_cap(b->cap);
     if (k >= 0) {
         if (c->nstage_kept[k] < TW__STAGE_SMALL_KEEP &&
-            (k == 0 || c->stage_kept_mid_bytes + b->cap <= STAGE_MID_IDLE)) {
+            (k == 0 || kept_mid_bytes(c) + b->cap <= STAGE_MID_IDLE))
             c->stage_kept[k][c->nstage_kept[k]++] = b;
-            if (k > 0)
-                c->stage_kept_mid_bytes += b->cap;
-        } else {
+        else
             buf_free(b);
-        }
         return;
     }
     if (c->stage_spare && c->stage_spare->cap >= b->cap) {

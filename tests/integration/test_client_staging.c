@@ -260,6 +260,20 @@ static void test_round_trips(void)
     tw_close(c);
 }
 
+/* Items PREFIX0.. of n u8 tensors of blk bytes, each a slice of the arena
+ * from its start. */
+static void slice_items(struct tw_batch_item *items, char (*names)[32], int n, size_t blk,
+                        const char *prefix)
+{
+    for (int i = 0; i < n; i++) {
+        snprintf(names[i], sizeof(names[i]), "%s%d", prefix, i);
+        items[i] = (struct tw_batch_item){.name = names[i],
+                                          .desc = {.dtype = TW_U8, .ndim = 1, .shape = {blk}},
+                                          .buf = arena + (size_t)i * blk,
+                                          .len = blk};
+    }
+}
+
 /* Gets the n items into the second half of the arena (slices of blk)
  * and checks them against src; the pool is idle after. */
 static void get_slices_and_check(tw_client *c, struct tw_batch_item *items, int n, size_t blk,
@@ -282,13 +296,7 @@ static void test_batch_of_slices(void)
     uint8_t *src = malloc((size_t)N * BLK), *back = malloc((size_t)N * BLK);
     fill(src, (size_t)N * BLK, 77);
     dev_write(arena, src, (size_t)N * BLK);
-    for (int i = 0; i < N; i++) {
-        snprintf(names[i], sizeof(names[i]), "st/b%d", i);
-        items[i] = (struct tw_batch_item){.name = names[i],
-                                          .desc = {.dtype = TW_U8, .ndim = 1, .shape = {BLK}},
-                                          .buf = arena + (size_t)i * BLK,
-                                          .len = BLK};
-    }
+    slice_items(items, names, N, BLK, "st/b");
     /* Small puts from the device are copied to host memory ahead, in
      * groups (one batched call and one wait each), none alone. */
     unsigned th = copies_to_host, bt = batch_to_host_calls, q0 = arena_queries;
@@ -403,13 +411,7 @@ static void test_batch_of_medium_blocks(void)
     for (int round = 0; round < 2; round++) {
         fill(src, (size_t)N * BLK, 300 + (uint32_t)round);
         dev_write(arena, src, (size_t)N * BLK);
-        for (int i = 0; i < N; i++) {
-            snprintf(names[i], sizeof(names[i]), "st/m%d", i);
-            items[i] = (struct tw_batch_item){.name = names[i],
-                                              .desc = {.dtype = TW_U8, .ndim = 1, .shape = {BLK}},
-                                              .buf = arena + (size_t)i * BLK,
-                                              .len = BLK};
-        }
+        slice_items(items, names, N, BLK, "st/m");
         long p0 = fake.pins;
         unsigned th = copies_to_host, td = copies_to_dev, bt = batch_to_host_calls;
         TW_ASSERT_OK(tw_batch_put(c, items, N));
