@@ -635,6 +635,16 @@ int tw__srv_stage_prog_wait(struct tw_xfer *x, char *err, size_t errlen)
     return rc < 0 ? rc : 0;
 }
 
+/* A get's copy from GPU ordinal failed (err): counted, said in x->why and
+ * logged; returns rc. */
+static int get_copy_failed(struct tw_xfer *x, int ordinal, const char *err, int rc)
+{
+    x->conn->srv->stats.staged_failed++;
+    snprintf(x->why, sizeof(x->why), "copying it from cuda:%d failed: %.150s", ordinal, err);
+    TW_LOGW("get of '%s': %s", x->t->name, x->why);
+    return rc;
+}
+
 static int staged_start(struct tw_xfer *x)
 {
     const struct tw_store_devmem_ops *m = tw__store_devmem(x->t->store);
@@ -683,13 +693,8 @@ static int staged_start(struct tw_xfer *x)
             rc = m->to_host(ordinal, x->t->data, x->dev_t->data, (size_t)x->t->byte_length, err,
                             sizeof(err));
         }
-        if (rc) {
-            c->srv->stats.staged_failed++;
-            snprintf(x->why, sizeof(x->why), "copying it from cuda:%d failed: %.150s", ordinal,
-                     err);
-            TW_LOGW("get of '%s': %s", x->t->name, x->why);
-            return rc;
-        }
+        if (rc)
+            return get_copy_failed(x, ordinal, err, rc);
     }
     struct tw_out_chunk *tail = c->out_tail;
     rc = inner_of(x)->start(x);
@@ -702,10 +707,7 @@ static int staged_start(struct tw_xfer *x)
             ch->dev_gpu = x->dev_t->gpu;
             ch->dev_ticket = ticket;
         } else if (tw__srv_stage_prog_wait(x, err, sizeof(err)) < 0 && rc == 0) {
-            c->srv->stats.staged_failed++;
-            snprintf(x->why, sizeof(x->why), "copying it from cuda:%d failed: %.150s", ordinal,
-                     err);
-            return TW_EINTERNAL;
+            return get_copy_failed(x, ordinal, err, TW_EINTERNAL);
         }
     }
     if (rc || !x->progressive)
@@ -747,13 +749,8 @@ static int staged_pump(struct tw_xfer *x)
             rc = m->to_host(ordinal, x->t->data + x->done, x->dev_t->data + x->done, len, err,
                             sizeof(err));
         }
-        if (rc) {
-            x->conn->srv->stats.staged_failed++;
-            snprintf(x->why, sizeof(x->why), "copying it from cuda:%d failed: %.150s", ordinal,
-                     err);
-            TW_LOGW("get of '%s': %s", x->t->name, x->why);
-            return rc;
-        }
+        if (rc)
+            return get_copy_failed(x, ordinal, err, rc);
     }
     struct tw_out_chunk *tail = x->conn->out_tail;
     int rc = inner_of(x)->pump(x);
