@@ -14,8 +14,9 @@
  * allocation, against one cuda:0 tensor of COUNT x BLOCK bytes got into
  * the same allocation, 3 times each alternating; prints the medians and
  * the ratio. Then the same for puts from that allocation (COUNT new
- * names once, then overwrites, against one tensor): a second line. Public
- * API only (links libtensorwire).
+ * names once, then overwrites, against one tensor): a second line.
+ * TW_BENCH_INFLIGHT=N sets the client's max_inflight (the batch window;
+ * default: the library's choice). Public API only (links libtensorwire).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +82,9 @@ int main(int argc, char **argv)
     tw_client_options_init(&o);
     o.fabric = argv[2];
     o.gpudirect = TW_GPUDIRECT_OFF;
+    const char *win = getenv("TW_BENCH_INFLIGHT");
+    if (win && *win)
+        o.max_inflight = (uint32_t)strtoul(win, NULL, 10);
     tw_client *c = NULL;
     int rc = tw_client_connect(argv[1], &o, &c);
     if (rc)
