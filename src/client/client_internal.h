@@ -170,12 +170,12 @@ struct tw__txseg {
     size_t len;
 };
 
-/* Staging buffers kept per handle and size class, at most (dp_staging.c);
- * also the most small gets whose copies wait for a fence. */
-#define TW__STAGE_SMALL_KEEP 128
-/* Size classes of kept staging buffers: 256 KiB (small), then 512 KiB to
- * 8 MiB by powers of two (dp_staging.c buf_get). */
-#define TW__STAGE_CLASSES 6
+/* Gets whose copies to the GPU wait for a fence, at most (a fence is
+ * taken when they reach it; dp_staging.c stage_queue). */
+#define TW__STAGE_PEND 256
+/* Size classes of kept staging buffers: 32 KiB to 8 MiB by powers of two
+ * (dp_staging.c buf_get). */
+#define TW__STAGE_CLASSES 9
 /* Small puts from GPU memory copied to host memory ahead, at most. */
 #define TW__STAGE_AHEAD 32
 
@@ -255,14 +255,14 @@ struct tw_client {
      * neither faults in nor pins fresh pages. NULL when none is kept. */
     struct tw__stage_buf *stage_spare;
     /* Buffers of the size classes (pinned once) kept for batches of small
-     * and medium transfers: stage_kept[k][0, nstage_kept[k]) (the idle
-     * bytes of the classes above the small one bounded: dp_staging.c). */
-    struct tw__stage_buf *stage_kept[TW__STAGE_CLASSES][TW__STAGE_SMALL_KEEP];
+     * and medium transfers: a list per class (through their `next`),
+     * nstage_kept[k] long; their idle bytes are bounded (dp_staging.c). */
+    struct tw__stage_buf *stage_kept[TW__STAGE_CLASSES];
     unsigned nstage_kept[TW__STAGE_CLASSES];
     /* Gets into a size class's buffer whose copy to the GPU is queued on
      * the device's fence stream, not yet waited for
      * (tw__client_stage_fence): the buffer and the request (index in
-     * c->run) of each. At most TW__STAGE_SMALL_KEEP. Their copies reach
+     * c->run) of each. At most TW__STAGE_PEND. Their copies reach
      * the stream in groups (dp_staging.c stage_submit: one batched driver
      * call per group). */
     struct tw__stage_pending {
@@ -272,7 +272,7 @@ struct tw_client {
         uintptr_t dst; /* the copy: buf's first len bytes to dst */
         size_t len;
         int queued; /* handed to the stream (0: waits for stage_submit) */
-    } stage_pend[TW__STAGE_SMALL_KEEP];
+    } stage_pend[TW__STAGE_PEND];
     unsigned nstage_pend;
     unsigned nstage_unqueued;    /* of them, not handed to the stream yet */
     size_t stage_unqueued_bytes; /* and their bytes */

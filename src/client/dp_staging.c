@@ -37,8 +37,8 @@
  *
  * Host buffers are kept on the handle between requests, so repeated
  * transfers do not fault in or pin fresh pages: up to 8 MiB in size
- * classes (powers of two from 256 KiB), page-locked, at most 32 MiB of
- * small and 64 MiB of larger classes idle; above that the largest one used
+ * classes (powers of two from 32 KiB), page-locked, at most 32 MiB of
+ * classes up to 256 KiB and 64 MiB of larger ones idle; above that the largest one used
  * so far, page-locked from 1 MiB up. The pool likewise (made on the first
  * pipelined get, freed with the handle).
  *
@@ -63,6 +63,7 @@ struct staged_plane {
 
 /* A library host buffer; pinned through `pin_dev`'s context when >= 0. */
 struct tw__stage_buf {
+    struct tw__stage_buf *next; /* kept: the next of its class (c->stage_kept) */
     void *p;
     size_t cap;
     int pin_dev;                            /* the device it was pinned for, or -1 */
@@ -95,13 +96,19 @@ struct stage {
 #define STAGE_POOL_SLOTS 8u
 #define STAGE_PIPE_DEPTH 4u
 
-/* Size classes of host buffers (see buf_get): class 0 (small) holds up
- * to STAGE_SMALL_CAP bytes, class k up to STAGE_SMALL_CAP << k, the last
- * up to STAGE_CLASS_MAX; larger requests use the one spare buffer. The
- * idle buffers of classes 1 and up are kept while their bytes stay under
- * STAGE_MID_IDLE (class 0: TW__STAGE_SMALL_KEEP buffers, 32 MiB). */
-#define STAGE_SMALL_CAP ((size_t)256 << 10)
-#define STAGE_CLASS_MAX (STAGE_SMALL_CAP << (TW__STAGE_CLASSES - 1))
+/* Size classes of host buffers (see buf_get): class k holds up to
+ * STAGE_CLASS_MIN << k bytes, the last up to STAGE_CLASS_MAX; larger
+ * requests use the one spare buffer. Idle buffers are kept while their
+ * bytes stay under STAGE_SMALL_IDLE for the classes up to STAGE_SMALL_MAX
+ * (a KV cache's blocks: 1024 of 32 KiB, so a batch window of several
+ * hundred finds a buffer for every block in flight and every copy
+ * pending; with 128 buffers of 256 KiB a window of 256 pinned and
+ * unpinned one per request and halved the batch: docs/performance.md),
+ * under STAGE_MID_IDLE for the larger ones. */
+#define STAGE_CLASS_MIN ((size_t)32 << 10)
+#define STAGE_CLASS_MAX (STAGE_CLASS_MIN << (TW__STAGE_CLASSES - 1))
+#define STAGE_SMALL_MAX ((size_t)256 << 10)
+#define STAGE_SMALL_IDLE ((size_t)32 << 20)
 #define STAGE_MID_IDLE ((size_t)64 << 20)
 
 /* Buffers at least this large are page-locked (copies at full speed; the
@@ -151,7 +158,7 @@ static void fail_pending(struct tw_client *c, const struct tw__stage_pending *p,
 static int class_of_cap(size_t cap)
 {
     for (int k = 0; k < TW__STAGE_CLASSES; k++)
-        if (cap == STAGE_SMALL_CAP << k)
+        if (cap == STAGE_CLASS_MIN << k)
             return k;
     return -1;
 }
@@ -160,7 +167,7 @@ static int class_of_cap(size_t cap)
 static int class_of_len(size_t len)
 {
     for (int k = 0; k < TW__STAGE_CLASSES; k++)
-        if (len <= STAGE_SMALL_CAP << k)
+        if (len <= STAGE_CLASS_MIN << k)
             return k;
     return -1;
 }
@@ -171,10 +178,10 @@ static void stage_submit(struct tw_client *c, int dev)
 {
     const struct tw_memkind_async_ops *as = c->stage_fence_as;
     void *stream = c->stage_fence_stream ? c->stage_fence_stream[dev] : NULL;
-    void *dst[TW__STAGE_SMALL_KEEP];
-    const void *src[TW__STAGE_SMALL_KEEP];
-    size_t len[TW__STAGE_SMALL_KEEP], n = 0;
-    unsigned idx[TW__STAGE_SMALL_KEEP];
+    void *dst[TW__STAGE_PEND];
+    const void *src[TW__STAGE_PEND];
+    size_t len[TW__STAGE_PEND], n = 0;
+    unsigned idx[TW__STAGE_PEND];
     for (unsigned i = 0; i < c->nstage_pend; i++) {
         struct tw__stage_pending *p = &c->stage_pend[i];
         if (p->queued || p->device != dev)
@@ -229,7 +236,13 @@ static int stage_queue(struct tw_client *c, struct tw__creq *r, struct stage *st
     char err[200] = "";
     if (!as || !c->run || st->stream || st->copied || !r->expect || !st->buf ||
         class_of_cap(st->buf->cap) < 0 || st->buf->pin_dev < 0 || dev < 0 ||
-        dev >= TW_CUDA_MAX_DEVICES || c->nstage_pend >= TW__STAGE_SMALL_KEEP)
+        dev >= TW_CUDA_MAX_DEVICES)
+        return 1;
+    /* Full: wait for the pending copies (their failures land on their own
+     * requests) rather than copy this one synchronously. */
+    if (c->nstage_pend >= TW__STAGE_PEND)
+        (void)tw__client_stage_fence(c);
+    if (c->nstage_pend >= TW__STAGE_PEND)
         return 1;
     if (c->stage_fence_as && c->stage_fence_as != as)
         return 1; /* streams of another kind's table are pending */
@@ -306,9 +319,14 @@ void tw__client_stage_free(struct tw_client *c)
     }
     buf_free(c->stage_spare);
     c->stage_spare = NULL;
-    for (int k = 0; k < TW__STAGE_CLASSES; k++)
-        while (c->nstage_kept[k])
-            buf_free(c->stage_kept[k][--c->nstage_kept[k]]);
+    for (int k = 0; k < TW__STAGE_CLASSES; k++) {
+        while (c->stage_kept[k]) {
+            struct tw__stage_buf *b = c->stage_kept[k];
+            c->stage_kept[k] = b->next;
+            buf_free(b);
+        }
+        c->nstage_kept[k] = 0;
+    }
     /* The plane (and the pool's registration with it) is closed first
      * (tw_close). */
     if (c->stage_pool_mr)
@@ -373,8 +391,13 @@ static struct tw__stage_buf *buf_get(struct tw_client *c, const struct tw__creq 
      * H200: docs/performance.md). */
     if (k >= 0 && !c->nstage_kept[k] && c->nstage_pend)
         (void)tw__client_stage_fence(c); /* failures land on their requests */
-    if (k >= 0 && c->nstage_kept[k])
-        return c->stage_kept[k][--c->nstage_kept[k]];
+    if (k >= 0 && c->stage_kept[k]) {
+        b = c->stage_kept[k];
+        c->stage_kept[k] = b->next;
+        c->nstage_kept[k]--;
+        b->next = NULL;
+        return b;
+    }
     b = c->stage_spare;
     if (k < 0 && b && b->cap >= len) {
         c->stage_spare = NULL;
@@ -383,7 +406,7 @@ static struct tw__stage_buf *buf_get(struct tw_client *c, const struct tw__creq 
     b = calloc(1, sizeof(*b));
     if (!b)
         return NULL;
-    b->cap = k >= 0 ? STAGE_SMALL_CAP << k : len;
+    b->cap = k >= 0 ? STAGE_CLASS_MIN << k : len;
     b->pin_dev = -1;
     if (tw__hostmem_alloc(b->cap, &b->p) != 0) {
         free(b);
@@ -398,28 +421,32 @@ static struct tw__stage_buf *buf_get(struct tw_client *c, const struct tw__creq 
     return b;
 }
 
-/* Bytes of the kept buffers of the classes above the small one. */
-static size_t kept_mid_bytes(const struct tw_client *c)
+/* Bytes of the kept buffers of the small classes (small: up to
+ * STAGE_SMALL_MAX) or of the larger ones. */
+static size_t kept_bytes(const struct tw_client *c, int small)
 {
     size_t n = 0;
-    for (int k = 1; k < TW__STAGE_CLASSES; k++)
-        n += (size_t)c->nstage_kept[k] * (STAGE_SMALL_CAP << k);
+    for (int k = 0; k < TW__STAGE_CLASSES; k++)
+        if (((STAGE_CLASS_MIN << k) <= STAGE_SMALL_MAX) == !!small)
+            n += (size_t)c->nstage_kept[k] * (STAGE_CLASS_MIN << k);
     return n;
 }
 
-/* Keeps b (a size class's: up to TW__STAGE_SMALL_KEEP of its class, and
- * above the small class while their idle bytes stay within
- * STAGE_MID_IDLE; else the larger of b and the spare), frees what is not
- * kept. */
+/* Keeps b (a size class's while the idle bytes of its group of classes
+ * stay within STAGE_SMALL_IDLE or STAGE_MID_IDLE; else the larger of b
+ * and the spare), frees what is not kept. */
 static void buf_put(struct tw_client *c, struct tw__stage_buf *b)
 {
     int k = class_of_cap(b->cap);
     if (k >= 0) {
-        if (c->nstage_kept[k] < TW__STAGE_SMALL_KEEP &&
-            (k == 0 || kept_mid_bytes(c) + b->cap <= STAGE_MID_IDLE))
-            c->stage_kept[k][c->nstage_kept[k]++] = b;
-        else
+        int small = b->cap <= STAGE_SMALL_MAX;
+        if (kept_bytes(c, small) + b->cap <= (small ? STAGE_SMALL_IDLE : STAGE_MID_IDLE)) {
+            b->next = c->stage_kept[k];
+            c->stage_kept[k] = b;
+            c->nstage_kept[k]++;
+        } else {
             buf_free(b);
+        }
         return;
     }
     if (c->stage_spare && c->stage_spare->cap >= b->cap) {

@@ -436,6 +436,51 @@ static void test_batch_of_medium_blocks(void)
     free(back);
 }
 
+/* A KV cache's blocks (32 KiB) with a batch window of 256: every block in
+ * flight and every copy waiting for a fence finds a kept buffer, so only
+ * the first round pins, and inline gets never copy synchronously. With
+ * 128 buffers kept (of 256 KiB) each request beyond them pinned and
+ * unpinned a buffer of its own, which halved such batches on the H200. */
+static void test_batch_wide_window(void)
+{
+    enum { N = 384, BLK = 32 * 1024 };
+    static struct tw_batch_item items[N];
+    static char names[N][32];
+    long pins0 = fake.pins, unpins0 = fake.unpins;
+    struct tw_client_options o;
+    tw_client *c = NULL;
+    tw_test_client_options(&o);
+    o.max_inflight = 256;
+    TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &c));
+    c->memkinds[TW_MEMKIND_CUDA] = &fake_cuda;
+    uint8_t *src = malloc((size_t)N * BLK), *back = malloc((size_t)N * BLK);
+    long round1_pins = 0;
+    for (int round = 0; round < 3; round++) {
+        fill(src, (size_t)N * BLK, 500 + (uint32_t)round);
+        dev_write(arena, src, (size_t)N * BLK);
+        slice_items(items, names, N, BLK, "st/w");
+        long p0 = fake.pins;
+        unsigned td = copies_to_dev;
+        TW_ASSERT_OK(tw_batch_put(c, items, N));
+        get_slices_and_check(c, items, N, BLK, src, back);
+        if (!on_rdma(c))
+            TW_ASSERT_EQ(copies_to_dev, td);
+        if (round == 0)
+            round1_pins = fake.pins - p0;
+        else
+            TW_ASSERT_EQ(fake.pins, p0);
+    }
+    TW_ASSERT(round1_pins >= 1);
+    fprintf(stderr, "  %d blocks of %d B, window 256: %ld buffers pinned in round 1, none after\n",
+            N, (int)BLK, round1_pins);
+    for (int i = 0; i < N; i++)
+        TW_ASSERT_OK(tw_delete(c, names[i]));
+    tw_close(c);
+    TW_ASSERT_EQ(fake.pins - pins0, fake.unpins - unpins0);
+    free(src);
+    free(back);
+}
+
 /* A copy to the device failing at chunk k of a get: inline, the 6th
  * frame's copy (64 KiB frames); RDMA, the pipeline's copy of chunk k (16
  * chunks of 64 KiB), refused when queued or failing when it runs, for k at
@@ -583,6 +628,7 @@ int main(void)
     TW_RUN(test_round_trips);
     TW_RUN(test_batch_of_slices);
     TW_RUN(test_batch_of_medium_blocks);
+    TW_RUN(test_batch_wide_window);
     TW_RUN(test_copy_failures);
     TW_RUN(test_put_checksum);
     tw_test_server_stop(&srv);
