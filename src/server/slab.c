@@ -117,6 +117,68 @@ static void arenas_release(struct tw_slab *sl)
     sl->arena_bytes = 0;
 }
 
+/* The arena holding block p, or NULL. */
+static struct tw_slab_arena *arena_of(struct tw_slab *sl, uintptr_t p)
+{
+    for (struct tw_slab_arena *a = sl->arenas; a; a = a->next)
+        if (p >= (uintptr_t)a->base && p < (uintptr_t)a->base + TW_SLAB_ARENA)
+            return a;
+    return NULL;
+}
+
+/* Page-locked mode at its cap: finds an arena all of whose handed-out
+ * blocks are free again, drops them from the free lists and makes it the
+ * one bump allocation carves from, from its start (still pinned). Without
+ * it, free blocks kept per size would hold the whole cap after batches of
+ * a few sizes, and every later size would fall back to pageable memory.
+ * Returns the arena, or NULL when every arena has a block in use. */
+static struct tw_slab_arena *reclaim_arena(struct tw_slab *sl)
+{
+    size_t n = 0;
+    for (struct tw_slab_arena *a = sl->arenas; a; a = a->next)
+        n++;
+    size_t *free_bytes = calloc(n ? n : 1, sizeof(*free_bytes));
+    if (!free_bytes)
+        return NULL;
+    for (size_t i = 0; i < sl->nclasses; i++) {
+        const struct tw_slab_class *c = &sl->classes[i];
+        for (size_t k = 0; k < c->nfree; k++) {
+            uintptr_t v = (uintptr_t)c->free[k] & ~FLAG_BITS;
+            size_t j = 0;
+            for (struct tw_slab_arena *a = sl->arenas; a; a = a->next, j++)
+                if (v >= (uintptr_t)a->base && v < (uintptr_t)a->base + TW_SLAB_ARENA) {
+                    free_bytes[j] += (i + 1) * sl->page;
+                    break;
+                }
+        }
+    }
+    struct tw_slab_arena *a = sl->arenas, *prev = NULL;
+    for (size_t j = 0; a && !(a->bump > 0 && free_bytes[j] == a->bump); j++)
+        prev = a, a = a->next;
+    free(free_bytes);
+    if (!a)
+        return NULL;
+    for (size_t i = 0; i < sl->nclasses; i++) {
+        struct tw_slab_class *c = &sl->classes[i];
+        size_t kept = 0;
+        for (size_t k = 0; k < c->nfree; k++) {
+            uintptr_t v = (uintptr_t)c->free[k];
+            if (arena_of(sl, v & ~FLAG_BITS) != a)
+                c->free[kept++] = c->free[k];
+            else if (!(v & COLD_BIT))
+                sl->kept_bytes -= (i + 1) * sl->page;
+        }
+        c->nfree = kept;
+    }
+    a->bump = 0;
+    if (prev) { /* to the front: bump allocation carves from the first */
+        prev->next = a->next;
+        a->next = sl->arenas;
+        sl->arenas = a;
+    }
+    return a;
+}
+
 void *tw__slab_alloc(struct tw_slab *sl, size_t len)
 {
     if (len == 0 || len >= sl->max_block || len % sl->page != 0 || sl->dead)
@@ -132,8 +194,13 @@ void *tw__slab_alloc(struct tw_slab *sl, size_t len)
     struct tw_slab_arena *a = sl->arenas;
     if (!a || TW_SLAB_ARENA - a->bump < len) {
         /* The old arena's tail (under max_block) stays unused. */
-        if (!(a = arena_new(sl)))
-            return NULL;
+        if (!(a = arena_new(sl))) {
+            if (!sl->pin || sl->freed_since_look < TW_SLAB_ARENA / 16)
+                return NULL;
+            sl->freed_since_look = 0;
+            if (!(a = reclaim_arena(sl)))
+                return NULL;
+        }
     }
     uint8_t *p = a->base + a->bump;
     a->bump += len;
@@ -158,6 +225,7 @@ void tw__slab_free(struct tw_slab *sl, void *p, size_t len)
         return;
     }
     struct tw_slab_class *c = &sl->classes[len / sl->page - 1];
+    sl->freed_since_look += len;
     if (c->nfree == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 64;
         void **f = realloc(c->free, cap * sizeof(*f));

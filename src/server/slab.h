@@ -62,11 +62,16 @@ struct tw_slab {
      * device DMAs to), so keep_max and tw__slab_trim do not apply, and at
      * most max_arena_bytes are mapped (an allocation beyond returns NULL:
      * the caller falls back to pageable memory); a pin that fails stops
-     * the growth for good. */
+     * the growth for good. At that cap an arena whose blocks are all free
+     * again (the host copies of a batch of other sizes) is taken off the
+     * free lists and carved afresh (tw__slab_alloc), looked for again once
+     * TW_SLAB_ARENA / 16 bytes were freed since a look that found none
+     * (freed_since_look). */
     int (*pin)(void *ctx, void *p, size_t len);
     void (*unpin)(void *ctx, void *p);
     void *pin_ctx;
     uint64_t max_arena_bytes;
+    uint64_t freed_since_look;
 };
 
 /* Prepares an empty slab (no memory yet) for blocks under TW_SLAB_MAX.
@@ -82,7 +87,7 @@ void tw__slab_set_pinned(struct tw_slab *sl, int (*pin)(void *ctx, void *p, size
                          void (*unpin)(void *ctx, void *p), void *ctx, uint64_t max_arena_bytes);
 /* A block of len bytes (a multiple of the page size, 0 < len < max_block),
  * page aligned, owned by the caller until tw__slab_free. NULL when out of
- * memory. */
+ * memory (page-locked mode: at max_arena_bytes with no wholly free arena). */
 void *tw__slab_alloc(struct tw_slab *sl, size_t len);
 /* Gives back a block from tw__slab_alloc with the same len. */
 void tw__slab_free(struct tw_slab *sl, void *p, size_t len);

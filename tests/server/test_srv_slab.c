@@ -265,6 +265,56 @@ static void test_pinned_mode(void)
     TW_ASSERT_EQ(unpins, 0);
 }
 
+/* Page-locked mode at its cap after batches of other sizes: an arena whose
+ * blocks are all free again is carved afresh for the new size (still
+ * pinned once); one with a block in use is not; blocks stay distinct. */
+static void test_pinned_reclaim(void)
+{
+    struct tw_slab sl;
+    const size_t max_block = (size_t)8 << 20, a_len = (size_t)3 << 20, b_len = (size_t)5 << 20;
+    enum { PER_ARENA_A = TW_SLAB_ARENA / (3 << 20), PER_ARENA_B = TW_SLAB_ARENA / (5 << 20) };
+    static void *a_blk[2 * PER_ARENA_A], *b_blk[2 * PER_ARENA_B];
+    pins = unpins = 0;
+    TW_ASSERT_OK(tw__slab_init_sized(&sl, 0, max_block));
+    tw__slab_set_pinned(&sl, count_pin, count_unpin, &pins, 2 * (uint64_t)TW_SLAB_ARENA);
+    size_t na = 0;
+    while (na < 2 * PER_ARENA_A && (a_blk[na] = tw__slab_alloc(&sl, a_len)) != NULL)
+        na++;
+    TW_ASSERT_EQ(na, 2 * PER_ARENA_A);
+    TW_ASSERT(tw__slab_alloc(&sl, b_len) == NULL); /* full, nothing free */
+    /* Free every 3 MiB block but one in the first arena carved. */
+    for (size_t i = 1; i < na; i++)
+        tw__slab_free(&sl, a_blk[i], a_len);
+    size_t nb = 0;
+    while (nb < 2 * PER_ARENA_B && (b_blk[nb] = tw__slab_alloc(&sl, b_len)) != NULL)
+        nb++;
+    TW_ASSERT_EQ(nb, PER_ARENA_B); /* the second arena only: the first holds a_blk[0] */
+    for (size_t i = 0; i < nb; i++) {
+        uintptr_t p = (uintptr_t)b_blk[i];
+        TW_ASSERT(p + b_len <= (uintptr_t)a_blk[0] || p >= (uintptr_t)a_blk[0] + a_len);
+        memset(b_blk[i], (int)i, b_len);
+    }
+    /* The free 3 MiB blocks of the first arena still serve their size, and
+     * the second arena's tail after the 5 MiB blocks one more; none of the
+     * second arena's old 3 MiB blocks is handed out again. */
+    size_t again = 0;
+    void *p;
+    while ((p = tw__slab_alloc(&sl, a_len)) != NULL) {
+        for (size_t i = 0; i < nb; i++)
+            TW_ASSERT((uintptr_t)p + a_len <= (uintptr_t)b_blk[i] ||
+                      (uintptr_t)p >= (uintptr_t)b_blk[i] + b_len);
+        again++;
+    }
+    TW_ASSERT_EQ(again, PER_ARENA_A - 1 + (TW_SLAB_ARENA - PER_ARENA_B * b_len) / a_len);
+    for (size_t i = 0; i < nb; i++)
+        TW_ASSERT_EQ(((uint8_t *)b_blk[i])[b_len - 1], (uint8_t)i);
+    TW_ASSERT_EQ(pins, 2);
+    TW_ASSERT_EQ(unpins, 0);
+    sl.live_bytes = 0; /* the test drops its blocks without freeing each */
+    tw__slab_destroy(&sl);
+    TW_ASSERT_EQ(unpins, 2);
+}
+
 int main(void)
 {
     TW_RUN(test_blocks_distinct_and_reused);
@@ -273,5 +323,6 @@ int main(void)
     TW_RUN(test_trim);
     TW_RUN(test_store_small_versions);
     TW_RUN(test_pinned_mode);
+    TW_RUN(test_pinned_reclaim);
     TW_DONE();
 }
