@@ -16,7 +16,9 @@
  * the ratio. Then the same for puts from that allocation (COUNT new
  * names once, then overwrites, against one tensor): a second line.
  * TW_BENCH_INFLIGHT=N sets the client's max_inflight (the batch window;
- * default: the library's choice). Public API only (links libtensorwire).
+ * default: the library's choice). TW_BENCH_GETS_ONLY=N (batch mode): after
+ * the blocks are put, only N batch gets back to back and their median, for
+ * a profiler attached meanwhile. Public API only (links libtensorwire).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,9 +143,27 @@ int main(int argc, char **argv)
         rc = tw_batch_put(c, items, count);
         if (rc)
             die(c, "batch put", rc);
-        put_tensor(c, "bse/one", "cuda:0", host, n);
         for (size_t i = 0; i < count; i++)
             items[i].buf = (uint8_t *)dev + i * block;
+        const char *only = getenv("TW_BENCH_GETS_ONLY");
+        int gets_only = only && *only ? atoi(only) : 0;
+        if (gets_only > 0) {
+            if (gets_only > 64)
+                gets_only = 64;
+            for (int r = 0; r < gets_only; r++) {
+                double t0 = now_s();
+                if ((rc = tw_batch_get(c, items, count)) != 0)
+                    die(c, "batch get", rc);
+                a[r] = (double)n / (now_s() - t0) / 1048576.0;
+            }
+            printf("device batch %zu x %zu B, %s: %d batch gets, median %.1f MiB/s\n", count, block,
+                   argv[2], gets_only, median(a, gets_only));
+            for (size_t i = 0; i < count; i++)
+                tw_delete(c, names[i]);
+            tw_close(c);
+            return 0;
+        }
+        put_tensor(c, "bse/one", "cuda:0", host, n);
         timed_get(c, "bse/one", dev, n);
         for (int r = 0; r < reps; r++) {
             double t0 = now_s();
