@@ -38,9 +38,9 @@
  * Host buffers are kept on the handle between requests, so repeated
  * transfers do not fault in or pin fresh pages: up to 8 MiB in size
  * classes (powers of two from 32 KiB), page-locked, at most 32 MiB of
- * classes up to 256 KiB and 64 MiB of larger ones idle; above that the largest one used
- * so far, page-locked from 1 MiB up. The pool likewise (made on the first
- * pipelined get, freed with the handle).
+ * classes up to 256 KiB and 64 MiB of larger ones idle; above that the
+ * largest one used so far, page-locked from 1 MiB up. The pool likewise
+ * (made on the first pipelined get, freed with the handle).
  *
  * State: struct stage in r->stage (the inner plane keeps r->dp_state).
  */

@@ -117,12 +117,15 @@ static void arenas_release(struct tw_slab *sl)
     sl->arena_bytes = 0;
 }
 
-/* The arena holding block p, or NULL. */
-static struct tw_slab_arena *arena_of(struct tw_slab *sl, uintptr_t p)
+/* The arena holding block p and its place in sl->arenas (*index), or NULL. */
+static struct tw_slab_arena *arena_of(struct tw_slab *sl, uintptr_t p, size_t *index)
 {
-    for (struct tw_slab_arena *a = sl->arenas; a; a = a->next)
-        if (p >= (uintptr_t)a->base && p < (uintptr_t)a->base + TW_SLAB_ARENA)
+    size_t j = 0;
+    for (struct tw_slab_arena *a = sl->arenas; a; a = a->next, j++)
+        if (p >= (uintptr_t)a->base && p < (uintptr_t)a->base + TW_SLAB_ARENA) {
+            *index = j;
             return a;
+        }
     return NULL;
 }
 
@@ -143,13 +146,9 @@ static struct tw_slab_arena *reclaim_arena(struct tw_slab *sl)
     for (size_t i = 0; i < sl->nclasses; i++) {
         const struct tw_slab_class *c = &sl->classes[i];
         for (size_t k = 0; k < c->nfree; k++) {
-            uintptr_t v = (uintptr_t)c->free[k] & ~FLAG_BITS;
-            size_t j = 0;
-            for (struct tw_slab_arena *a = sl->arenas; a; a = a->next, j++)
-                if (v >= (uintptr_t)a->base && v < (uintptr_t)a->base + TW_SLAB_ARENA) {
-                    free_bytes[j] += (i + 1) * sl->page;
-                    break;
-                }
+            size_t j;
+            if (arena_of(sl, (uintptr_t)c->free[k] & ~FLAG_BITS, &j))
+                free_bytes[j] += (i + 1) * sl->page;
         }
     }
     struct tw_slab_arena *a = sl->arenas, *prev = NULL;
@@ -163,7 +162,8 @@ static struct tw_slab_arena *reclaim_arena(struct tw_slab *sl)
         size_t kept = 0;
         for (size_t k = 0; k < c->nfree; k++) {
             uintptr_t v = (uintptr_t)c->free[k];
-            if (arena_of(sl, v & ~FLAG_BITS) != a)
+            size_t j;
+            if (arena_of(sl, v & ~FLAG_BITS, &j) != a)
                 c->free[kept++] = c->free[k];
             else if (!(v & COLD_BIT))
                 sl->kept_bytes -= (i + 1) * sl->page;
