@@ -393,6 +393,50 @@ static void test_batch_of_slices(void)
     tw_close(c);
 }
 
+/* Puts and gets n device slices of blk bytes `rounds` times through c
+ * (content seeded by seed and the round), byte-exact each time: inline,
+ * no get copies synchronously to the device; one_group: each put copies
+ * its blocks to host memory ahead in one batched call. Pins happen in the
+ * first round only; everything pinned is unpinned when c closes (closed
+ * here). Returns the first round's pins. */
+static long slice_rounds(tw_client *c, int n, size_t blk, const char *prefix, int rounds,
+                         uint32_t seed, int one_group)
+{
+    struct tw_batch_item *items = calloc((size_t)n, sizeof(*items));
+    char(*names)[32] = calloc((size_t)n, sizeof(*names));
+    uint8_t *src = malloc((size_t)n * blk), *back = malloc((size_t)n * blk);
+    TW_ASSERT(items && names && src && back);
+    long pins0 = fake.pins, unpins0 = fake.unpins, round1_pins = 0;
+    for (int round = 0; round < rounds; round++) {
+        fill(src, (size_t)n * blk, seed + (uint32_t)round);
+        dev_write(arena, src, (size_t)n * blk);
+        slice_items(items, names, n, blk, prefix);
+        long p0 = fake.pins;
+        unsigned th = copies_to_host, td = copies_to_dev, bt = batch_to_host_calls;
+        TW_ASSERT_OK(tw_batch_put(c, items, (size_t)n));
+        if (one_group) {
+            TW_ASSERT_EQ(copies_to_host, th);
+            TW_ASSERT_EQ(batch_to_host_calls - bt, 1u);
+        }
+        get_slices_and_check(c, items, n, blk, src, back);
+        if (!on_rdma(c))
+            TW_ASSERT_EQ(copies_to_dev, td);
+        if (round == 0)
+            round1_pins = fake.pins - p0;
+        else
+            TW_ASSERT_EQ(fake.pins, p0); /* every buffer kept, pinned once */
+    }
+    for (int i = 0; i < n; i++)
+        TW_ASSERT_OK(tw_delete(c, names[i]));
+    tw_close(c);
+    TW_ASSERT_EQ(fake.pins - pins0, fake.unpins - unpins0);
+    free(items);
+    free(names);
+    free(src);
+    free(back);
+    return round1_pins;
+}
+
 /* A batch of medium blocks (600 KiB + 5: the 1 MiB size class) from and
  * into device slices: the puts are copied to host memory ahead in one
  * group, the gets' copies queued on the fence stream (inline), the
@@ -402,38 +446,10 @@ static void test_batch_of_slices(void)
 static void test_batch_of_medium_blocks(void)
 {
     enum { N = 12, BLK = 600 * 1024 + 5 };
-    static struct tw_batch_item items[N];
-    static char names[N][32];
-    long pins0 = fake.pins, unpins0 = fake.unpins;
-    tw_client *c = connect_fake(0);
-    uint8_t *src = malloc((size_t)N * BLK), *back = malloc((size_t)N * BLK);
-    long round1_pins = 0;
-    for (int round = 0; round < 2; round++) {
-        fill(src, (size_t)N * BLK, 300 + (uint32_t)round);
-        dev_write(arena, src, (size_t)N * BLK);
-        slice_items(items, names, N, BLK, "st/m");
-        long p0 = fake.pins;
-        unsigned th = copies_to_host, td = copies_to_dev, bt = batch_to_host_calls;
-        TW_ASSERT_OK(tw_batch_put(c, items, N));
-        TW_ASSERT_EQ(copies_to_host, th);
-        TW_ASSERT_EQ(batch_to_host_calls - bt, 1u);
-        get_slices_and_check(c, items, N, BLK, src, back);
-        if (!on_rdma(c))
-            TW_ASSERT_EQ(copies_to_dev, td);
-        if (round == 0)
-            round1_pins = fake.pins - p0;
-        else
-            TW_ASSERT_EQ(fake.pins, p0); /* every buffer kept, pinned once */
-    }
+    long round1_pins = slice_rounds(connect_fake(0), N, BLK, "st/m", 2, 300, 1);
     TW_ASSERT(round1_pins >= 1 && round1_pins <= 2 * N);
     fprintf(stderr, "  %d blocks of %d B: %ld buffers pinned in round 1, none in round 2\n", N,
             (int)BLK, round1_pins);
-    for (int i = 0; i < N; i++)
-        TW_ASSERT_OK(tw_delete(c, names[i]));
-    tw_close(c);
-    TW_ASSERT_EQ(fake.pins - pins0, fake.unpins - unpins0);
-    free(src);
-    free(back);
 }
 
 /* A KV cache's blocks (32 KiB) with a batch window of 256: every block in
@@ -444,41 +460,16 @@ static void test_batch_of_medium_blocks(void)
 static void test_batch_wide_window(void)
 {
     enum { N = 384, BLK = 32 * 1024 };
-    static struct tw_batch_item items[N];
-    static char names[N][32];
-    long pins0 = fake.pins, unpins0 = fake.unpins;
     struct tw_client_options o;
     tw_client *c = NULL;
     tw_test_client_options(&o);
     o.max_inflight = 256;
     TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &c));
     c->memkinds[TW_MEMKIND_CUDA] = &fake_cuda;
-    uint8_t *src = malloc((size_t)N * BLK), *back = malloc((size_t)N * BLK);
-    long round1_pins = 0;
-    for (int round = 0; round < 3; round++) {
-        fill(src, (size_t)N * BLK, 500 + (uint32_t)round);
-        dev_write(arena, src, (size_t)N * BLK);
-        slice_items(items, names, N, BLK, "st/w");
-        long p0 = fake.pins;
-        unsigned td = copies_to_dev;
-        TW_ASSERT_OK(tw_batch_put(c, items, N));
-        get_slices_and_check(c, items, N, BLK, src, back);
-        if (!on_rdma(c))
-            TW_ASSERT_EQ(copies_to_dev, td);
-        if (round == 0)
-            round1_pins = fake.pins - p0;
-        else
-            TW_ASSERT_EQ(fake.pins, p0);
-    }
+    long round1_pins = slice_rounds(c, N, BLK, "st/w", 3, 500, 0);
     TW_ASSERT(round1_pins >= 1);
     fprintf(stderr, "  %d blocks of %d B, window 256: %ld buffers pinned in round 1, none after\n",
             N, (int)BLK, round1_pins);
-    for (int i = 0; i < N; i++)
-        TW_ASSERT_OK(tw_delete(c, names[i]));
-    tw_close(c);
-    TW_ASSERT_EQ(fake.pins - pins0, fake.unpins - unpins0);
-    free(src);
-    free(back);
 }
 
 /* A copy to the device failing at chunk k of a get: inline, the 6th
