@@ -176,16 +176,22 @@ static void check_pool_idle(tw_client *c)
 
 #define fill tw_test_fill
 
+/* A handle with options o whose CUDA kind is the fake one. */
+static tw_client *connect_opts(const struct tw_client_options *o)
+{
+    tw_client *c = NULL;
+    TW_ASSERT_OK(tw_client_connect(srv.addr, o, &c));
+    c->memkinds[TW_MEMKIND_CUDA] = &fake_cuda;
+    return c;
+}
+
 static tw_client *connect_fake(uint32_t max_frame)
 {
     struct tw_client_options o;
-    tw_client *c = NULL;
     tw_test_client_options(&o);
     if (max_frame)
         o.max_frame = max_frame;
-    TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &c));
-    c->memkinds[TW_MEMKIND_CUDA] = &fake_cuda;
-    return c;
+    return connect_opts(&o);
 }
 
 /* dev[0..n) = src, through the fake kind. */
@@ -461,12 +467,9 @@ static void test_batch_wide_window(void)
 {
     enum { N = 384, BLK = 32 * 1024 };
     struct tw_client_options o;
-    tw_client *c = NULL;
     tw_test_client_options(&o);
     o.max_inflight = 256;
-    TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &c));
-    c->memkinds[TW_MEMKIND_CUDA] = &fake_cuda;
-    long round1_pins = slice_rounds(c, N, BLK, "st/w", 3, 500, 0);
+    long round1_pins = slice_rounds(connect_opts(&o), N, BLK, "st/w", 3, 500, 0);
     TW_ASSERT(round1_pins >= 1);
     fprintf(stderr, "  %d blocks of %d B, window 256: %ld buffers pinned in round 1, none after\n",
             N, (int)BLK, round1_pins);
@@ -569,11 +572,9 @@ static void test_copy_failures(void)
 static void test_put_checksum(void)
 {
     struct tw_client_options o;
-    tw_client *c = NULL;
     tw_test_client_options(&o);
     o.checksum = 1;
-    TW_ASSERT_OK(tw_client_connect(srv.addr, &o, &c));
-    c->memkinds[TW_MEMKIND_CUDA] = &fake_cuda;
+    tw_client *c = connect_opts(&o);
     const size_t pc = (size_t)8 << 20;
     size_t sizes[] = {1, 200 * 1024, 300 * 1024, pc - 1, pc, pc + 1, (9u << 20) + 5};
     uint8_t *src = malloc(ARENA_LEN / 2), *back = malloc(ARENA_LEN / 2);
