@@ -181,7 +181,7 @@ static int insert_locked(struct tw_fabric_rail *r, uint32_t addr_format, const v
 int tw__fabric_peer_insert(struct tw_fabric *fab, const char *provider, uint32_t addr_format,
                            const void *addr, size_t addr_len, struct tw_fabric_peer **peer)
 {
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     struct tw_fabric_rail *r =
         tw__fabric_rail_by_name(fab, (const uint8_t *)provider, strlen(provider));
     int ret = r ? insert_locked(r, addr_format, addr, addr_len, peer)
@@ -194,7 +194,7 @@ int tw__fabric_peer_insert(struct tw_fabric *fab, const char *provider, uint32_t
 int tw__fabric_peer_insert_entry(struct tw_fabric *fab, const struct tw_fabric_entry *e,
                                  struct tw_fabric_peer **peer)
 {
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     struct tw_fabric_rail *r = tw__fabric_rail_by_name(fab, e->provider.ptr, e->provider.len);
     int ret = r ? insert_locked(r, e->addr_format, e->addr.ptr, e->addr.len, peer)
                 : tw__fabric_fail(fab, TW_ENOFABRIC, "no rail for provider \"%.*s\" (%s)",
@@ -228,7 +228,7 @@ static struct tw_fabric_rail *replacement_locked(struct tw_fabric *fab, struct t
     while (tw__now_ns() - start < REPLACEMENT_WAIT_NS) {
         pthread_mutex_unlock(&fab->lock);
         usleep(2000);
-        pthread_mutex_lock(&fab->lock);
+        tw__fabric_lock(fab);
         struct tw_fabric_rail *n = tw__fabric_rail_by_name(fab, e->provider.ptr, e->provider.len);
         if (n && n != r && !tw__fabric_rail_wedged(n))
             return n;
@@ -244,7 +244,7 @@ int tw__fabric_accept_offer(struct tw_fabric *fab, const uint8_t peer_host_id[TW
     char why[TW_MAX_REASON_LEN + 1] = "";
     size_t used = 0;
     int ret = TW_ENOFABRIC;
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     for (unsigned i = 0; i < count && i < TW_FABRIC_MAX_RAILS; i++) {
         const struct tw_fabric_entry *e = &entries[i];
         struct tw_fabric_rail *r = tw__fabric_rail_by_name(fab, e->provider.ptr, e->provider.len);
@@ -290,7 +290,7 @@ int tw__fabric_accept_offer(struct tw_fabric *fab, const uint8_t peer_host_id[TW
 int tw__fabric_peer_usable(struct tw_fabric_peer *peer, char *why, size_t whylen)
 {
     struct tw_fabric *fab = peer->rail->fab;
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     int usable = !peer->rail->retired && !peer->removed;
     if (!usable && why && whylen)
         snprintf(why, whylen, "%s rail %s: %s", peer->rail->addr.provider,
@@ -341,7 +341,7 @@ void tw__fabric_peer_remove(struct tw_fabric_peer *peer)
     if (!peer)
         return;
     struct tw_fabric *fab = peer->rail->fab;
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     peer->removed = 1;
     tw__fabric_xfer_fail_peer_locked(fab, peer, -ECONNABORTED, "peer removed");
     tw__fabric_peer_put_locked(peer);

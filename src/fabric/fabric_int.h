@@ -25,8 +25,10 @@
 
 #include <pthread.h>
 #include "fabric/fi_api.h"
+#include <sched.h>
 #include <stdarg.h>
 
+#include "common/clock.h"
 #include "common/errbuf.h"
 #include "fabric/fabric.h"
 
@@ -270,12 +272,79 @@ struct tw_fabric {
      * write wake_fd. While it runs it picks new transfers up by itself, so
      * a burst of submits costs no system call each. */
     int mover_asleep;
+    /* Threads blocked in tw__fabric_lock() (__atomic): the progressing
+     * thread lets them in before it takes fab->lock back (below). */
+    unsigned lock_wanted;
 
     struct tw_fabric *kept_next; /* plane.c: closed planes kept for a stuck thread */
     char errmsg[TW_FABRIC_ERRMSG_LEN];
     char describe[1024];
     char open_failed[768]; /* providers that did not open, for describe */
 };
+
+/*
+ * fab->lock hand-off. The progressing thread (the mover) drops fab->lock
+ * around every libfabric call and between poll rounds and takes it back
+ * at once; glibc's mutex is not fair, so a thread that found it held and
+ * slept in the kernel was woken by each drop only to find it taken again
+ * a few hundred nanoseconds later, before it got to run. Each acquisition
+ * by the owner's event loop (a registration, a deregistration, a key
+ * exposed, per request) then cost several futex round trips against a
+ * polling mover (the H200 profile of small staged gets: mutex and futex
+ * ~11% + most of the kernel's 26% of the server's event loop,
+ * docs/performance.md). So everyone but the progressing thread takes the
+ * lock with tw__fabric_lock(), which counts itself in fab->lock_wanted
+ * while it waits, and the progressing thread retakes it with
+ * tw__fabric_relock(), which first lets the counted waiters through:
+ * it spins (trylock) until none is left and the lock is free, yielding
+ * the CPU after the first 2 us (on an oversubscribed host the waiter
+ * needs it), and after TW_FABRIC_HANDOFF_NS sleeps on the mutex like
+ * anyone else.
+ */
+#define TW_FABRIC_HANDOFF_NS 50000u
+
+static inline void tw__fabric_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+static inline void tw__fabric_lock(struct tw_fabric *fab)
+{
+    if (pthread_mutex_trylock(&fab->lock) == 0)
+        return;
+    __atomic_add_fetch(&fab->lock_wanted, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&fab->lock);
+    __atomic_sub_fetch(&fab->lock_wanted, 1, __ATOMIC_RELAXED);
+}
+
+/* The progressing thread's way back to fab->lock (it does not hold it). */
+static inline void tw__fabric_relock(struct tw_fabric *fab)
+{
+    if (__atomic_load_n(&fab->lock_wanted, __ATOMIC_RELAXED) == 0) {
+        pthread_mutex_lock(&fab->lock);
+        return;
+    }
+    uint64_t t0 = tw__now_ns();
+    for (unsigned spins = 1;; spins++) {
+        if (__atomic_load_n(&fab->lock_wanted, __ATOMIC_ACQUIRE) == 0 &&
+            pthread_mutex_trylock(&fab->lock) == 0)
+            return;
+        tw__fabric_cpu_relax();
+        if (spins % 32 == 0) {
+            uint64_t waited = tw__now_ns() - t0;
+            if (waited >= TW_FABRIC_HANDOFF_NS) {
+                pthread_mutex_lock(&fab->lock);
+                return;
+            }
+            if (waited >= 2000)
+                sched_yield();
+        }
+    }
+}
 
 /* errmsg helpers: write into fab->errmsg (and return code). */
 int tw__fabric_fail(struct tw_fabric *fab, int code, const char *fmt, ...)

@@ -170,7 +170,7 @@ static long involuntary_switches(void)
 int tw__fabric_target_observable(const struct tw_fabric_peer *peer)
 {
     struct tw_fabric *fab = peer->rail->fab;
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     int ok = fab->threaded && peer->rail->wait_fd >= 0;
     pthread_mutex_unlock(&fab->lock);
     return ok;
@@ -178,7 +178,7 @@ int tw__fabric_target_observable(const struct tw_fabric_peer *peer)
 
 void tw__fabric_target_watch(struct tw_fabric *fab, int delta)
 {
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     if (delta > 0)
         fab->target_watch++;
     else if (fab->target_watch > 0)
@@ -190,7 +190,7 @@ void tw__fabric_target_watch(struct tw_fabric *fab, int delta)
 
 uint64_t tw__fabric_target_events(struct tw_fabric *fab)
 {
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     uint64_t n = fab->target_events;
     pthread_mutex_unlock(&fab->lock);
     return n;
@@ -215,7 +215,7 @@ static void look_target_locked(struct tw_fabric *fab)
         return;
     pthread_mutex_unlock(&fab->lock);
     int ready = poll(pfd, n, 0);
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_relock(fab);
     if (ready > 0)
         fab->target_events++;
 }
@@ -242,7 +242,7 @@ static void *mover_main(void *arg)
             pthread_mutex_unlock(&fab->lock);
             poll(pfd, 1, -1);
             drain_fd(fab->wake_fd);
-            pthread_mutex_lock(&fab->lock);
+            tw__fabric_relock(fab);
             fab->mover_asleep = 0;
             ivcsw = involuntary_switches();
             uint64_t t = tw__now_ns();
@@ -270,7 +270,7 @@ static void *mover_main(void *arg)
             /* Live work: stay runnable, but let other threads run first. */
             pthread_mutex_unlock(&fab->lock);
             sched_yield();
-            pthread_mutex_lock(&fab->lock);
+            tw__fabric_relock(fab);
             continue;
         } else if (now >= spin_until) {
             /* fi_trywait() must say "nothing pending" before we may sleep on
@@ -289,7 +289,7 @@ static void *mover_main(void *arg)
                 int rail_ready = 0;
                 for (nfds_t i = 1; i < n; i++)
                     rail_ready |= (pfd[i].revents & POLLIN) != 0;
-                pthread_mutex_lock(&fab->lock);
+                tw__fabric_relock(fab);
                 fab->mover_asleep = 0;
                 ivcsw = involuntary_switches();
                 if (rail_ready && fab->target_watch)
@@ -303,9 +303,10 @@ static void *mover_main(void *arg)
             }
             continue;
         }
-        /* Let submitters in between polls. */
+        /* Let submitters in between polls (tw__fabric_relock hands the
+         * lock to a waiting one). */
         pthread_mutex_unlock(&fab->lock);
-        pthread_mutex_lock(&fab->lock);
+        tw__fabric_relock(fab);
     }
     if (gen == fab->gen) {
         fab->mover_running = 0;
@@ -332,13 +333,13 @@ void tw__fabric_mover_stop(struct tw_fabric *fab)
 {
     if (!fab->threaded)
         return;
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     fab->stop = 1;
     pthread_mutex_unlock(&fab->lock);
     signal_fd(fab->wake_fd);
     /* The watchdog still runs: a mover stuck in a call is abandoned and
      * replaced by one that sees stop and leaves, so this wait ends. */
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     while (fab->mover_running)
         pthread_cond_wait(&fab->done_cond, &fab->lock);
     pthread_t t = fab->mover;

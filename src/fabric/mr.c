@@ -159,7 +159,7 @@ static int register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigne
     if (len && !addr)
         return tw__fabric_fail(fab, TW_EINVAL, "registration of %zu bytes at NULL", len);
 
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     int retired = r->retired, closed = !r->info;
     pthread_mutex_unlock(&fab->lock);
     if (closed)
@@ -183,7 +183,7 @@ static int register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigne
 
     int needed = len > 0 && ((access & ACCESS_REMOTE) || (r->mr_mode & FI_MR_LOCAL) ||
                              iface != TW_FABRIC_HOST);
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     if (needed) {
         struct iovec iov = {.iov_base = addr, .iov_len = len};
         struct fi_mr_attr attr = {
@@ -253,10 +253,13 @@ static int register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigne
     if (access & ACCESS_REMOTE)
         fab->remote_mrs++;
     link_add_tail(&fab->mrs, &m->node);
-    pthread_mutex_unlock(&fab->lock);
     /* The mover polls while remotely accessible memory exists (target-side
-     * progress on manual-progress providers). */
-    if (access & ACCESS_REMOTE)
+     * progress on manual-progress providers): wake it if it sleeps. One
+     * that is awake sees remote_mrs in its next round (it decides to sleep
+     * under the lock), so it costs no system call per registration. */
+    int wake = (access & ACCESS_REMOTE) && fab->mover_asleep;
+    pthread_mutex_unlock(&fab->lock);
+    if (wake)
         tw__fabric_mover_wake(fab);
     *out = m;
     return 0;
@@ -273,7 +276,7 @@ out_free_mr:
 void tw__fabric_mr_quiet(struct tw_fabric_mr *m)
 {
     struct tw_fabric *fab = m->rail->fab;
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     if ((m->access & ACCESS_REMOTE) && !m->quiet) {
         m->quiet = 1;
         fab->remote_mrs--;
@@ -286,7 +289,7 @@ void tw__fabric_mr_expose(struct tw_fabric_mr *m, int delta)
     struct tw_fabric *fab = m->rail->fab;
     if (!m->quiet)
         return; /* counted for its whole life (quiet is set before sharing) */
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     if (delta > 0) {
         m->exposed++;
         fab->remote_mrs++;
@@ -295,8 +298,9 @@ void tw__fabric_mr_expose(struct tw_fabric_mr *m, int delta)
         fab->remote_mrs--;
         fab->linger_until_ns = tw__now_ns() + TW_FABRIC_LINGER_NS;
     }
+    int wake = delta > 0 && fab->mover_asleep; /* as in register_on */
     pthread_mutex_unlock(&fab->lock);
-    if (delta > 0)
+    if (wake)
         tw__fabric_mover_wake(fab);
 }
 
@@ -341,7 +345,7 @@ void tw__fabric_mr_release(struct tw_fabric_mr *m, void (*on_idle)(void *arg), v
     if (!m)
         return;
     struct tw_fabric *fab = m->rail->fab;
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     m->on_idle = on_idle;
     m->on_idle_arg = arg;
     tw__fabric_mr_put_locked(m);
@@ -368,7 +372,7 @@ void tw__fabric_mr_deregister(struct tw_fabric_mr *m)
     if (!m)
         return;
     struct tw_fabric *fab = m->rail->fab;
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     tw__fabric_mr_put_locked(m);
     pthread_mutex_unlock(&fab->lock);
 }

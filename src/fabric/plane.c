@@ -209,7 +209,7 @@ void tw__fabric_close(struct tw_fabric *fab)
      * call; then the watchdog. */
     tw__fabric_mover_stop(fab);
     tw__fabric_watchdog_stop(fab);
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     fab->closing = 1;
     if (!fab->abandoned) {
         /* Every thread that was inside a wedged call came back: those
@@ -244,7 +244,7 @@ void tw__fabric_close(struct tw_fabric *fab)
     }
     close(fab->wake_fd);
     close(fab->event_fd);
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     unsigned abandoned = fab->abandoned;
     pthread_mutex_unlock(&fab->lock);
     if (abandoned || kept) {
@@ -269,7 +269,7 @@ void tw__fabric_close(struct tw_fabric *fab)
 
 unsigned tw__fabric_rail_slots(struct tw_fabric *fab)
 {
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     unsigned n = fab->nrails;
     pthread_mutex_unlock(&fab->lock);
     return n;
@@ -277,7 +277,7 @@ unsigned tw__fabric_rail_slots(struct tw_fabric *fab)
 
 void tw__fabric_rail_status(struct tw_fabric *fab, unsigned rail, char *buf, size_t len)
 {
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     const struct tw_fabric_rail *r = rail < fab->nrails ? &fab->rails[rail] : NULL;
     if (!r || !r->info)
         snprintf(buf, len, "slot %u: closed", rail);
@@ -292,7 +292,7 @@ void tw__fabric_rail_status(struct tw_fabric *fab, unsigned rail, char *buf, siz
 uint32_t tw__fabric_retired_rails(struct tw_fabric *fab)
 {
     uint32_t mask = 0;
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     for (unsigned i = 0; i < fab->nrails; i++)
         if (fab->rails[i].info && fab->rails[i].retired)
             mask |= 1u << i;
@@ -317,7 +317,7 @@ int tw__fabric_event_fd(const struct tw_fabric *fab)
 
 void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st)
 {
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     *st = fab->st;
     uint64_t now_reads = __atomic_load_n(&fab->now_reads, __ATOMIC_RELAXED);
     st->xfers_done += now_reads;
@@ -341,7 +341,7 @@ void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st)
 
 void tw__fabric_pause(struct tw_fabric *fab, int paused)
 {
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     fab->paused = paused;
     pthread_mutex_unlock(&fab->lock);
     tw__fabric_mover_wake(fab);
@@ -354,11 +354,11 @@ void tw__fabric_pause(struct tw_fabric *fab, int paused)
      * completed). Asleep, the mover looks at the flag before its next
      * round. Bounded: 2 s. */
     uint64_t until = tw__now_ns() + 2000000000ull;
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     while (fab->mover_running && !fab->mover_asleep && tw__now_ns() < until) {
         pthread_mutex_unlock(&fab->lock);
         usleep(200);
-        pthread_mutex_lock(&fab->lock);
+        tw__fabric_lock(fab);
     }
     pthread_mutex_unlock(&fab->lock);
 }

@@ -48,7 +48,7 @@ void tw__fabric_rail_retire_locked(struct tw_fabric *fab, struct tw_fabric_rail 
 
 int tw__fabric_rail_retire(struct tw_fabric *fab, unsigned rail, const char *why)
 {
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     if (rail >= fab->nrails || !fab->rails[rail].info) {
         pthread_mutex_unlock(&fab->lock);
         return tw__fabric_fail(fab, TW_EINVAL, "no open rail in slot %u", rail);
@@ -181,7 +181,7 @@ static void reopen_locked(struct tw_fabric *fab)
             pthread_mutex_unlock(&fab->lock);
             /* old->info and old->pref do not change while the bit is set. */
             ret = tw__fabric_rail_reopen(old, &fresh, why, sizeof(why));
-            pthread_mutex_lock(&fab->lock);
+            tw__fabric_lock(fab);
         }
         __atomic_and_fetch(&fab->reopen, ~(1u << idx), __ATOMIC_RELEASE);
         fab->reap_pending = 1; /* the old one may close now */
@@ -245,7 +245,7 @@ static void *watchdog_main(void *arg)
                    gen == __atomic_load_n(&fab->gen, __ATOMIC_ACQUIRE)) {
             /* First let io waiters holding fab->lock give up. */
             __atomic_store_n(&fab->rails[rail].wedged, 1, __ATOMIC_RELEASE);
-            pthread_mutex_lock(&fab->lock);
+            tw__fabric_lock(fab);
             /* Even if the call returned meanwhile, it took longer than
              * wedge_ns and waiters may have given up: finish the job. */
             if (gen == fab->gen)
@@ -254,7 +254,7 @@ static void *watchdog_main(void *arg)
             seen_seq = 0;
         }
         if (__atomic_load_n(&fab->reopen, __ATOMIC_ACQUIRE)) {
-            pthread_mutex_lock(&fab->lock);
+            tw__fabric_lock(fab);
             reopen_locked(fab);
             pthread_mutex_unlock(&fab->lock);
         }
@@ -304,7 +304,7 @@ void tw__fabric_watchdog_stop(struct tw_fabric *fab)
 void tw__fabric_set_call_hook(struct tw_fabric *fab, void (*hook)(void *arg, unsigned rail),
                               void *arg)
 {
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     fab->call_hook = hook;
     fab->call_hook_arg = arg;
     pthread_mutex_unlock(&fab->lock);

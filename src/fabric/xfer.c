@@ -101,7 +101,7 @@ static unsigned call_begin(struct tw_fabric *fab, struct tw_fabric_rail *r)
 static int call_end(struct tw_fabric *fab, struct tw_fabric_rail *r, unsigned gen)
 {
     pthread_mutex_unlock(&r->io);
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_relock(fab);
     if (gen != fab->gen) {
         /* The call came back after all; the plane may be freed once no
          * abandoned thread can return into it any more. */
@@ -518,7 +518,7 @@ static int cma_peer_usable(struct tw_fabric_peer *p)
         return 0;
     int known = __atomic_load_n(&p->cma, __ATOMIC_ACQUIRE);
     if (!known) {
-        pthread_mutex_lock(&fab->lock);
+        tw__fabric_lock(fab);
         known = cma_peer_ok(p) ? 1 : -1;
         pthread_mutex_unlock(&fab->lock);
     }
@@ -921,7 +921,7 @@ int tw__fabric_progress_locked(struct tw_fabric *fab)
 int tw__fabric_progress(struct tw_fabric *fab)
 {
     int n = 0;
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     /* Threaded planes: the mover progresses. Otherwise one caller at a
      * time (another one is progressing for us). */
     if (!fab->threaded && !fab->progressing) {
@@ -998,7 +998,7 @@ int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_
 int tw__fabric_xfer_submit(struct tw_fabric *fab, const struct tw_fabric_xfer_desc *d,
                            struct tw_fabric_xfer **xfer)
 {
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     struct tw_fabric_xfer *x = NULL;
     int ret = tw__fabric_xfer_submit_locked(fab, d, 0, &x);
     /* A running mover finds the new transfer on its next round by itself;
@@ -1038,7 +1038,7 @@ int tw__fabric_xfer_run(struct tw_fabric *fab, const struct tw_fabric_xfer_desc 
                         struct tw_fabric_completion *c)
 {
     struct tw_fabric_xfer *x = NULL;
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     int ret = tw__fabric_xfer_submit_locked(fab, d, 1, &x);
     if (ret) {
         if (c) {
@@ -1054,7 +1054,7 @@ int tw__fabric_xfer_run(struct tw_fabric *fab, const struct tw_fabric_xfer_desc 
     if (fab->threaded) {
         pthread_mutex_unlock(&fab->lock);
         tw__fabric_mover_wake(fab);
-        pthread_mutex_lock(&fab->lock);
+        tw__fabric_lock(fab);
         while (!x->finished)
             pthread_cond_wait(&fab->done_cond, &fab->lock);
     } else {
@@ -1071,7 +1071,7 @@ int tw__fabric_xfer_run(struct tw_fabric *fab, const struct tw_fabric_xfer_desc 
                     continue;
             }
             pthread_mutex_unlock(&fab->lock);
-            pthread_mutex_lock(&fab->lock);
+            tw__fabric_lock(fab);
         }
     }
     ret = x->status;
@@ -1085,7 +1085,7 @@ int tw__fabric_xfer_run(struct tw_fabric *fab, const struct tw_fabric_xfer_desc 
 size_t tw__fabric_done_pop_many(struct tw_fabric *fab, struct tw_fabric_completion *c, size_t max)
 {
     size_t n = 0;
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     while (n < max && !link_empty(&fab->done)) {
         struct tw_fabric_xfer *x = TW_CONTAINER_OF(fab->done.next, struct tw_fabric_xfer, node);
         link_del(&x->node);
@@ -1108,7 +1108,7 @@ int tw__fabric_done_pop(struct tw_fabric *fab, struct tw_fabric_completion *c)
 void tw__fabric_xfer_cancel(struct tw_fabric_xfer *x, int status)
 {
     struct tw_fabric *fab = x->fab;
-    pthread_mutex_lock(&fab->lock);
+    tw__fabric_lock(fab);
     if (!x->finished)
         stop(x, status ? status : TW_ECANCELLED, "cancelled: %s", tw_strerror(status));
     pthread_mutex_unlock(&fab->lock);

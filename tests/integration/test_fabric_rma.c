@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,6 +274,64 @@ static void host_id_parsing(void)
     TW_ASSERT_ERR(tw__fabric_host_id_from(path, id), TW_EBAD_FIELD);
     unlink(path);
     TW_ASSERT_ERR(tw__fabric_host_id_from("/nonexistent/boot_id", id), -ENOENT);
+}
+
+/* fab->lock hand-off (fabric_int.h): the progressing thread, retaking
+ * the lock with tw__fabric_relock(), lets a thread waiting in
+ * tw__fabric_lock() have it first (or gives up waiting after
+ * TW_FABRIC_HANDOFF_NS, e.g. when the waiter gets no CPU). A plain
+ * pthread_mutex_lock() there retook it at once, ahead of the sleeper. */
+struct handoff_arg {
+    struct tw_fabric *fab;
+    int got;
+};
+
+static void *handoff_waiter(void *p)
+{
+    struct handoff_arg *a = p;
+    tw__fabric_lock(a->fab);
+    __atomic_store_n(&a->got, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&a->fab->lock);
+    return NULL;
+}
+
+static void lock_handoff(void)
+{
+    struct tw_fabric *fab = calloc(1, sizeof(*fab));
+    TW_ASSERT(fab != NULL);
+    TW_ASSERT_EQ(pthread_mutex_init(&fab->lock, NULL), 0);
+    unsigned first = 0, timed_out = 0;
+    for (int round = 0; round < 200; round++) {
+        struct handoff_arg a = {.fab = fab, .got = 0};
+        pthread_t t;
+        pthread_mutex_lock(&fab->lock); /* the mover, between two polls */
+        TW_ASSERT_EQ(pthread_create(&t, NULL, handoff_waiter, &a), 0);
+        uint64_t until = deadline_in_ms(10000);
+        while (__atomic_load_n(&fab->lock_wanted, __ATOMIC_ACQUIRE) == 0) {
+            TW_ASSERT(tw__now_ns() < until);
+            usleep(100);
+        }
+        uint64_t t0 = tw__now_ns();
+        pthread_mutex_unlock(&fab->lock);
+        tw__fabric_relock(fab);
+        uint64_t waited = tw__now_ns() - t0;
+        int got = __atomic_load_n(&a.got, __ATOMIC_ACQUIRE);
+        /* Never ahead of the waiter before the bound. */
+        TW_ASSERT(got || waited >= TW_FABRIC_HANDOFF_NS);
+        first += got != 0;
+        timed_out += !got;
+        pthread_mutex_unlock(&fab->lock);
+        TW_ASSERT_EQ(pthread_join(t, NULL), 0);
+        TW_ASSERT_EQ(__atomic_load_n(&fab->lock_wanted, __ATOMIC_ACQUIRE), 0u);
+    }
+    /* Uncontended: taken at once, nobody counted. */
+    tw__fabric_lock(fab);
+    TW_ASSERT_EQ(__atomic_load_n(&fab->lock_wanted, __ATOMIC_ACQUIRE), 0u);
+    pthread_mutex_unlock(&fab->lock);
+    printf("lock hand-off: the waiter first in %u of 200 rounds, %u after the bound\n", first,
+           timed_out);
+    pthread_mutex_destroy(&fab->lock);
+    free(fab);
 }
 
 static void xfer_chunk_rules(void)
@@ -1372,6 +1431,7 @@ int main(void)
     TW_RUN(open_errors);
     TW_RUN(host_id_parsing);
     TW_RUN(xfer_chunk_rules);
+    TW_RUN(lock_handoff);
     TW_RUN(wire_status);
     TW_RUN(auto_rails);
     TW_RUN(hmem_per_rail);
