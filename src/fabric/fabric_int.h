@@ -294,7 +294,10 @@ struct tw_fabric {
  * ~11% + most of the kernel's 26% of the server's event loop,
  * docs/performance.md). So everyone but the progressing thread takes the
  * lock with tw__fabric_lock(), which counts itself in fab->lock_wanted
- * while it waits, and the progressing thread retakes it with
+ * while it waits and spins on trylock for up to TW_FABRIC_LOCK_SPIN_NS
+ * before it sleeps (the mover lets go within a poll round, and a waiter
+ * already awake takes the lock without making the mover wait for its
+ * wake-up), and the progressing thread retakes it with
  * tw__fabric_relock(), which first lets the counted waiters through:
  * it spins (trylock) until none is left and the lock is free, yielding
  * the CPU after the first 2 us (on an oversubscribed host the waiter
@@ -302,6 +305,7 @@ struct tw_fabric {
  * anyone else.
  */
 #define TW_FABRIC_HANDOFF_NS 50000u
+#define TW_FABRIC_LOCK_SPIN_NS 20000u
 
 static inline void tw__fabric_cpu_relax(void)
 {
@@ -317,7 +321,18 @@ static inline void tw__fabric_lock(struct tw_fabric *fab)
     if (pthread_mutex_trylock(&fab->lock) == 0)
         return;
     __atomic_add_fetch(&fab->lock_wanted, 1, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&fab->lock);
+    /* Awake when the mover lets go (it does so within a poll round), so
+     * it does not wait for this thread's wake-up meanwhile. */
+    uint64_t t0 = tw__now_ns();
+    for (unsigned spins = 1;; spins++) {
+        if (pthread_mutex_trylock(&fab->lock) == 0)
+            break;
+        tw__fabric_cpu_relax();
+        if (spins % 32 == 0 && tw__now_ns() - t0 >= TW_FABRIC_LOCK_SPIN_NS) {
+            pthread_mutex_lock(&fab->lock);
+            break;
+        }
+    }
     __atomic_sub_fetch(&fab->lock_wanted, 1, __ATOMIC_RELAXED);
 }
 
