@@ -289,6 +289,11 @@ int tw__fabric_accept_offer(struct tw_fabric *fab, const uint8_t peer_host_id[TW
 
 int tw__fabric_peer_usable(struct tw_fabric_peer *peer, char *why, size_t whylen)
 {
+    /* Asked for every request by both ends (the path decision): usable
+     * is answered without the plane's lock; only the reason takes it. */
+    if (!__atomic_load_n(&peer->rail->retired, __ATOMIC_ACQUIRE) &&
+        !__atomic_load_n(&peer->removed, __ATOMIC_ACQUIRE))
+        return 1;
     struct tw_fabric *fab = peer->rail->fab;
     tw__fabric_lock(fab);
     int usable = !peer->rail->retired && !peer->removed;
@@ -342,7 +347,7 @@ void tw__fabric_peer_remove(struct tw_fabric_peer *peer)
         return;
     struct tw_fabric *fab = peer->rail->fab;
     tw__fabric_lock(fab);
-    peer->removed = 1;
+    __atomic_store_n(&peer->removed, 1, __ATOMIC_RELEASE);
     tw__fabric_xfer_fail_peer_locked(fab, peer, -ECONNABORTED, "peer removed");
     tw__fabric_peer_put_locked(peer);
     pthread_mutex_unlock(&fab->lock);

@@ -92,8 +92,8 @@ struct tw_fabric_rail {
      * continue. Wedged (implies retired): a libfabric call on this rail
      * did not return within wedge_ns; nothing touches the rail's endpoint,
      * CQ or address vector any more and it is never closed. */
-    int retired;
-    int wedged; /* read without fab->lock by io waiters: __atomic */
+    int retired; /* set under fab->lock (__atomic); tw__fabric_peer_usable reads it without */
+    int wedged;  /* read without fab->lock by io waiters: __atomic */
     pthread_mutex_t io;
     unsigned pref;       /* preference position (order of the offer) */
     unsigned dead_slots; /* shm: address slots kept for dead peers (addr.c) */
@@ -126,7 +126,7 @@ struct tw_fabric_peer {
      * under fab->lock, or by the mover alone (-1 on EPERM); read without the
      * lock by tw__fabric_peer_cma_readable: __atomic */
     int cma;
-    int removed;
+    int removed; /* set under fab->lock (__atomic); read without it as rail->retired */
     struct tw_fabric_link node; /* fab->peers */
 };
 

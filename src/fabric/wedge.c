@@ -31,7 +31,7 @@ void tw__fabric_rail_retire_locked(struct tw_fabric *fab, struct tw_fabric_rail 
 {
     if (r->retired)
         return;
-    r->retired = 1;
+    __atomic_store_n(&r->retired, 1, __ATOMIC_RELEASE);
     va_list ap;
     va_start(ap, fmt);
     tw__errbuf_vset(r->retire_why, sizeof(r->retire_why), fmt, ap);
