@@ -22,7 +22,9 @@
  *
  * Lock: fab->lock is held while looking at the plane's state and dropped
  * around every libfabric call (xfer.c) and around ppoll(); submitters take
- * it briefly, so they never wait for a sleep or a call that hangs.
+ * it briefly, so they never wait for a sleep or a call that hangs. This
+ * thread takes it back with tw__fabric_relock(), which lets a thread
+ * waiting in tw__fabric_lock() have it first (fabric_int.h).
  *
  * Generations: when the watchdog (wedge.c) finds this thread stuck inside
  * a libfabric call, it detaches the thread, bumps fab->gen and starts a
