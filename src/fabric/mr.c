@@ -159,16 +159,6 @@ static int register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigne
     if (len && !addr)
         return tw__fabric_fail(fab, TW_EINVAL, "registration of %zu bytes at NULL", len);
 
-    tw__fabric_lock(fab);
-    int retired = r->retired, closed = !r->info;
-    pthread_mutex_unlock(&fab->lock);
-    if (closed)
-        return tw__fabric_fail(fab, -ECONNABORTED, "rail slot %u is closed",
-                               (unsigned)(r - fab->rails));
-    if (retired)
-        return tw__fabric_fail(fab, -ECONNABORTED, "%s rail %s: %s", r->addr.provider,
-                               tw__fabric_rail_wedged(r) ? "wedged" : "retired", r->retire_why);
-
     struct tw_fabric_mr *m = calloc(1, sizeof(*m));
     if (!m)
         return tw__fabric_fail(fab, -ENOMEM, "out of memory");
@@ -183,7 +173,19 @@ static int register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigne
 
     int needed = len > 0 && ((access & ACCESS_REMOTE) || (r->mr_mode & FI_MR_LOCAL) ||
                              iface != TW_FABRIC_HOST);
+    /* One lock for the rail's state and the registration (a staged get
+     * registers per request). */
     tw__fabric_lock(fab);
+    if (!r->info) {
+        ret = tw__fabric_fail(fab, -ECONNABORTED, "rail slot %u is closed",
+                              (unsigned)(r - fab->rails));
+        goto out_free_mr;
+    }
+    if (r->retired) {
+        ret = tw__fabric_fail(fab, -ECONNABORTED, "%s rail %s: %s", r->addr.provider,
+                              tw__fabric_rail_wedged(r) ? "wedged" : "retired", r->retire_why);
+        goto out_free_mr;
+    }
     if (needed) {
         struct iovec iov = {.iov_base = addr, .iov_len = len};
         struct fi_mr_attr attr = {
