@@ -336,19 +336,45 @@ static inline void tw__fabric_lock(struct tw_fabric *fab)
     __atomic_sub_fetch(&fab->lock_wanted, 1, __ATOMIC_RELAXED);
 }
 
-/* The progressing thread's way back to fab->lock (it does not hold it). */
-static inline void tw__fabric_relock(struct tw_fabric *fab)
+/* Takes m, spinning on trylock for up to TW_FABRIC_LOCK_SPIN_NS before
+ * sleeping on it: the holders of fab->lock and of a rail's io mutex keep
+ * them for a libfabric call or a few list operations (a registration:
+ * about a microsecond), and a thread that slept on the mutex makes the
+ * holder's unlock a FUTEX_WAKE system call and its own way back a
+ * wake-up (the H200 profile of small staged gets: the event loop's
+ * unlocks of fab->lock ~18% of its time while the mover slept on it). */
+static inline void tw__fabric_spin_lock(pthread_mutex_t *m)
 {
-    if (__atomic_load_n(&fab->lock_wanted, __ATOMIC_RELAXED) == 0) {
-        pthread_mutex_lock(&fab->lock);
+    if (pthread_mutex_trylock(m) == 0)
         return;
-    }
     uint64_t t0 = tw__now_ns();
     for (unsigned spins = 1;; spins++) {
+        tw__fabric_cpu_relax();
+        if (pthread_mutex_trylock(m) == 0)
+            return;
+        if (spins % 32 == 0 && tw__now_ns() - t0 >= TW_FABRIC_LOCK_SPIN_NS) {
+            pthread_mutex_lock(m);
+            return;
+        }
+    }
+}
+
+/* The progressing thread's way back to fab->lock (it does not hold it).
+ * It spins whether or not a waiter is counted: a holder that is not
+ * waiting (the event loop inside a registration) lets go within
+ * microseconds too, and sleeping on the mutex would cost both sides a
+ * system call (tw__fabric_spin_lock). */
+static inline void tw__fabric_relock(struct tw_fabric *fab)
+{
+    if (__atomic_load_n(&fab->lock_wanted, __ATOMIC_RELAXED) == 0 &&
+        pthread_mutex_trylock(&fab->lock) == 0)
+        return;
+    uint64_t t0 = tw__now_ns();
+    for (unsigned spins = 1;; spins++) {
+        tw__fabric_cpu_relax();
         if (__atomic_load_n(&fab->lock_wanted, __ATOMIC_ACQUIRE) == 0 &&
             pthread_mutex_trylock(&fab->lock) == 0)
             return;
-        tw__fabric_cpu_relax();
         if (spins % 32 == 0) {
             uint64_t waited = tw__now_ns() - t0;
             if (waited >= TW_FABRIC_HANDOFF_NS) {

@@ -89,7 +89,7 @@ static unsigned call_begin(struct tw_fabric *fab, struct tw_fabric_rail *r)
     __atomic_store_n(&fab->call_gen, gen, __ATOMIC_RELAXED);
     __atomic_add_fetch(&fab->call_seq, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&fab->lock);
-    pthread_mutex_lock(&r->io);
+    tw__fabric_spin_lock(&r->io);
     if (hook)
         hook(arg, rail);
     return gen;
