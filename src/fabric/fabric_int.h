@@ -203,7 +203,7 @@ struct tw_fabric {
     /* Slots: rails[0 .. nrails-1]; retired rails keep their slot (peers and
      * registrations point into the array) and replacements take new ones. */
     struct tw_fabric_rail rails[TW_FABRIC_MAX_SLOTS];
-    unsigned nrails;
+    unsigned nrails; /* stored with __atomic (tw__fabric_rail_slots reads it unlocked) */
     struct tw_fabric_addr addrs[TW_FABRIC_MAX_RAILS]; /* usable rails, in preference order */
     unsigned naddrs;
     size_t chunk;

@@ -511,7 +511,7 @@ int tw__fabric_rails_open(struct tw_fabric *fab, const struct tw_fabric_config *
                     refuses_cuda(r, cfg, r->hmem_why, sizeof(r->hmem_why)))
                     ret = reopen_plain(r, names[i], cfg->node, why, sizeof(why));
                 if (ret == 0) {
-                    fab->nrails++;
+                    __atomic_store_n(&fab->nrails, fab->nrails + 1, __ATOMIC_RELEASE);
                     continue;
                 }
             }

@@ -201,8 +201,8 @@ static void reopen_locked(struct tw_fabric *fab)
         }
         fab->rails[slot] = fresh;
         pthread_mutex_init(&fab->rails[slot].io, NULL);
-        if (slot == fab->nrails)
-            fab->nrails++;
+        if (slot == fab->nrails) /* read without the lock: tw__fabric_rail_slots */
+            __atomic_store_n(&fab->nrails, slot + 1, __ATOMIC_RELEASE);
         fab->st.rails_reopened++;
         tw__fabric_rails_describe_locked(fab);
     }
