@@ -353,6 +353,11 @@ int tw__fabric_peer_cma_readable(struct tw_fabric_peer *peer, uint64_t addr, uin
 #define TW_FABRIC_LOCAL_WRITE 0x2u  /* buffer is the source of our fi_write */
 #define TW_FABRIC_REMOTE_READ 0x4u  /* peer may fi_read it */
 #define TW_FABRIC_REMOTE_WRITE 0x8u /* peer may fi_write it */
+/* Not an access right: the memory is registered for this one use and
+ * freed or reused before anyone registers it again (a staged get's host
+ * copy), so the registration cache (mrcache.h) registers it directly and
+ * the release revokes it, with no cache bookkeeping. */
+#define TW_FABRIC_ONCE 0x10u
 
 /* Memory kind of a registration (maps to enum fi_hmem_iface). */
 enum tw_fabric_iface { TW_FABRIC_HOST = 0, TW_FABRIC_CUDA = 1 };

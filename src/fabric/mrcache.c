@@ -20,7 +20,8 @@
 #include "fabric/mrcache.h"
 
 #define ACCESS_KNOWN                                                                               \
-    (TW_FABRIC_LOCAL_READ | TW_FABRIC_LOCAL_WRITE | TW_FABRIC_REMOTE_READ | TW_FABRIC_REMOTE_WRITE)
+    (TW_FABRIC_LOCAL_READ | TW_FABRIC_LOCAL_WRITE | TW_FABRIC_REMOTE_READ |                        \
+     TW_FABRIC_REMOTE_WRITE | TW_FABRIC_ONCE)
 
 struct mrc_rail {
     struct tw_fabric_mrcache *mc;
@@ -212,7 +213,7 @@ static int rail_cache(struct tw_fabric_mrcache *mc, unsigned rail, struct tw_reg
     return ret;
 }
 
-/* REMOTE_WRITE and 0-byte registrations: the handle owns its MR. GPU
+/* REMOTE_WRITE, ONCE and 0-byte registrations: the handle owns its MR. GPU
  * memory is registered under the rail cache's per-device lock, so it takes
  * its turn with the cache's own registrations and deregistrations of that
  * GPU (regcache.h, seed 003). It is NOT rounded out to 64 KiB like cached
@@ -280,7 +281,7 @@ int tw__fabric_mrcache_acquire(struct tw_fabric_mrcache *mc, unsigned rail, cons
         tw__errbuf_set(err, errlen, "rail %u out of range (%u rails)", rail, slots);
         return TW_EINVAL;
     }
-    if (access == 0 || (access & ~ACCESS_KNOWN)) {
+    if ((access & ~TW_FABRIC_ONCE) == 0 || (access & ~ACCESS_KNOWN)) {
         tw__errbuf_set(err, errlen, "registration access 0x%x invalid", access);
         return TW_EINVAL;
     }
@@ -296,8 +297,8 @@ int tw__fabric_mrcache_acquire(struct tw_fabric_mrcache *mc, unsigned rail, cons
     h->mc = mc;
     h->rail = &mc->rails[rail];
     int ret;
-    if (len == 0 || (access & TW_FABRIC_REMOTE_WRITE)) {
-        ret = acquire_direct(mc, h, addr, len, access, hint, err, errlen);
+    if (len == 0 || (access & (TW_FABRIC_REMOTE_WRITE | TW_FABRIC_ONCE))) {
+        ret = acquire_direct(mc, h, addr, len, access & ~TW_FABRIC_ONCE, hint, err, errlen);
         if (ret)
             goto out_free_handle;
         *out = h;

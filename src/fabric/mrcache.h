@@ -20,7 +20,10 @@
  *  - REMOTE_WRITE: never cached. Remote write access ends with the
  *    transfer: such a handle holds its own registration, whose key is
  *    revoked (fi_close) by the release. Zero-length handles are uncached
- *    too (no libfabric call).
+ *    too (no libfabric call), and so are those asked for with
+ *    TW_FABRIC_ONCE (memory registered for one use: a staged host copy,
+ *    which a cached region would only cost a lookup, an insertion and an
+ *    invalidation, and the plane lock three more times).
  *  - REMOTE_READ and local-only access: cached while the memory's lifetime
  *    is known: library allocations (tw__hostmem_alloc) and tw_mem_register'd
  *    host memory (tw_mem_unregister invalidates them itself), or CUDA
@@ -99,7 +102,8 @@ int tw__fabric_mrcache_destroy(struct tw_fabric_mrcache *mc);
 /*
  * Acquire a registration covering [addr, addr + len) on rail `rail` (or on
  * the rail of `peer`) with `access` (non-empty combination of
- * TW_FABRIC_LOCAL_READ/LOCAL_WRITE/REMOTE_READ/REMOTE_WRITE). `hint` is the
+ * TW_FABRIC_LOCAL_READ/LOCAL_WRITE/REMOTE_READ/REMOTE_WRITE, plus
+ * TW_FABRIC_ONCE for an uncached registration). `hint` is the
  * memory kind when known (TW_MEMKIND_HOST skips the CUDA driver);
  * TW_MEMKIND_AUTO asks the drivers. CUDA memory needs a plane opened with
  * hmem. On success *out holds a reference: the handle, its MR and key stay

@@ -375,6 +375,11 @@ static int rdma_start(struct tw_xfer *x)
     unsigned access = TW_FABRIC_REMOTE_READ;
     if (c->caps & TW_CAP_RDMA_GPUDIRECT)
         access |= TW_FABRIC_LOCAL_WRITE; /* the client may ask us to push */
+    /* A staged get's host copy is this request's own and is freed (its
+     * key revoked) at its end: registered directly, not through the
+     * cache (a batch of small device blocks registers one per block). */
+    if (x->dev_t)
+        access |= TW_FABRIC_ONCE;
     char err[TW_FABRIC_ERRMSG_LEN];
     int rc = tw__fabric_mrcache_acquire_peer(c->srv->mrc, c->fpeer, x->t->data,
                                              (size_t)x->t->byte_length, access, mem_kind(x),

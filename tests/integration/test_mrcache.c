@@ -198,6 +198,47 @@ static void remote_write_never_cached(void)
     tw__hostmem_free(src);
 }
 
+/* TW_FABRIC_ONCE: library memory (which the cache would keep) is
+ * registered directly, readable through its key while held, and the
+ * release revokes it; the cache sees none of it. ONCE alone grants
+ * nothing and is refused. */
+static void once_never_cached(void)
+{
+    size_t n = 256 * 1024;
+    uint8_t *src = NULL, *dst = NULL;
+    TW_ASSERT_OK(tw__hostmem_alloc(n, (void **)&src));
+    TW_ASSERT_OK(tw__hostmem_alloc(n, (void **)&dst));
+    struct tw_fabric_mrcache_stats a, b;
+    tw__fabric_mrcache_stats(smc, &a);
+    unsigned before = mrs_open(srv);
+    for (unsigned i = 0; i < 3; i++) {
+        tw_test_fill(src, n, 40 + i);
+        struct tw_fabric_mrc *r =
+            acquire(smc, srv_peer, src, n, TW_FABRIC_REMOTE_READ | TW_FABRIC_ONCE);
+        TW_ASSERT_EQ(tw__fabric_mrc_cached(r), 0);
+        TW_ASSERT_EQ(mrs_open(srv), before + 1);
+        TW_ASSERT_EQ(remote_mrs(srv), 1); /* the mover serves reads while it lives */
+        struct tw_fabric_mrc *l = acquire(cmc, cli_peer, dst, n, TW_FABRIC_LOCAL_READ);
+        struct tw_fabric_completion c;
+        TW_ASSERT_OK(pull(l, 0, tw__fabric_mrc_rkey(r), n, 10000, &c));
+        TW_ASSERT_MEM_EQ(dst, src, n);
+        tw__fabric_mrcache_release(cmc, l);
+        tw__fabric_mrcache_release(smc, r);
+        TW_ASSERT_EQ(mrs_open(srv), before);
+        TW_ASSERT_EQ(remote_mrs(srv), 0);
+    }
+    tw__fabric_mrcache_stats(smc, &b);
+    TW_ASSERT_EQ_U64(b.direct - a.direct, 3);
+    TW_ASSERT_EQ_U64(b.total.registrations, a.total.registrations);
+    TW_ASSERT_EQ_U64(b.total.entries, a.total.entries);
+    struct tw_fabric_mrc *h = NULL;
+    TW_ASSERT_EQ(tw__fabric_mrcache_acquire_peer(smc, srv_peer, src, n, TW_FABRIC_ONCE,
+                                                 TW_MEMKIND_HOST, &h, err, sizeof(err)),
+                 TW_EINVAL);
+    tw__hostmem_free(src);
+    tw__hostmem_free(dst);
+}
+
 /* Host memory whose lifetime tensorwire does not know (malloc) gets a
  * registration per use, dropped on release. */
 static void untracked_per_use(void)
@@ -518,6 +559,7 @@ int main(void)
     TW_RUN(api_errors);
     TW_RUN(remote_read_reused);
     TW_RUN(remote_write_never_cached);
+    TW_RUN(once_never_cached);
     TW_RUN(untracked_per_use);
     TW_RUN(declared_memory);
     TW_RUN(release_busy);
