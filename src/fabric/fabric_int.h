@@ -316,6 +316,34 @@ static inline void tw__fabric_cpu_relax(void)
 #endif
 }
 
+/* Tries m with trylock for up to TW_FABRIC_LOCK_SPIN_NS. Returns 0 with
+ * m held, or -1. The holders of fab->lock and of a rail's io mutex keep
+ * them for a libfabric call or a few list operations (a registration:
+ * about a microsecond), and a thread that slept on the mutex makes the
+ * holder's unlock a FUTEX_WAKE system call and its own way back a
+ * wake-up (the H200 profile of small staged gets: the event loop's
+ * unlocks of fab->lock ~18% of its time while the mover slept on it). */
+static inline int tw__fabric_spin_trylock(pthread_mutex_t *m)
+{
+    if (pthread_mutex_trylock(m) == 0)
+        return 0;
+    uint64_t t0 = tw__now_ns();
+    for (unsigned spins = 1;; spins++) {
+        tw__fabric_cpu_relax();
+        if (pthread_mutex_trylock(m) == 0)
+            return 0;
+        if (spins % 32 == 0 && tw__now_ns() - t0 >= TW_FABRIC_LOCK_SPIN_NS)
+            return -1;
+    }
+}
+
+/* Takes m: spins (tw__fabric_spin_trylock), then sleeps on it. */
+static inline void tw__fabric_spin_lock(pthread_mutex_t *m)
+{
+    if (tw__fabric_spin_trylock(m) != 0)
+        pthread_mutex_lock(m);
+}
+
 static inline void tw__fabric_lock(struct tw_fabric *fab)
 {
     if (pthread_mutex_trylock(&fab->lock) == 0)
@@ -323,40 +351,8 @@ static inline void tw__fabric_lock(struct tw_fabric *fab)
     __atomic_add_fetch(&fab->lock_wanted, 1, __ATOMIC_RELAXED);
     /* Awake when the mover lets go (it does so within a poll round), so
      * it does not wait for this thread's wake-up meanwhile. */
-    uint64_t t0 = tw__now_ns();
-    for (unsigned spins = 1;; spins++) {
-        if (pthread_mutex_trylock(&fab->lock) == 0)
-            break;
-        tw__fabric_cpu_relax();
-        if (spins % 32 == 0 && tw__now_ns() - t0 >= TW_FABRIC_LOCK_SPIN_NS) {
-            pthread_mutex_lock(&fab->lock);
-            break;
-        }
-    }
+    tw__fabric_spin_lock(&fab->lock);
     __atomic_sub_fetch(&fab->lock_wanted, 1, __ATOMIC_RELAXED);
-}
-
-/* Takes m, spinning on trylock for up to TW_FABRIC_LOCK_SPIN_NS before
- * sleeping on it: the holders of fab->lock and of a rail's io mutex keep
- * them for a libfabric call or a few list operations (a registration:
- * about a microsecond), and a thread that slept on the mutex makes the
- * holder's unlock a FUTEX_WAKE system call and its own way back a
- * wake-up (the H200 profile of small staged gets: the event loop's
- * unlocks of fab->lock ~18% of its time while the mover slept on it). */
-static inline void tw__fabric_spin_lock(pthread_mutex_t *m)
-{
-    if (pthread_mutex_trylock(m) == 0)
-        return;
-    uint64_t t0 = tw__now_ns();
-    for (unsigned spins = 1;; spins++) {
-        tw__fabric_cpu_relax();
-        if (pthread_mutex_trylock(m) == 0)
-            return;
-        if (spins % 32 == 0 && tw__now_ns() - t0 >= TW_FABRIC_LOCK_SPIN_NS) {
-            pthread_mutex_lock(m);
-            return;
-        }
-    }
 }
 
 /* The progressing thread's way back to fab->lock (it does not hold it).

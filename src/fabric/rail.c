@@ -124,20 +124,12 @@ static int select_info(const char *want, const char *node, int hmem, struct fi_i
 
 int tw__fabric_io_lock(struct tw_fabric_rail *r)
 {
-    /* Held for one libfabric call, usually short: spin first
-     * (tw__fabric_spin_lock), then wait in slices that look at the rail. */
+    /* Held for one libfabric call, usually short: spin first, then wait
+     * in slices that look at the rail. */
     if (tw__fabric_rail_wedged(r) || r->kept)
         return -ECONNABORTED;
-    if (pthread_mutex_trylock(&r->io) == 0)
+    if (tw__fabric_spin_trylock(&r->io) == 0)
         return 0;
-    uint64_t t0 = tw__now_ns();
-    for (unsigned spins = 1;; spins++) {
-        tw__fabric_cpu_relax();
-        if (pthread_mutex_trylock(&r->io) == 0)
-            return 0;
-        if (spins % 32 == 0 && tw__now_ns() - t0 >= TW_FABRIC_LOCK_SPIN_NS)
-            break;
-    }
     for (;;) {
         if (tw__fabric_rail_wedged(r) || r->kept)
             return -ECONNABORTED;
