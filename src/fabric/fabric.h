@@ -336,11 +336,19 @@ const char *tw__fabric_peer_provider(const struct tw_fabric_peer *peer);
  * would be copied by cross-memory attach (xfer.c: the plane has cma_reads,
  * the peer is on an shm rail with virtual addresses, its process is
  * verified) and the range's first and last byte can be read from its
- * process now (one process_vm_readv of 2 bytes; an empty range needs
- * none); else 0 (GPU memory of a GPUDirect peer: EFAULT). Nothing is kept
- * of the bytes. The first call for a peer takes fab->lock and reads its
- * /proc/PID/maps; later ones take no lock. */
+ * process (one process_vm_readv of 2 bytes; an empty range needs none);
+ * else 0 (GPU memory of a GPUDirect peer: EFAULT). Nothing is kept of the
+ * bytes. A range found readable is remembered for the peer (128 of them,
+ * by address): a later call for one at the same address, no longer,
+ * answers 1 without a system call (a caller's buffer, put again). Were
+ * those pages unmapped meanwhile and their addresses given to GPU memory,
+ * the read of them fails (EFAULT) instead of the put being pushed;
+ * tw__fabric_peer_cma_forget() drops what is remembered at addr after
+ * such a failure, so the next put there is looked at again. The peer's owner
+ * calls both, from one thread. The first call for a peer takes fab->lock
+ * and reads its /proc/PID/maps; later ones take no lock. */
 int tw__fabric_peer_cma_readable(struct tw_fabric_peer *peer, uint64_t addr, uint64_t len);
+void tw__fabric_peer_cma_forget(struct tw_fabric_peer *peer, uint64_t addr);
 
 /* --- Memory registration (RDMA_REGISTER) ------------------------------- */
 

@@ -112,6 +112,8 @@ struct tw_fabric_rail {
     struct tw_fabric_addr addr;
 };
 
+#define TW_FABRIC_CMA_RANGE_BITS 6 /* 64 sets of 2 ranges remembered per peer */
+
 struct tw_fabric_peer {
     struct tw_fabric_rail *rail;
     fi_addr_t fi_addr;
@@ -126,6 +128,13 @@ struct tw_fabric_peer {
      * under fab->lock, or by the mover alone (-1 on EPERM); read without the
      * lock by tw__fabric_peer_cma_readable: __atomic */
     int cma;
+    /* Ranges tw__fabric_peer_cma_readable() found readable (host memory
+     * of the peer's): two per set, sets chosen by address; touched by the
+     * peer's owner only. */
+    struct tw_fabric_cma_set {
+        uint64_t lo[2], hi[2]; /* [lo, hi); empty when lo == hi */
+        uint8_t victim;        /* the way replaced next */
+    } cma_ranges[1u << TW_FABRIC_CMA_RANGE_BITS];
     int removed; /* set under fab->lock (__atomic); read without it as rail->retired */
     struct tw_fabric_link node; /* fab->peers */
 };

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "fabric/fabric.h"
@@ -1218,12 +1219,32 @@ static void cma_reads(void)
      * at an address never mapped), not a page never mapped, and never
      * for a plane without cma_reads (srv's) or on tcp. */
     struct tw_fabric_rkey rk = tw__fabric_mr_rkey(rsrc);
-    TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, rk.remote_addr, n), is_shm);
     TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, rk.remote_addr + n - 1, 1), is_shm);
     TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, rk.remote_addr, 0), is_shm);
     TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, 4096, 4096), 0);
     TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, rk.remote_addr, UINT64_MAX - rk.remote_addr), 0);
     TW_ASSERT_EQ(tw__fabric_peer_cma_readable(sp, rk.remote_addr, n), 0);
+    /* A range found readable is remembered: one at the same address, no
+     * longer, is not read again, so after the peer's pages there became unreadable (PROT_NONE
+     * here, as GPU memory would be) it still answers 1 (a read would now
+     * fail), while a longer one, or one elsewhere, is read; forgotten (as
+     * after a failed read), it is read again. */
+    if (is_shm) {
+        size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+        uint8_t *m = mmap(NULL, 4 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        TW_ASSERT(m != MAP_FAILED);
+        memset(m, 1, 4 * pg);
+        uint64_t ma = (uint64_t)(uintptr_t)m;
+        TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, ma, 2 * pg), 1);
+        TW_ASSERT_OK(mprotect(m, 4 * pg, PROT_NONE));
+        TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, ma, 2 * pg), 1);
+        TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, ma, pg), 1);
+        TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, ma, 3 * pg), 0);
+        TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, ma + pg, pg), 0);
+        tw__fabric_peer_cma_forget(cp, ma);
+        TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, ma, 2 * pg), 0);
+        TW_ASSERT_OK(munmap(m, 4 * pg));
+    }
     read_now_checks(c3, cp, sp, src, rk, n, is_shm);
 
     /* Writes: a new pattern from our side into a region of the peer's,
