@@ -338,7 +338,7 @@ const char *tw__fabric_peer_provider(const struct tw_fabric_peer *peer);
  * verified) and the range's first and last byte can be read from its
  * process (one process_vm_readv of 2 bytes; an empty range needs none);
  * else 0 (GPU memory of a GPUDirect peer: EFAULT). Nothing is kept of the
- * bytes. A range found readable is remembered for the peer (128 of them,
+ * bytes. A range found readable is remembered for the peer (512 of them,
  * by address): a later call for one at the same address, no longer,
  * answers 1 without a system call (a caller's buffer, put again). Were
  * those pages unmapped meanwhile and their addresses given to GPU memory,

@@ -112,7 +112,8 @@ struct tw_fabric_rail {
     struct tw_fabric_addr addr;
 };
 
-#define TW_FABRIC_CMA_RANGE_BITS 6 /* 64 sets of 2 ranges remembered per peer */
+#define TW_FABRIC_CMA_RANGE_BITS 7 /* 128 sets of 4 ranges remembered per peer */
+#define TW_FABRIC_CMA_WAYS 4
 
 struct tw_fabric_peer {
     struct tw_fabric_rail *rail;
@@ -129,11 +130,11 @@ struct tw_fabric_peer {
      * lock by tw__fabric_peer_cma_readable: __atomic */
     int cma;
     /* Ranges tw__fabric_peer_cma_readable() found readable (host memory
-     * of the peer's): two per set, sets chosen by address; touched by the
-     * peer's owner only. */
+     * of the peer's): sets chosen by address, each replacing its oldest;
+     * touched by the peer's owner only (8 KiB per peer). */
     struct tw_fabric_cma_set {
-        uint64_t lo[2], hi[2]; /* [lo, hi); empty when lo == hi */
-        uint8_t victim;        /* the way replaced next */
+        uint64_t lo[TW_FABRIC_CMA_WAYS], hi[TW_FABRIC_CMA_WAYS]; /* [lo, hi); lo == hi: empty */
+        uint8_t next;                                            /* the way replaced next */
     } cma_ranges[1u << TW_FABRIC_CMA_RANGE_BITS];
     int removed; /* set under fab->lock (__atomic); read without it as rail->retired */
     struct tw_fabric_link node; /* fab->peers */

@@ -525,10 +525,17 @@ static int cma_peer_usable(struct tw_fabric_peer *p)
     return known > 0;
 }
 
+/* The set of a range at addr: its page number, mixed (a multiplicative
+ * hash alone put a client's buffers, 72 pages apart, into two sets). */
 static unsigned cma_range_set(uint64_t addr)
 {
-    return (unsigned)(((addr >> 12) * UINT64_C(0x9e3779b97f4a7c15)) >>
-                      (64 - TW_FABRIC_CMA_RANGE_BITS));
+    uint64_t x = addr >> 12;
+    x ^= x >> 33;
+    x *= UINT64_C(0xff51afd7ed558ccd);
+    x ^= x >> 33;
+    x *= UINT64_C(0xc4ceb9fe1a85ec53);
+    x ^= x >> 33;
+    return (unsigned)(x >> (64 - TW_FABRIC_CMA_RANGE_BITS));
 }
 
 int tw__fabric_peer_cma_readable(struct tw_fabric_peer *p, uint64_t addr, uint64_t len)
@@ -538,28 +545,26 @@ int tw__fabric_peer_cma_readable(struct tw_fabric_peer *p, uint64_t addr, uint64
     if (!len)
         return 1; /* nothing to read */
     struct tw_fabric_cma_set *set = &p->cma_ranges[cma_range_set(addr)];
-    for (unsigned w = 0; w < 2; w++)
-        if (set->lo[w] == addr && addr + len <= set->hi[w]) {
-            set->victim = (uint8_t)!w;
+    for (unsigned w = 0; w < TW_FABRIC_CMA_WAYS; w++)
+        if (set->lo[w] == addr && addr + len <= set->hi[w])
             return 1; /* read there before: no system call */
-        }
     uint8_t b[2];
     struct iovec local[2] = {{.iov_base = &b[0], .iov_len = 1}, {.iov_base = &b[1], .iov_len = 1}};
     struct iovec remote[2] = {{.iov_base = (void *)(uintptr_t)addr, .iov_len = 1},
                               {.iov_base = (void *)(uintptr_t)(addr + len - 1), .iov_len = 1}};
     if (process_vm_readv(p->pid, local, 2, remote, 2, 0) != 2)
         return 0;
-    unsigned w = set->victim;
+    unsigned w = set->next;
     set->lo[w] = addr;
     set->hi[w] = addr + len;
-    set->victim = (uint8_t)!w;
+    set->next = (uint8_t)((w + 1) % TW_FABRIC_CMA_WAYS);
     return 1;
 }
 
 void tw__fabric_peer_cma_forget(struct tw_fabric_peer *p, uint64_t addr)
 {
     struct tw_fabric_cma_set *set = &p->cma_ranges[cma_range_set(addr)];
-    for (unsigned w = 0; w < 2; w++)
+    for (unsigned w = 0; w < TW_FABRIC_CMA_WAYS; w++)
         if (set->lo[w] == addr)
             set->lo[w] = set->hi[w] = 0;
 }

@@ -1244,6 +1244,26 @@ static void cma_reads(void)
         tw__fabric_peer_cma_forget(cp, ma);
         TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, ma, 2 * pg), 0);
         TW_ASSERT_OK(munmap(m, 4 * pg));
+        /* A client's ring of 64 buffers of 32 KiB, 9 and 72 pages apart
+         * (the strides glibc gave the CLI's bench on the 2-core VM and on
+         * the H200): all of them stay remembered. */
+        static const size_t strides[] = {9, 72};
+        for (size_t k = 0; k < sizeof(strides) / sizeof(strides[0]); k++) {
+            size_t span = 64 * strides[k] * pg;
+            uint8_t *r = mmap(NULL, span, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            TW_ASSERT(r != MAP_FAILED);
+            uint64_t ra = (uint64_t)(uintptr_t)r;
+            for (size_t i = 0; i < 64; i++)
+                TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, ra + i * strides[k] * pg, 32768), 1);
+            TW_ASSERT_OK(mprotect(r, span, PROT_NONE));
+            unsigned kept = 0;
+            for (size_t i = 0; i < 64; i++)
+                kept += (unsigned)tw__fabric_peer_cma_readable(cp, ra + i * strides[k] * pg, 32768);
+            printf("  ring of 64, %zu pages apart: %u remembered\n", strides[k], kept);
+            TW_ASSERT_EQ(kept, 64);
+            TW_ASSERT_OK(munmap(r, span));
+        }
     }
     read_now_checks(c3, cp, sp, src, rk, n, is_shm);
 
