@@ -515,10 +515,17 @@ static int put_on_msg(struct tw_xfer *x, const struct tw_msg *m)
         }
         {
             char err[TW_FABRIC_ERRMSG_LEN];
-            rc = tw__fabric_mrcache_acquire_peer(
-                srv->mrc, c->fpeer, x->t->data, (size_t)x->t->byte_length,
-                push ? TW_FABRIC_REMOTE_WRITE : TW_FABRIC_LOCAL_READ, mem_kind(x), &st->mr, err,
-                sizeof(err));
+            /* A read by cross-memory attach needs no registration of ours
+             * (the mover keeps one for a fallback to libfabric, xfer.c):
+             * registered for this request alone, not cached (a put's
+             * destination is new memory; caching it cost a miss, an
+             * insertion and an invalidation at its recycling). */
+            unsigned access = push ? TW_FABRIC_REMOTE_WRITE : TW_FABRIC_LOCAL_READ;
+            if (!push && x->path_in.peer_cma)
+                access |= TW_FABRIC_ONCE;
+            rc = tw__fabric_mrcache_acquire_peer(srv->mrc, c->fpeer, x->t->data,
+                                                 (size_t)x->t->byte_length, access, mem_kind(x),
+                                                 &st->mr, err, sizeof(err));
             if (rc < 0) {
                 st->mr = NULL;
                 fail_xfer(x, TW_WIRE_INTERNAL, "cannot register the destination", err);

@@ -248,6 +248,44 @@ static void test_repeat_get_registers_once(void)
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
 }
 
+/* A put over shm that the server reads from the client's process by
+ * cross-memory attach (PULL_SHM_CMA; 1 MiB, beyond TW_FABRIC_READ_NOW_MAX,
+ * so the mover reads it) registers its destination for that request
+ * alone: regcache_direct counts it, nothing is looked up or left cached.
+ * Over tcp the pull put's destination goes through the cache as before. */
+static void test_cma_put_not_cached(void)
+{
+    struct itest_server s;
+    enum { LEN = 1 << 20 };
+    start_server(&s, TW_TEST_PROVIDER, "auto");
+    tw_client *c = connect_client(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO);
+    uint8_t *data = malloc(LEN);
+    TW_ASSERT(data != NULL);
+    itest_fill(data, LEN, 21);
+    uint64_t d0 = stat_of(c, "regcache_direct"), m0 = stat_of(c, "regcache_misses"),
+             e0 = stat_of(c, "regcache_entries");
+    put_bytes(c, "cma", data, LEN);
+    const char *dp = tw_client_data_plane(c);
+    uint64_t d1 = stat_of(c, "regcache_direct"), m1 = stat_of(c, "regcache_misses"),
+             e1 = stat_of(c, "regcache_entries");
+    fprintf(stderr, "  put %d B: %s; server: direct +%llu, misses +%llu, entries %llu -> %llu\n",
+            LEN, dp, (unsigned long long)(d1 - d0), (unsigned long long)(m1 - m0),
+            (unsigned long long)e0, (unsigned long long)e1);
+    TW_ASSERT(strncmp(dp, "rdma pull (", 11) == 0);
+    if (strstr(dp, "pull (shm)")) {
+        TW_ASSERT_EQ_U64(d1 - d0, 1);
+        TW_ASSERT_EQ_U64(m1 - m0, 0);
+        TW_ASSERT_EQ_U64(e1, e0);
+    } else {
+        TW_ASSERT_EQ_U64(d1 - d0, 0);
+        TW_ASSERT_EQ_U64(m1 - m0, 1);
+    }
+    check_get(c, "cma", data, LEN);
+    free(data);
+    tw_close(c);
+    TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
+}
+
 /* One u8 tensor of len bytes at buf as batch item it, named name. */
 static void batch_item_u8(struct tw_batch_item *it, const char *name, uint8_t *buf, size_t len)
 {
@@ -1236,6 +1274,7 @@ int main(void)
     TW_RUN(test_roundtrip_pull);
     TW_RUN(test_roundtrip_push);
     TW_RUN(test_repeat_get_registers_once);
+    TW_RUN(test_cma_put_not_cached);
     TW_RUN(test_batch);
     TW_RUN(test_batch_small_server_reads);
     TW_RUN(test_batch_small_default);
