@@ -114,6 +114,10 @@ struct tw_fabric_rail {
 
 #define TW_FABRIC_CMA_RANGE_BITS 7 /* 128 sets of 4 ranges remembered per peer */
 #define TW_FABRIC_CMA_WAYS 4
+struct tw_fabric_cma_set {
+    uint64_t lo[TW_FABRIC_CMA_WAYS], hi[TW_FABRIC_CMA_WAYS]; /* [lo, hi); lo == hi: empty */
+    uint8_t next;                                            /* the way replaced next */
+};
 
 struct tw_fabric_peer {
     struct tw_fabric_rail *rail;
@@ -130,12 +134,11 @@ struct tw_fabric_peer {
      * lock by tw__fabric_peer_cma_readable: __atomic */
     int cma;
     /* Ranges tw__fabric_peer_cma_readable() found readable (host memory
-     * of the peer's): sets chosen by address, each replacing its oldest;
-     * touched by the peer's owner only (8 KiB per peer). */
-    struct tw_fabric_cma_set {
-        uint64_t lo[TW_FABRIC_CMA_WAYS], hi[TW_FABRIC_CMA_WAYS]; /* [lo, hi); lo == hi: empty */
-        uint8_t next;                                            /* the way replaced next */
-    } cma_ranges[1u << TW_FABRIC_CMA_RANGE_BITS];
+     * of the peer's): 1 << TW_FABRIC_CMA_RANGE_BITS sets chosen by
+     * address, each replacing its oldest; allocated at the first one
+     * (9 KiB: a server's peers only), touched by the peer's owner only,
+     * freed with the peer. */
+    struct tw_fabric_cma_set *cma_ranges;
     int removed; /* set under fab->lock (__atomic); read without it as rail->retired */
     struct tw_fabric_link node; /* fab->peers */
 };

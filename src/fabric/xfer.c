@@ -544,8 +544,8 @@ int tw__fabric_peer_cma_readable(struct tw_fabric_peer *p, uint64_t addr, uint64
         return 0;
     if (!len)
         return 1; /* nothing to read */
-    struct tw_fabric_cma_set *set = &p->cma_ranges[cma_range_set(addr)];
-    for (unsigned w = 0; w < TW_FABRIC_CMA_WAYS; w++)
+    struct tw_fabric_cma_set *set = p->cma_ranges ? &p->cma_ranges[cma_range_set(addr)] : NULL;
+    for (unsigned w = 0; set && w < TW_FABRIC_CMA_WAYS; w++)
         if (set->lo[w] == addr && addr + len <= set->hi[w])
             return 1; /* read there before: no system call */
     uint8_t b[2];
@@ -554,6 +554,12 @@ int tw__fabric_peer_cma_readable(struct tw_fabric_peer *p, uint64_t addr, uint64
                               {.iov_base = (void *)(uintptr_t)(addr + len - 1), .iov_len = 1}};
     if (process_vm_readv(p->pid, local, 2, remote, 2, 0) != 2)
         return 0;
+    if (!set) {
+        p->cma_ranges = calloc(1u << TW_FABRIC_CMA_RANGE_BITS, sizeof(*p->cma_ranges));
+        if (!p->cma_ranges)
+            return 1; /* not remembered */
+        set = &p->cma_ranges[cma_range_set(addr)];
+    }
     unsigned w = set->next;
     set->lo[w] = addr;
     set->hi[w] = addr + len;
@@ -563,6 +569,8 @@ int tw__fabric_peer_cma_readable(struct tw_fabric_peer *p, uint64_t addr, uint64
 
 void tw__fabric_peer_cma_forget(struct tw_fabric_peer *p, uint64_t addr)
 {
+    if (!p->cma_ranges)
+        return;
     struct tw_fabric_cma_set *set = &p->cma_ranges[cma_range_set(addr)];
     for (unsigned w = 0; w < TW_FABRIC_CMA_WAYS; w++)
         if (set->lo[w] == addr)
