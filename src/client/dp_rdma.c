@@ -55,7 +55,6 @@
 
 #include "client/client_internal.h"
 #include "fabric/mrcache.h"
-#include "mem/hostmem.h"
 #include "gpu/cuda.h"
 
 /* Per-request state (r->dp_state), made by get_start / put_start and freed
@@ -242,45 +241,27 @@ void tw__client_rdma_close(struct tw_client *c)
     c->target_watch = 0;
 }
 
-/* Drops our registration of r->buf (revokes its key, unless the cache
- * keeps it: tracked host memory), keeping the state. A GPU registration's
- * cached region goes too (see the top). */
+/* Drops our registration of r->buf (revokes its key), keeping the state.
+ * A GPU registration's cached region goes too (see the top). */
 static void drop_mr(struct tw_client *c, struct tw__rdma_req *q)
 {
     tw__fabric_mr_deregister(q->mr);
     q->mr = NULL;
     if (q->mrc) {
         tw__fabric_mrcache_release(c->mrc, q->mrc);
-        if (q->glen) /* GPU memory: no key to it outlives the request */
-            tw__fabric_mrcache_invalidate(c->mrc, q->gbuf, q->glen);
+        tw__fabric_mrcache_invalidate(c->mrc, q->gbuf, q->glen);
         q->mrc = NULL;
     }
 }
 
-/* Registers r->buf (len bytes) with access: GPU memory (r->path.gdr)
- * through the plane's cache, its region dropped when the request ends (see
- * the top); host memory whose lifetime the library knows (its own staging
- * buffers, tw_mem_register'd buffers: mem/hostmem.h) through the same
- * cache, kept registered for the next request (tw__hostmem_free and
- * tw_mem_unregister invalidate it); other host memory directly, for this
- * request. 0, or a negative code with the reason in why. */
+/* Registers r->buf (len bytes) with access: host memory directly, GPU
+ * memory (r->path.gdr) through the plane's cache. 0, or a negative code
+ * with the reason in why. */
 static int reg_buf(struct tw_client *c, struct tw__creq *r, size_t len, unsigned access, char *why,
                    size_t whylen)
 {
     struct tw__rdma_req *q = req_state(r);
     if (!r->path.gdr) {
-        uintptr_t base;
-        size_t blen;
-        uint64_t gen;
-        if (len && tw__hostmem_find((uintptr_t)r->buf, len, &base, &blen, &gen) &&
-            tw__client_gdr_cache(c) == 0 &&
-            tw__fabric_mrcache_acquire_peer(c->mrc, c->fpeer, r->buf, len, access, TW_MEMKIND_HOST,
-                                            &q->mrc, why, whylen) == 0) {
-            q->gbuf = NULL; /* kept after the request */
-            q->glen = 0;
-            return 0;
-        }
-        q->mrc = NULL;
         int rc = tw__fabric_mr_register(c->fpeer, r->buf, len, access, TW_FABRIC_HOST, 0, &q->mr);
         if (rc < 0)
             snprintf(why, whylen, "%s", tw__fabric_errmsg(c->fab));
