@@ -342,11 +342,12 @@ const char *tw__fabric_peer_provider(const struct tw_fabric_peer *peer);
  * by address): a later call for one at the same address, no longer,
  * answers 1 without a system call (a caller's buffer, put again). Were
  * those pages unmapped meanwhile and their addresses given to GPU memory,
- * the read of them fails (EFAULT) instead of the put being pushed;
- * tw__fabric_peer_cma_forget() drops what is remembered at addr after
- * such a failure, so the next put there is looked at again. The peer's owner
- * calls both, from one thread. The first call for a peer takes fab->lock
- * and reads its /proc/PID/maps; later ones take no lock. */
+ * that put is read instead of pushed: cross-memory attach gets EFAULT and
+ * the read goes to libfabric (see xfer.c), which may fail it;
+ * tw__fabric_peer_cma_forget() drops what is remembered at addr after a
+ * failed read, so the next put there is looked at again. The peer's
+ * owner calls both, from one thread. The first call for a peer takes
+ * fab->lock and reads its /proc/PID/maps; later ones take no lock. */
 int tw__fabric_peer_cma_readable(struct tw_fabric_peer *peer, uint64_t addr, uint64_t len);
 void tw__fabric_peer_cma_forget(struct tw_fabric_peer *peer, uint64_t addr);
 

@@ -1219,16 +1219,17 @@ static void cma_reads(void)
      * at an address never mapped), not a page never mapped, and never
      * for a plane without cma_reads (srv's) or on tcp. */
     struct tw_fabric_rkey rk = tw__fabric_mr_rkey(rsrc);
+    TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, rk.remote_addr, n), is_shm);
     TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, rk.remote_addr + n - 1, 1), is_shm);
     TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, rk.remote_addr, 0), is_shm);
     TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, 4096, 4096), 0);
     TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, rk.remote_addr, UINT64_MAX - rk.remote_addr), 0);
     TW_ASSERT_EQ(tw__fabric_peer_cma_readable(sp, rk.remote_addr, n), 0);
     /* A range found readable is remembered: one at the same address, no
-     * longer, is not read again, so after the peer's pages there became unreadable (PROT_NONE
-     * here, as GPU memory would be) it still answers 1 (a read would now
-     * fail), while a longer one, or one elsewhere, is read; forgotten (as
-     * after a failed read), it is read again. */
+     * longer, is not read again, so after the peer's pages there became
+     * unreadable (PROT_NONE here, as GPU memory would be) it still answers
+     * 1 (a read would now fail), while a longer one, or one elsewhere, is
+     * read; forgotten (as after a failed read), it is read again. */
     if (is_shm) {
         size_t pg = (size_t)sysconf(_SC_PAGESIZE);
         uint8_t *m = mmap(NULL, 4 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
