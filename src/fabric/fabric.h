@@ -343,7 +343,8 @@ const char *tw__fabric_peer_provider(const struct tw_fabric_peer *peer);
  * answers 1 without a system call (a caller's buffer, put again). Were
  * those pages unmapped meanwhile and their addresses given to GPU memory,
  * that put is read instead of pushed: cross-memory attach gets EFAULT and
- * the read goes to libfabric (see xfer.c), which may fail it;
+ * the read goes to libfabric (see xfer.c), which may fail it (shm 1.17:
+ * at the deadline, without answering);
  * tw__fabric_peer_cma_forget() drops what is remembered at addr after a
  * failed read, so the next put there is looked at again. The peer's
  * owner calls both, from one thread. The first call for a peer takes
