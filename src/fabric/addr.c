@@ -337,7 +337,7 @@ void tw__fabric_peer_put_locked(struct tw_fabric_peer *p)
         tw__fabric_io_unlock(r);
     }
     link_del(&p->node);
-    free(p->cma_ranges);
+    free(p->cma_ranges); /* cma_extents lies in the same allocation */
     free(p);
     tw__fabric_rail_released_locked(r);
 }

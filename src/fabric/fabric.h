@@ -339,14 +339,17 @@ const char *tw__fabric_peer_provider(const struct tw_fabric_peer *peer);
  * process (one process_vm_readv of 2 bytes; an empty range needs none);
  * else 0 (GPU memory of a GPUDirect peer: EFAULT). Nothing is kept of the
  * bytes. A range found readable is remembered for the peer (512 of them,
- * by address): a later call for one at the same address, no longer,
- * answers 1 without a system call (a caller's buffer, put again). Were
- * those pages unmapped meanwhile and their addresses given to GPU memory,
- * that put is read instead of pushed: cross-memory attach gets EFAULT and
- * the read goes to libfabric (see xfer.c), which may fail it (shm 1.17:
- * at the deadline, without answering);
- * tw__fabric_peer_cma_forget() drops what is remembered at addr after a
- * failed read, so the next put there is looked at again. The peer's
+ * by address), and so is the union of such ranges that touch within one
+ * 2 MiB-aligned chunk (512 of those, by chunk): a later call for one at
+ * the same address, no longer (a caller's buffer, put again), or for one
+ * inside such a union (the next blocks of an arena: a KV batch has more
+ * blocks than the 512 ranges) answers 1 without a system call. Were those
+ * pages unmapped meanwhile and their addresses given to GPU memory, that
+ * put is read instead of pushed: cross-memory attach gets EFAULT and the
+ * read goes to libfabric (see xfer.c), which may fail it (shm 1.17: at
+ * the deadline, without answering); tw__fabric_peer_cma_forget() drops
+ * the range at addr and the union holding addr after a failed read, so
+ * the next put there is looked at again. The peer's
  * owner calls both, from one thread. The first call for a peer takes
  * fab->lock and reads its /proc/PID/maps; later ones take no lock. */
 int tw__fabric_peer_cma_readable(struct tw_fabric_peer *peer, uint64_t addr, uint64_t len);

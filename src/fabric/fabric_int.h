@@ -114,6 +114,7 @@ struct tw_fabric_rail {
 
 #define TW_FABRIC_CMA_RANGE_BITS 7 /* 128 sets of 4 ranges remembered per peer */
 #define TW_FABRIC_CMA_WAYS 4
+#define TW_FABRIC_CMA_CHUNK_SHIFT 21 /* extents stay within one 2 MiB-aligned chunk */
 struct tw_fabric_cma_set {
     uint64_t lo[TW_FABRIC_CMA_WAYS], hi[TW_FABRIC_CMA_WAYS]; /* [lo, hi); lo == hi: empty */
     uint8_t next;                                            /* the way replaced next */
@@ -133,12 +134,16 @@ struct tw_fabric_peer {
      * under fab->lock, or by the mover alone (-1 on EPERM); read without the
      * lock by tw__fabric_peer_cma_readable: __atomic */
     int cma;
-    /* Ranges tw__fabric_peer_cma_readable() found readable (host memory
-     * of the peer's): 1 << TW_FABRIC_CMA_RANGE_BITS sets chosen by
-     * address, each replacing its oldest; allocated at the first one
-     * (9 KiB: a server's peers only), touched by the peer's owner only,
+    /* What tw__fabric_peer_cma_readable() found readable (host memory of
+     * the peer's), two tables of 1 << TW_FABRIC_CMA_RANGE_BITS sets, each
+     * set replacing its oldest way: cma_ranges holds the ranges as asked
+     * (set by the start's page: a client's ring of buffers), cma_extents
+     * the unions of ranges that touch within one 2 MiB-aligned chunk (set
+     * by the chunk: a batch from consecutive blocks of one arena, more of
+     * them than cma_ranges holds). Allocated together at the first one
+     * (17 KiB: a server's peers only), touched by the peer's owner only,
      * freed with the peer. */
-    struct tw_fabric_cma_set *cma_ranges;
+    struct tw_fabric_cma_set *cma_ranges, *cma_extents;
     int removed; /* set under fab->lock (__atomic); read without it as rail->retired */
     struct tw_fabric_link node; /* fab->peers */
 };

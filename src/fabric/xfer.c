@@ -525,11 +525,11 @@ static int cma_peer_usable(struct tw_fabric_peer *p)
     return known > 0;
 }
 
-/* The set of a range at addr: its page number, mixed (a multiplicative
- * hash alone put a client's buffers, 72 pages apart, into two sets). */
-static unsigned cma_range_set(uint64_t addr)
+/* A set of cma_ranges or cma_extents: a page or chunk number, mixed (a
+ * multiplicative hash alone put a client's buffers, 72 pages apart, into
+ * two sets). */
+static unsigned cma_set_of(uint64_t x)
 {
-    uint64_t x = addr >> 12;
     x ^= x >> 33;
     x *= UINT64_C(0xff51afd7ed558ccd);
     x ^= x >> 33;
@@ -538,32 +538,90 @@ static unsigned cma_range_set(uint64_t addr)
     return (unsigned)(x >> (64 - TW_FABRIC_CMA_RANGE_BITS));
 }
 
+static struct tw_fabric_cma_set *cma_range_set(struct tw_fabric_peer *p, uint64_t addr)
+{
+    return &p->cma_ranges[cma_set_of(addr >> 12)];
+}
+
+static struct tw_fabric_cma_set *cma_extent_set(struct tw_fabric_peer *p, uint64_t addr)
+{
+    return &p->cma_extents[cma_set_of(addr >> TW_FABRIC_CMA_CHUNK_SHIFT)];
+}
+
+/* Whether [addr, end) lies in one chunk (an extent may hold it). */
+static int cma_one_chunk(uint64_t addr, uint64_t end)
+{
+    return addr >> TW_FABRIC_CMA_CHUNK_SHIFT == (end - 1) >> TW_FABRIC_CMA_CHUNK_SHIFT;
+}
+
+static int cma_remembered(struct tw_fabric_peer *p, uint64_t addr, uint64_t end)
+{
+    if (!p->cma_ranges)
+        return 0;
+    const struct tw_fabric_cma_set *set = cma_range_set(p, addr);
+    for (unsigned w = 0; w < TW_FABRIC_CMA_WAYS; w++)
+        if (set->lo[w] == addr && end <= set->hi[w])
+            return 1;
+    if (!cma_one_chunk(addr, end))
+        return 0;
+    set = cma_extent_set(p, addr);
+    for (unsigned w = 0; w < TW_FABRIC_CMA_WAYS; w++)
+        if (set->lo[w] <= addr && end <= set->hi[w])
+            return 1; /* an empty way (lo == hi) holds no non-empty range */
+    return 0;
+}
+
+/* Remembers [addr, end), found readable: as a range, and in its chunk's
+ * extent that it touches or overlaps (grown to the union), else as a new
+ * extent. */
+static void cma_remember(struct tw_fabric_peer *p, uint64_t addr, uint64_t end)
+{
+    if (!p->cma_ranges) {
+        p->cma_ranges = calloc(2u << TW_FABRIC_CMA_RANGE_BITS, sizeof(*p->cma_ranges));
+        if (!p->cma_ranges)
+            return; /* not remembered */
+        p->cma_extents = p->cma_ranges + (1u << TW_FABRIC_CMA_RANGE_BITS);
+    }
+    struct tw_fabric_cma_set *set = cma_range_set(p, addr);
+    unsigned w = set->next;
+    set->lo[w] = addr;
+    set->hi[w] = end;
+    set->next = (uint8_t)((w + 1) % TW_FABRIC_CMA_WAYS);
+    if (!cma_one_chunk(addr, end))
+        return;
+    const uint64_t chunk = addr >> TW_FABRIC_CMA_CHUNK_SHIFT;
+    set = cma_extent_set(p, addr);
+    for (w = 0; w < TW_FABRIC_CMA_WAYS; w++) {
+        if (set->lo[w] == set->hi[w] || set->lo[w] >> TW_FABRIC_CMA_CHUNK_SHIFT != chunk ||
+            set->lo[w] > end || addr > set->hi[w])
+            continue;
+        if (addr < set->lo[w])
+            set->lo[w] = addr;
+        if (end > set->hi[w])
+            set->hi[w] = end;
+        return;
+    }
+    w = set->next;
+    set->lo[w] = addr;
+    set->hi[w] = end;
+    set->next = (uint8_t)((w + 1) % TW_FABRIC_CMA_WAYS);
+}
+
 int tw__fabric_peer_cma_readable(struct tw_fabric_peer *p, uint64_t addr, uint64_t len)
 {
     if (addr + len < addr || !cma_peer_usable(p))
         return 0;
     if (!len)
         return 1; /* nothing to read */
-    struct tw_fabric_cma_set *set = p->cma_ranges ? &p->cma_ranges[cma_range_set(addr)] : NULL;
-    for (unsigned w = 0; set && w < TW_FABRIC_CMA_WAYS; w++)
-        if (set->lo[w] == addr && addr + len <= set->hi[w])
-            return 1; /* read there before: no system call */
+    if (cma_remembered(p, addr, addr + len))
+        return 1; /* read there before: no system call */
     uint8_t b[2];
     struct iovec local[2] = {{.iov_base = &b[0], .iov_len = 1}, {.iov_base = &b[1], .iov_len = 1}};
     struct iovec remote[2] = {{.iov_base = (void *)(uintptr_t)addr, .iov_len = 1},
                               {.iov_base = (void *)(uintptr_t)(addr + len - 1), .iov_len = 1}};
     if (process_vm_readv(p->pid, local, 2, remote, 2, 0) != 2)
         return 0;
-    if (!set) {
-        p->cma_ranges = calloc(1u << TW_FABRIC_CMA_RANGE_BITS, sizeof(*p->cma_ranges));
-        if (!p->cma_ranges)
-            return 1; /* not remembered */
-        set = &p->cma_ranges[cma_range_set(addr)];
-    }
-    unsigned w = set->next;
-    set->lo[w] = addr;
-    set->hi[w] = addr + len;
-    set->next = (uint8_t)((w + 1) % TW_FABRIC_CMA_WAYS);
+    cma_remember(p, addr, addr + len);
     return 1;
 }
 
@@ -571,9 +629,13 @@ void tw__fabric_peer_cma_forget(struct tw_fabric_peer *p, uint64_t addr)
 {
     if (!p->cma_ranges)
         return;
-    struct tw_fabric_cma_set *set = &p->cma_ranges[cma_range_set(addr)];
+    struct tw_fabric_cma_set *set = cma_range_set(p, addr);
     for (unsigned w = 0; w < TW_FABRIC_CMA_WAYS; w++)
         if (set->lo[w] == addr)
+            set->lo[w] = set->hi[w] = 0;
+    set = cma_extent_set(p, addr);
+    for (unsigned w = 0; w < TW_FABRIC_CMA_WAYS; w++)
+        if (set->lo[w] <= addr && addr < set->hi[w])
             set->lo[w] = set->hi[w] = 0;
 }
 

@@ -1226,10 +1226,11 @@ static void cma_reads(void)
     TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, rk.remote_addr, UINT64_MAX - rk.remote_addr), 0);
     TW_ASSERT_EQ(tw__fabric_peer_cma_readable(sp, rk.remote_addr, n), 0);
     /* A range found readable is remembered: one at the same address, no
-     * longer, is not read again, so after the peer's pages there became
-     * unreadable (PROT_NONE here, as GPU memory would be) it still answers
-     * 1 (a read would now fail), while a longer one, or one elsewhere, is
-     * read; forgotten (as after a failed read), it is read again. */
+     * longer, or one inside it, is not read again, so after the peer's
+     * pages there became unreadable (PROT_NONE here, as GPU memory would
+     * be) it still answers 1 (a read would now fail), while a longer one,
+     * or one elsewhere, is read; forgotten (as after a failed read), it is
+     * read again. */
     if (is_shm) {
         size_t pg = (size_t)sysconf(_SC_PAGESIZE);
         uint8_t *m = mmap(NULL, 4 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -1240,11 +1241,47 @@ static void cma_reads(void)
         TW_ASSERT_OK(mprotect(m, 4 * pg, PROT_NONE));
         TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, ma, 2 * pg), 1);
         TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, ma, pg), 1);
+        TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, ma + pg, pg), 1);
         TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, ma, 3 * pg), 0);
-        TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, ma + pg, pg), 0);
+        TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, ma + pg, 2 * pg), 0);
+        TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, ma + 2 * pg, pg), 0);
         tw__fabric_peer_cma_forget(cp, ma);
         TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, ma, 2 * pg), 0);
+        TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, ma + pg, pg), 0);
         TW_ASSERT_OK(munmap(m, 4 * pg));
+        /* A batch from consecutive blocks of one arena (a KV cache: 1024
+         * blocks of 32 KiB here, twice what the table of ranges holds):
+         * the blocks that touch become one extent per 2 MiB chunk, so all
+         * of them stay remembered; a block forgotten (its read failed) is
+         * read again, and so is the rest of its chunk, while the other
+         * chunks stay. */
+        {
+            const size_t blk = 32768, nblk = 1024, chunk = (size_t)2 << 20;
+            size_t span = nblk * blk + chunk;
+            uint8_t *raw = mmap(NULL, span, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            TW_ASSERT(raw != MAP_FAILED);
+            uint8_t *a = (uint8_t *)(((uintptr_t)raw + chunk - 1) & ~(uintptr_t)(chunk - 1));
+            uint64_t aa = (uint64_t)(uintptr_t)a;
+            for (size_t i = 0; i < nblk; i++)
+                TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, aa + i * blk, blk), 1);
+            TW_ASSERT_OK(mprotect(raw, span, PROT_NONE));
+            unsigned kept = 0;
+            for (size_t i = 0; i < nblk; i++)
+                kept += (unsigned)tw__fabric_peer_cma_readable(cp, aa + i * blk, blk);
+            printf("  arena of %zu blocks of %zu B: %u remembered\n", nblk, blk, kept);
+            TW_ASSERT_EQ(kept, nblk);
+            /* Inside one chunk's extent, any part of it; across two chunks
+             * only what was asked as such. */
+            TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, aa + 5 * pg, 3 * blk), 1);
+            TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, aa + chunk - blk, 2 * blk), 0);
+            tw__fabric_peer_cma_forget(cp, aa + 70 * blk);
+            TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, aa + 70 * blk, blk), 0);
+            TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, aa + 100 * blk, blk), 0);
+            TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, aa + 10 * blk, blk), 1);
+            TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, aa + 200 * blk, blk), 1);
+            TW_ASSERT_OK(munmap(raw, span));
+        }
         /* A client's ring of 64 buffers of 32 KiB, 9 and 72 pages apart
          * (the strides glibc gave the CLI's bench on the 2-core VM and on
          * the H200): all of them stay remembered. */
