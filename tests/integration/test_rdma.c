@@ -286,6 +286,48 @@ static void test_cma_put_not_cached(void)
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
 }
 
+/* A small tensor lives in the store's slab, memory the registration
+ * cache cannot track: its RDMA get registers it for that request alone
+ * (regcache_direct), with no lookup in the cache (no miss) and nothing
+ * left cached, on either provider; so does a pull put into it. A 2 MiB
+ * tensor (not from the slab) still goes through the cache. */
+static void test_slab_registers_direct(void)
+{
+    struct itest_server s;
+    enum { SMALL = 64 << 10, BIG = 2 << 20 };
+    start_server(&s, TW_TEST_PROVIDER, "auto");
+    tw_client *c = connect_client(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO);
+    uint8_t *data = malloc(BIG);
+    TW_ASSERT(data != NULL);
+    itest_fill(data, BIG, 23);
+    put_bytes(c, "slab", data, SMALL);
+    put_bytes(c, "big", data, BIG);
+    for (int round = 0; round < 2; round++) {
+        uint64_t d0 = stat_of(c, "regcache_direct"), m0 = stat_of(c, "regcache_misses"),
+                 h0 = stat_of(c, "regcache_hits"), e0 = stat_of(c, "regcache_entries");
+        check_get(c, "slab", data, SMALL);
+        const char *dp = tw_client_data_plane(c);
+        uint64_t d1 = stat_of(c, "regcache_direct"), m1 = stat_of(c, "regcache_misses"),
+                 h1 = stat_of(c, "regcache_hits"), e1 = stat_of(c, "regcache_entries");
+        fprintf(stderr, "  get %d B: %s; server: direct +%llu, misses +%llu, hits +%llu\n", SMALL,
+                dp, (unsigned long long)(d1 - d0), (unsigned long long)(m1 - m0),
+                (unsigned long long)(h1 - h0));
+        TW_ASSERT(strncmp(dp, "rdma ", 5) == 0);
+        TW_ASSERT_EQ_U64(d1 - d0, 1);
+        TW_ASSERT_EQ_U64(m1 - m0, 0);
+        TW_ASSERT_EQ_U64(h1 - h0, 0);
+        TW_ASSERT_EQ_U64(e1, e0);
+        check_get(c, "big", data, BIG);
+        uint64_t d2 = stat_of(c, "regcache_direct"), m2 = stat_of(c, "regcache_misses"),
+                 h2 = stat_of(c, "regcache_hits");
+        TW_ASSERT_EQ_U64(d2 - d1, 0);
+        TW_ASSERT_EQ_U64((m2 - m1) + (h2 - h1), 1);
+    }
+    free(data);
+    tw_close(c);
+    TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
+}
+
 /* One u8 tensor of len bytes at buf as batch item it, named name. */
 static void batch_item_u8(struct tw_batch_item *it, const char *name, uint8_t *buf, size_t len)
 {
@@ -484,11 +526,14 @@ static void test_batch_one_item_fails(void)
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
 }
 
-/* Registrations the server looked up: one per RDMA get (the tensor,
+/* Registrations the server looked up in its cache or made for one
+ * request (regcache_direct: a small tensor of its slab, a put's
+ * destination read from our process): one per RDMA get (the tensor,
  * REMOTE_READ) and per pull put (the destination); none inline. */
 static uint64_t server_reg_lookups(tw_client *c)
 {
-    return stat_of(c, "regcache_hits") + stat_of(c, "regcache_misses");
+    return stat_of(c, "regcache_hits") + stat_of(c, "regcache_misses") +
+           stat_of(c, "regcache_direct");
 }
 
 /* One get or put of n bytes, byte-exact, with the data plane
@@ -1275,6 +1320,7 @@ int main(void)
     TW_RUN(test_roundtrip_push);
     TW_RUN(test_repeat_get_registers_once);
     TW_RUN(test_cma_put_not_cached);
+    TW_RUN(test_slab_registers_direct);
     TW_RUN(test_batch);
     TW_RUN(test_batch_small_server_reads);
     TW_RUN(test_batch_small_default);
