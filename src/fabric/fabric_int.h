@@ -141,7 +141,7 @@ struct tw_fabric_peer {
      * the unions of ranges that touch within one 2 MiB-aligned chunk (set
      * by the chunk: a batch from consecutive blocks of one arena, more of
      * them than cma_ranges holds). Allocated together at the first one
-     * (17 KiB: a server's peers only), touched by the peer's owner only,
+     * (18 KiB: a server's peers only), touched by the peer's owner only,
      * freed with the peer. */
     struct tw_fabric_cma_set *cma_ranges, *cma_extents;
     int removed; /* set under fab->lock (__atomic); read without it as rail->retired */

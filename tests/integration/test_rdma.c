@@ -300,7 +300,18 @@ static void test_slab_registers_direct(void)
     uint8_t *data = malloc(BIG);
     TW_ASSERT(data != NULL);
     itest_fill(data, BIG, 23);
+    uint64_t pd0 = stat_of(c, "regcache_direct"), pm0 = stat_of(c, "regcache_misses"),
+             ph0 = stat_of(c, "regcache_hits");
     put_bytes(c, "slab", data, SMALL);
+    const char *pdp = tw_client_data_plane(c);
+    uint64_t pd = stat_of(c, "regcache_direct") - pd0, pm = stat_of(c, "regcache_misses") - pm0,
+             ph = stat_of(c, "regcache_hits") - ph0;
+    fprintf(stderr, "  put %d B: %s; server: direct +%llu, misses +%llu, hits +%llu\n", SMALL, pdp,
+            (unsigned long long)pd, (unsigned long long)pm, (unsigned long long)ph);
+    TW_ASSERT(strncmp(pdp, "rdma pull (", 11) == 0);
+    TW_ASSERT_EQ_U64(pm + ph, 0);
+    /* Over shm the loop copies a small put alone at once, unregistered. */
+    TW_ASSERT_EQ_U64(pd, strstr(pdp, "(shm)") ? 0 : 1);
     put_bytes(c, "big", data, BIG);
     for (int round = 0; round < 2; round++) {
         uint64_t d0 = stat_of(c, "regcache_direct"), m0 = stat_of(c, "regcache_misses"),
