@@ -274,6 +274,14 @@ static struct regs regs_added(tw_client *c, struct regs before, const char *op, 
     return d;
 }
 
+/* A put of n bytes of data as name, and what it added to the counters. */
+static struct regs put_counted(tw_client *c, const char *name, const uint8_t *data, size_t n)
+{
+    struct regs r0 = regs_of(c);
+    put_bytes(c, name, data, n);
+    return regs_added(c, r0, "put", n);
+}
+
 /* A put over shm that the server reads from the client's process by
  * cross-memory attach (PULL_SHM_CMA; 1 MiB, beyond TW_FABRIC_READ_NOW_MAX,
  * so the mover reads it) registers its destination for that request
@@ -289,8 +297,7 @@ static void test_cma_put_not_cached(void)
     TW_ASSERT(data != NULL);
     itest_fill(data, LEN, 21);
     struct regs r0 = regs_of(c);
-    put_bytes(c, "cma", data, LEN);
-    struct regs d = regs_added(c, r0, "put", LEN);
+    struct regs d = put_counted(c, "cma", data, LEN);
     const char *dp = tw_client_data_plane(c);
     TW_ASSERT(strncmp(dp, "rdma pull (", 11) == 0);
     if (strstr(dp, "pull (shm)")) {
@@ -323,9 +330,7 @@ static void test_slab_registers_direct(void)
     uint8_t *data = malloc(BIG);
     TW_ASSERT(data != NULL);
     itest_fill(data, BIG, 23);
-    struct regs r0 = regs_of(c);
-    put_bytes(c, "slab", data, SMALL);
-    struct regs d = regs_added(c, r0, "put", SMALL);
+    struct regs d = put_counted(c, "slab", data, SMALL), r0;
     const char *dp = tw_client_data_plane(c);
     TW_ASSERT(strncmp(dp, "rdma pull (", 11) == 0);
     TW_ASSERT_EQ_U64(d.misses + d.hits, 0);
