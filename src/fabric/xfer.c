@@ -571,6 +571,15 @@ static int cma_remembered(struct tw_fabric_peer *p, uint64_t addr, uint64_t end)
     return 0;
 }
 
+/* Puts [lo, hi) in set's oldest way. */
+static void cma_set_replace(struct tw_fabric_cma_set *set, uint64_t lo, uint64_t hi)
+{
+    unsigned w = set->next;
+    set->lo[w] = lo;
+    set->hi[w] = hi;
+    set->next = (uint8_t)((w + 1) % TW_FABRIC_CMA_WAYS);
+}
+
 /* Remembers [addr, end), found readable: as a range, and in its chunk's
  * extent that it touches or overlaps (grown to the union), else as a new
  * extent. */
@@ -582,16 +591,12 @@ static void cma_remember(struct tw_fabric_peer *p, uint64_t addr, uint64_t end)
             return; /* not remembered */
         p->cma_extents = p->cma_ranges + (1u << TW_FABRIC_CMA_RANGE_BITS);
     }
-    struct tw_fabric_cma_set *set = cma_range_set(p, addr);
-    unsigned w = set->next;
-    set->lo[w] = addr;
-    set->hi[w] = end;
-    set->next = (uint8_t)((w + 1) % TW_FABRIC_CMA_WAYS);
+    cma_set_replace(cma_range_set(p, addr), addr, end);
     if (!cma_one_chunk(addr, end))
         return;
     const uint64_t chunk = addr >> TW_FABRIC_CMA_CHUNK_SHIFT;
-    set = cma_extent_set(p, addr);
-    for (w = 0; w < TW_FABRIC_CMA_WAYS; w++) {
+    struct tw_fabric_cma_set *set = cma_extent_set(p, addr);
+    for (unsigned w = 0; w < TW_FABRIC_CMA_WAYS; w++) {
         if (set->lo[w] == set->hi[w] || set->lo[w] >> TW_FABRIC_CMA_CHUNK_SHIFT != chunk ||
             set->lo[w] > end || addr > set->hi[w])
             continue;
@@ -601,10 +606,7 @@ static void cma_remember(struct tw_fabric_peer *p, uint64_t addr, uint64_t end)
             set->hi[w] = end;
         return;
     }
-    w = set->next;
-    set->lo[w] = addr;
-    set->hi[w] = end;
-    set->next = (uint8_t)((w + 1) % TW_FABRIC_CMA_WAYS);
+    cma_set_replace(set, addr, end);
 }
 
 int tw__fabric_peer_cma_readable(struct tw_fabric_peer *p, uint64_t addr, uint64_t len)
