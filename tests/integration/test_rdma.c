@@ -275,11 +275,13 @@ static struct regs regs_added(tw_client *c, struct regs before, const char *op, 
     return d;
 }
 
-/* A put of n bytes of data as name, and how it changed the counters. */
-static struct regs put_counted(tw_client *c, const char *name, const uint8_t *data, size_t n)
+/* A put of n bytes of data as name, read by the server (`rdma pull`),
+ * and how it changed the counters. */
+static struct regs pull_put_counted(tw_client *c, const char *name, const uint8_t *data, size_t n)
 {
     struct regs r0 = regs_of(c);
     put_bytes(c, name, data, n);
+    TW_ASSERT(strncmp(tw_client_data_plane(c), "rdma pull (", 11) == 0);
     return regs_added(c, r0, "put", n);
 }
 
@@ -297,10 +299,8 @@ static void test_cma_put_not_cached(void)
     uint8_t *data = malloc(LEN);
     TW_ASSERT(data != NULL);
     itest_fill(data, LEN, 21);
-    struct regs d = put_counted(c, "cma", data, LEN);
-    const char *dp = tw_client_data_plane(c);
-    TW_ASSERT(strncmp(dp, "rdma pull (", 11) == 0);
-    if (strstr(dp, "pull (shm)")) {
+    struct regs d = pull_put_counted(c, "cma", data, LEN);
+    if (strstr(tw_client_data_plane(c), "pull (shm)")) {
         TW_ASSERT_EQ_U64(d.direct, 1);
         TW_ASSERT_EQ_U64(d.misses, 0);
         TW_ASSERT_EQ_U64(d.entries, 0);
@@ -330,11 +330,9 @@ static void test_slab_registers_direct(void)
     uint8_t *data = malloc(BIG);
     TW_ASSERT(data != NULL);
     itest_fill(data, BIG, 23);
-    struct regs d = put_counted(c, "slab", data, SMALL);
-    const char *dp = tw_client_data_plane(c);
-    TW_ASSERT(strncmp(dp, "rdma pull (", 11) == 0);
+    struct regs d = pull_put_counted(c, "slab", data, SMALL);
     TW_ASSERT_EQ_U64(d.misses + d.hits, 0);
-    TW_ASSERT_EQ_U64(d.direct, strstr(dp, "(shm)") ? 0 : 1);
+    TW_ASSERT_EQ_U64(d.direct, strstr(tw_client_data_plane(c), "(shm)") ? 0 : 1);
     put_bytes(c, "big", data, BIG);
     for (int round = 0; round < 2; round++) {
         struct regs r0 = regs_of(c);
