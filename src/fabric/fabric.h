@@ -228,7 +228,10 @@ struct tw_fabric_config {
      * libfabric (xfer.c, "Reads on shm by cross-memory attach"); the
      * target's key is then not checked. The client library's plane sets
      * it (its gets), and tensorwired's (its pull puts over shm,
-     * proto/path.c PULL_SHM_CMA). */
+     * proto/path.c PULL_SHM_CMA). Whole transfers that became ready
+     * together are copied in groups of at least TW_FABRIC_CMA_GROUP reads
+     * (a group ends with a transfer), and each group completes before the
+     * next is copied. */
     int cma_reads;
     /* With hmem: len bytes of CUDA device `device` memory (the caller's,
      * only used during tw__fabric_open) that each rail opened with FI_HMEM
@@ -587,6 +590,12 @@ struct tw_fabric_stats {
     uint64_t reads_now;         /* of those, whole transfers read by tw__fabric_peer_read_now */
 };
 void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st);
+
+/* Reads by cross-memory attach per group (cma_reads above). 64 small
+ * reads copied before any completed made a window of 64 requests move
+ * in lockstep: 32 KiB pull puts over shm on the H200 at 0.48-0.64x the
+ * raw read loop, 0.86-0.90x in groups of 16 (docs/performance.md). */
+#define TW_FABRIC_CMA_GROUP 16u
 
 /* --- Target-side activity ---------------------------------------------
  *

@@ -783,19 +783,43 @@ static void cma_flush(struct tw_fabric_rail *r, struct cma_batch *b, struct cma_
 /* Posts the reserved operations of n transfers on rail r in one call
  * window (one lock drop, one io lock, one watchdog stamp for all of them):
  * the operations of many small transfers that became ready together leave
- * together. Reads by cross-memory attach go in batches (cma_flush). The
- * first refused post (queue full) ends the window: later operations wait
- * for the next round. Returns 0, or -1 when this thread was abandoned
- * (lock not held). */
+ * together. Reads by cross-memory attach go in batches (cma_flush), and
+ * once a group of TW_FABRIC_CMA_GROUP or more (whole transfers) is copied
+ * the window closes, the group completes (fab->lock is back, so the
+ * owner's loop can take the completions while the next group is copied)
+ * and a new window opens for the rest: copied whole before anything
+ * completed, the 64 reads of 64 puts in flight came back together, and
+ * the requests' next steps (the server's replies, the client's next
+ * puts) waited for all of them and then left together, so the copying
+ * never overlapped them (docs/performance.md). The first refused post
+ * (queue full) ends the window: later operations wait for the next round.
+ * Returns 0, or -1 when this thread was abandoned (lock not held). */
 #define POST_BATCH 64
 #define CMA_BATCH 256 /* reads done by cross-memory attach in one window, at most */
+/* Reads done by cross-memory attach complete now, as if their completions
+ * had been read (fab->lock held). */
+static void cma_publish(struct tw_fabric *fab, const struct cma_done *cma, unsigned ncma,
+                        unsigned calls)
+{
+    fab->st.cma_calls += calls;
+    for (unsigned i = 0; i < ncma; i++) {
+        char msg[160];
+        const struct tw_fabric_xfer *x = cma[i].op->xfer;
+        if (cma[i].err)
+            snprintf(msg, sizeof(msg), "process_vm_readv from process %d: %s", x->d.peer->pid,
+                     strerror(-cma[i].err));
+        fab->st.cma_reads++;
+        op_done(cma[i].op, cma[i].err, cma[i].err ? msg : "");
+    }
+}
+
 static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
                       struct tw_fabric_xfer *const *xs, unsigned n, uint64_t now)
 {
     int full = 0;
     struct cma_done cma[CMA_BATCH];
     struct cma_batch b;
-    unsigned ncma = 0, calls = 0;
+    unsigned ncma = 0, calls = 0, settled = 0;
     b.n = 0;
     b.peer = NULL;
     unsigned gen = call_begin(fab, r);
@@ -834,24 +858,24 @@ static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
             if (post_fi(r, op) == -FI_EAGAIN)
                 full = 1;
         }
+        /* Enough copied for a group: complete it before copying more. */
+        if (ncma + b.n >= TW_FABRIC_CMA_GROUP && k + 1 < n) {
+            cma_flush(r, &b, cma, &ncma, &full, &calls);
+            if (call_end(fab, r, gen))
+                return -1;
+            cma_publish(fab, cma, ncma, calls);
+            ncma = calls = 0;
+            for (; settled <= k; settled++)
+                advance_settle(xs[settled], now);
+            gen = call_begin(fab, r);
+        }
     }
     cma_flush(r, &b, cma, &ncma, &full, &calls);
     if (call_end(fab, r, gen))
         return -1;
-    /* Reads done by cross-memory attach complete now, as if their
-     * completions had been read. */
-    fab->st.cma_calls += calls;
-    for (unsigned i = 0; i < ncma; i++) {
-        char msg[160];
-        const struct tw_fabric_xfer *x = cma[i].op->xfer;
-        if (cma[i].err)
-            snprintf(msg, sizeof(msg), "process_vm_readv from process %d: %s", x->d.peer->pid,
-                     strerror(-cma[i].err));
-        fab->st.cma_reads++;
-        op_done(cma[i].op, cma[i].err, cma[i].err ? msg : "");
-    }
-    for (unsigned k = 0; k < n; k++)
-        advance_settle(xs[k], now);
+    cma_publish(fab, cma, ncma, calls);
+    for (; settled < n; settled++)
+        advance_settle(xs[settled], now);
     return 0;
 }
 
