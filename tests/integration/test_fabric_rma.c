@@ -1275,11 +1275,16 @@ static void cma_reads(void)
              * only what was asked as such. */
             TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, aa + 5 * pg, 3 * blk), 1);
             TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, aa + chunk - blk, 2 * blk), 0);
+            /* Forgetting block 70 drops its range and its chunk's extent
+             * (blocks 64-127). The other checks start a page into a block:
+             * no range starts there, so only an extent can answer (whether
+             * a block's own range is still in the table of ranges depends
+             * on where mmap put the arena). */
             tw__fabric_peer_cma_forget(cp, aa + 70 * blk);
             TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, aa + 70 * blk, blk), 0);
-            TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, aa + 100 * blk, blk), 0);
-            TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, aa + 10 * blk, blk), 1);
-            TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, aa + 200 * blk, blk), 1);
+            TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, aa + 100 * blk + pg, blk - pg), 0);
+            TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, aa + 10 * blk + pg, blk - pg), 1);
+            TW_ASSERT_EQ(tw__fabric_peer_cma_readable(cp, aa + 200 * blk + pg, blk - pg), 1);
             TW_ASSERT_OK(munmap(raw, span));
         }
         /* A client's ring of 64 buffers of 32 KiB, 9 and 72 pages apart
