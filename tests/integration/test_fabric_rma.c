@@ -1304,7 +1304,11 @@ static void cma_reads(void)
             for (size_t i = 0; i < 64; i++)
                 kept += (unsigned)tw__fabric_peer_cma_readable(cp, ra + i * strides[k] * pg, 32768);
             printf("  ring of 64, %zu pages apart: %u remembered\n", strides[k], kept);
-            TW_ASSERT_EQ(kept, 64);
+            /* Sets of 4 ways: where mmap puts the ring, five of its 64
+             * buffers may share a set (about 2% of placements; at most 4 of
+             * 64 lost in 50,000 simulated ones). A hash that put them into
+             * few sets keeps about 8. */
+            TW_ASSERT(kept >= 56);
             TW_ASSERT_OK(munmap(r, span));
         }
     }
