@@ -593,8 +593,9 @@ void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st);
 
 /* Reads by cross-memory attach per group (cma_reads above). 64 small
  * reads copied before any completed made a window of 64 requests move
- * in lockstep: 32 KiB pull puts over shm on the H200 at 0.48-0.64x the
- * raw read loop, 0.86-0.90x in groups of 16 (docs/performance.md). */
+ * in lockstep: 32 KiB pull puts over shm on the H200 at 0.48-0.69x the
+ * raw read loop, 0.77-0.90x in groups of 16, same calls (docs/performance.md,
+ * "Session of 2026-12-04"). */
 #define TW_FABRIC_CMA_GROUP 16u
 
 /* --- Target-side activity ---------------------------------------------
