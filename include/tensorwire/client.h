@@ -129,8 +129,9 @@ struct tw_tensor_desc {
 TW_EXTERN int tw_tensor_desc_bytes(const struct tw_tensor_desc *desc, uint64_t *out);
 
 /* tw_client_options.rdma_min_bytes: the threshold follows the connection's
- * provider (64 KiB over shm, 1 MiB otherwise; over shm 512 KiB for puts
- * from GPU memory that stages). */
+ * provider and the call (over shm 32 KiB for puts in a call that keeps 32
+ * or more in flight, else 64 KiB, and 512 KiB for puts from GPU memory that
+ * stages; 1 MiB otherwise). */
 #define TW_RDMA_MIN_BYTES_AUTO UINT64_MAX
 
 /* Connection options. Initialise with tw_client_options_init() and change
@@ -196,11 +197,14 @@ struct tw_client_options {
     /* With RDMA negotiated, puts of fewer bytes are sent inline (no
      * WANT_RDMA): below about this size the RDMA control round trips cost
      * more than copying through the socket. Default TW_RDMA_MIN_BYTES_AUTO:
-     * 65536 (64 KiB) when the connection's provider is shm, 1048576 (1 MiB)
-     * otherwise (docs/performance.md "RDMA size threshold"), and over shm
-     * 524288 (512 KiB) for puts from GPU memory that stages (not admitted
-     * for GPUDirect: "Device blocks around the shm threshold");
-     * tw_client_rdma_min_bytes() says which applies. 0 = RDMA at every
+     * 1048576 (1 MiB) unless the connection's provider is shm
+     * (docs/performance.md "RDMA size threshold"); over shm 32768 (32 KiB)
+     * for puts of a call that keeps 32 or more requests in flight (a batch
+     * of at least 32 items, with a window of at least 32), 65536 (64 KiB)
+     * for fewer ("The shm threshold at 32 KiB"), and 524288 (512 KiB) for
+     * puts from GPU memory that stages (not admitted for GPUDirect: "Device
+     * blocks around the shm threshold"); tw_client_rdma_min_bytes() says
+     * which applies to a put alone. 0 = RDMA at every
      * size. Gets always ask for RDMA (their size is unknown until the
      * reply): the server applies its own threshold (tensorwired
      * --rdma-min-bytes, with the same defaults) and may answer inline, which
@@ -302,9 +306,10 @@ TW_EXTERN int tw_client_is_connected(const tw_client *c);
 /* Negotiated limits, valid after connect. */
 TW_EXTERN uint32_t tw_client_max_frame(const tw_client *c);
 TW_EXTERN uint32_t tw_client_max_inflight(const tw_client *c);
-/* The put threshold in effect on this connection: the option, or with
- * TW_RDMA_MIN_BYTES_AUTO the provider's default (tw_client_options.
- * rdma_min_bytes). UINT64_MAX for NULL. */
+/* The threshold in effect on this connection for a put alone in flight:
+ * the option, or with TW_RDMA_MIN_BYTES_AUTO the provider's default
+ * (tw_client_options.rdma_min_bytes: over shm a call with 32 or more in
+ * flight uses 32 KiB instead). UINT64_MAX for NULL. */
 TW_EXTERN uint64_t tw_client_rdma_min_bytes(const tw_client *c);
 
 /*

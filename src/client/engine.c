@@ -97,16 +97,33 @@ static enum tw_path_provider conn_provider(const tw_client *c)
     return tw__path_provider_kind(c->fpeer ? tw__fabric_peer_provider(c->fpeer) : NULL);
 }
 
-static uint64_t rdma_min_bytes_on(const tw_client *c, enum tw_path_provider prov)
+/* The put threshold on a provider for a call that keeps depth requests in
+ * flight. TW_RDMA_MIN_BYTES_AUTO over shm: 32 KiB puts go by RDMA only
+ * where many are in flight (proto.h: with few, the extra control round
+ * trip costs more than the copy it saves). */
+static uint64_t rdma_min_bytes_on(const tw_client *c, enum tw_path_provider prov, size_t depth)
 {
     if (c->rdma_min_bytes != TW_RDMA_MIN_BYTES_AUTO)
         return c->rdma_min_bytes;
-    return prov == TW_PATH_PROV_SHM ? TW_DEFAULT_RDMA_MIN_BYTES_SHM : TW_DEFAULT_RDMA_MIN_BYTES;
+    if (prov != TW_PATH_PROV_SHM)
+        return TW_DEFAULT_RDMA_MIN_BYTES;
+    return depth >= TW_SHM_DEEP_PUTS ? TW_DEFAULT_RDMA_MIN_BYTES_SHM
+                                     : TW_DEFAULT_RDMA_MIN_BYTES_SHM_SHALLOW;
 }
 
 uint64_t tw__client_rdma_min_bytes(const tw_client *c)
 {
-    return rdma_min_bytes_on(c, conn_provider(c));
+    return rdma_min_bytes_on(c, conn_provider(c), 1);
+}
+
+/* How many requests the running call keeps in flight from its start: its
+ * size, up to its window (batch_window before any request finished). */
+static size_t run_depth(const tw_client *c)
+{
+    size_t w = c->sm.max_inflight < c->want_inflight ? c->sm.max_inflight : c->want_inflight;
+    if (c->auto_window && w > TW__WINDOW_NARROW)
+        w = TW__WINDOW_NARROW;
+    return c->run_n < w ? c->run_n : w;
 }
 
 /* The inputs of r's transfer-path decision; mem_peer is the server's memory
@@ -129,7 +146,7 @@ static struct tw_path_in path_inputs(struct tw_client *c, const struct tw__creq 
          * server applies its threshold. A put's is known now. */
         .size_known = r->op == TW__OP_PUT,
         .size = r->len,
-        .rdma_min_bytes = rdma_min_bytes_on(c, prov),
+        .rdma_min_bytes = rdma_min_bytes_on(c, prov, c->run ? run_depth(c) : 1),
         .rdma_min_bytes_staged =
             c->rdma_min_bytes == TW_RDMA_MIN_BYTES_AUTO && prov == TW_PATH_PROV_SHM
                 ? TW_DEFAULT_RDMA_MIN_BYTES_SHM_STAGED

@@ -42,11 +42,23 @@
  * tw_client_options.rdma_min_bytes; not a protocol limit. */
 #define TW_DEFAULT_RDMA_MIN_BYTES (1u << 20)
 /* The same over shm, where both sides copy by cross-memory attach: RDMA
- * gets and puts at least as fast as inline from 64 KiB on the H200 host,
- * 1.2-1.9x from 128 KiB (docs/performance.md, "RDMA size threshold over
- * shm, again"). Used where no threshold was set (tensorwired without
- * --rdma-min-bytes, TW_RDMA_MIN_BYTES_AUTO in the client). */
-#define TW_DEFAULT_RDMA_MIN_BYTES_SHM (64u << 10)
+ * gets at least as fast as inline from 32 KiB on the H200 host at every
+ * depth (1.00-1.07x one at a time, 1.00-1.01x with 16 in flight, 1.56-1.73x
+ * with 64), puts 1.39-1.53x with 64 in flight (docs/performance.md, "The
+ * shm threshold at 32 KiB"; on the 2-core VM, where the threads outnumber
+ * the cores, gets with 16 in flight lose: 0.5-0.84x). Used where no
+ * threshold was set (tensorwired
+ * without --rdma-min-bytes; the client's TW_RDMA_MIN_BYTES_AUTO for puts
+ * in a call that keeps TW_SHM_DEEP_PUTS or more in flight). */
+#define TW_DEFAULT_RDMA_MIN_BYTES_SHM (32u << 10)
+/* A put over shm in a call that keeps fewer than TW_SHM_DEEP_PUTS in
+ * flight: a 32 KiB RDMA put costs one more control round trip than a get,
+ * and ran at 0.87-0.98x inline one at a time, 0.63-0.66x with 8 in flight,
+ * 0.82-0.86x with 16 and 0.92-0.96x with 24, against 1.05-1.22x with 32,
+ * 1.28-1.43x with 48 (same section; 48 KiB puts 1.09-1.16x one at a
+ * time, 0.79-1.12x with 16). */
+#define TW_DEFAULT_RDMA_MIN_BYTES_SHM_SHALLOW (64u << 10)
+#define TW_SHM_DEEP_PUTS 32u
 /* Over shm where this side's tensor is GPU memory that stages (not admitted
  * for GPUDirect): device-block batches on the H200 (bench_stage_e2e, GPU to
  * GPU) got 2.1-5.1x faster inline than by staged RDMA at 64-256 KiB (64

@@ -600,28 +600,83 @@ static void put_get_expect(tw_client *c, const char *name, uint8_t *data, size_t
     xfer_expect(c, 0, name, data, n, get_plane, get_rdma);
 }
 
-/* The default thresholds, neither side setting one: 64 KiB over shm
- * (TW_DEFAULT_RDMA_MIN_BYTES_SHM: both sides copy by cross-memory attach
- * there), 1 MiB over other providers; the client's TW_RDMA_MIN_BYTES_AUTO
- * resolves to the same, and STATS names both of the server's. */
+/* A batch put of n tensors of len bytes each (from data, seed): how many
+ * of them the server moved by RDMA (rdma_xfers_done; reads copied at once
+ * count there too). */
+static uint64_t batch_put_rdma(tw_client *c, const char *prefix, uint8_t *data, size_t len,
+                               size_t n, uint32_t seed)
+{
+    struct tw_batch_item *items = calloc(n, sizeof(*items));
+    char(*names)[32] = calloc(n, sizeof(*names));
+    TW_ASSERT(items != NULL && names != NULL);
+    itest_fill(data, len, seed);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(names[i], sizeof(names[i]), "%s%zu", prefix, i);
+        items[i].name = names[i];
+        items[i].desc.dtype = TW_DTYPE_U8;
+        items[i].desc.ndim = 1;
+        items[i].desc.shape[0] = len;
+        items[i].buf = data;
+        items[i].len = len;
+    }
+    uint64_t done0 = stat_of(c, "rdma_xfers_done");
+    int rc = tw_batch_put(c, items, n);
+    if (rc)
+        fprintf(stderr, "batch put %s: %s\n", prefix, tw_client_last_error_message(c));
+    TW_ASSERT_EQ(rc, 0);
+    uint64_t moved = stat_of(c, "rdma_xfers_done") - done0;
+    fprintf(stderr, "  batch put of %zu x %zu B: %llu by rdma (%s)\n", n, len,
+            (unsigned long long)moved, tw_client_data_plane(c));
+    check_get(c, names[n - 1], data, len);
+    free(names);
+    free(items);
+    return moved;
+}
+
+/* The default thresholds, neither side setting one. Over shm (both sides
+ * copy by cross-memory attach there) the server's is 32 KiB
+ * (TW_DEFAULT_RDMA_MIN_BYTES_SHM) and the client's for its puts 64 KiB
+ * for a put alone (TW_DEFAULT_RDMA_MIN_BYTES_SHM_SHALLOW), 32 KiB in a
+ * call that keeps TW_SHM_DEEP_PUTS or more in flight; 1 MiB on both sides
+ * over other providers. STATS names both of the server's. */
 static void test_threshold_default(void)
 {
     struct itest_server s;
     int shm = strcmp(TW_TEST_PROVIDER, "shm") == 0;
     size_t t = shm ? TW_DEFAULT_RDMA_MIN_BYTES_SHM : TW_DEFAULT_RDMA_MIN_BYTES;
-    uint8_t *data = malloc(t);
+    size_t tp = shm ? TW_DEFAULT_RDMA_MIN_BYTES_SHM_SHALLOW : TW_DEFAULT_RDMA_MIN_BYTES;
+    uint8_t *data = malloc(tp);
     TW_ASSERT(data != NULL);
     const char *args[] = {"--fabric", TW_TEST_PROVIDER, NULL};
     itest_server_start(&s, args);
     tw_client *c = connect_client_min(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO, TW_RDMA_MIN_BYTES_AUTO);
     TW_ASSERT(strncmp(tw_client_fabric_status(c), "rdma ", 5) == 0);
-    TW_ASSERT_EQ_U64(tw_client_rdma_min_bytes(c), t);
+    TW_ASSERT_EQ_U64(tw_client_rdma_min_bytes(c), tp);
     TW_ASSERT_EQ_U64(stat_of(c, "rdma_min_bytes"), TW_DEFAULT_RDMA_MIN_BYTES);
     TW_ASSERT_EQ_U64(stat_of(c, "rdma_min_bytes_shm"), TW_DEFAULT_RDMA_MIN_BYTES_SHM);
     put_get_expect(c, "d0", data, t - 1, 70, "inline tcp (below the rdma threshold)", 0,
                    "inline tcp (the server chose inline)", 0);
-    put_get_expect(c, "d1", data, t, 71, "rdma pull (", 1, "rdma pull (", 1);
+    if (shm) {
+        /* A put alone below the client's put threshold goes inline; its
+         * get, at the server's threshold, by RDMA. */
+        put_get_expect(c, "d2", data, tp - 1, 72, "inline tcp (below the rdma threshold)", 0,
+                       "rdma pull (", 1);
+    }
+    put_get_expect(c, "d1", data, tp, 71, "rdma pull (", 1, "rdma pull (", 1);
     tw_close(c);
+    if (shm) {
+        /* A batch of TW_SHM_DEEP_PUTS puts at the server's threshold goes
+         * by RDMA; one fewer (the call's depth below it) inline. */
+        c = connect_client_min(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO, TW_RDMA_MIN_BYTES_AUTO);
+        TW_ASSERT_EQ_U64(batch_put_rdma(c, "bd", data, t, TW_SHM_DEEP_PUTS, 73), TW_SHM_DEEP_PUTS);
+        TW_ASSERT_EQ_U64(batch_put_rdma(c, "bs", data, t, TW_SHM_DEEP_PUTS - 1, 74), 0);
+        tw_close(c);
+        /* A window below TW_SHM_DEEP_PUTS keeps a long batch shallow. */
+        c = connect_client_window(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO, TW_RDMA_MIN_BYTES_AUTO,
+                                  TW_SHM_DEEP_PUTS / 2);
+        TW_ASSERT_EQ_U64(batch_put_rdma(c, "bw", data, t, 2 * TW_SHM_DEEP_PUTS, 75), 0);
+        tw_close(c);
+    }
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
     free(data);
 }
