@@ -5,6 +5,7 @@
  * a provider that cannot be opened here makes the test SKIP (77).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -679,6 +680,89 @@ static void test_threshold_default(void)
     }
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
     free(data);
+}
+
+/* Resumes the client's mover once its own thread has read `want` gets at
+ * once (or after 10 s, so a regression fails the count, not the run). */
+struct resume_arg {
+    tw_client *c;
+    uint64_t base, want;
+};
+
+static void *resume_mover(void *p)
+{
+    struct resume_arg *a = p;
+    struct tw_fabric_stats st;
+    for (int i = 0; i < 10000; i++) {
+        tw__fabric_stats(a->c->fab, &st);
+        if (st.reads_now - a->base >= a->want)
+            break;
+        usleep(1000);
+    }
+    tw__fabric_pause(a->c->fab, 0);
+    return NULL;
+}
+
+/* Over shm, a get's read is copied by the client's own thread once its
+ * mover has TW_FABRIC_READ_NOW_BACKLOG transfers in flight. With the
+ * mover paused, a batch of 2 x BACKLOG gets of 32 KiB in one window: the
+ * first BACKLOG go to the mover and wait, every later one is read at once
+ * (exactly BACKLOG), then the mover resumes and reads its own; all
+ * byte-exact. */
+static void test_read_now_backlog(void)
+{
+    if (strcmp(TW_TEST_PROVIDER, "shm") != 0) {
+        fprintf(stderr, "  (cross-memory attach: shm only)\n");
+        return;
+    }
+    enum { N = 2 * TW_FABRIC_READ_NOW_BACKLOG, LEN = 32 << 10 };
+    struct itest_server s;
+    const char *args[] = {"--fabric", "shm", "--rdma-min-bytes", "0", NULL};
+    itest_server_start(&s, args);
+    tw_client *c = connect_client_window(&s, "shm", TW_PUSH_AUTO, 0, N);
+    TW_ASSERT(strncmp(tw_client_fabric_status(c), "rdma ", 5) == 0);
+    TW_ASSERT_EQ(tw_client_max_inflight(c), N);
+    uint8_t *src = malloc((size_t)N * LEN), *dst = malloc((size_t)N * LEN);
+    struct tw_batch_item items[N];
+    char names[N][16];
+    TW_ASSERT(src != NULL && dst != NULL);
+    itest_fill(src, (size_t)N * LEN, 90);
+    memset(dst, 0, (size_t)N * LEN);
+    memset(items, 0, sizeof(items));
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "rn%d", i);
+        items[i].name = names[i];
+        items[i].desc.dtype = TW_DTYPE_U8;
+        items[i].desc.ndim = 1;
+        items[i].desc.shape[0] = LEN;
+        items[i].buf = src + (size_t)i * LEN;
+        items[i].len = LEN;
+    }
+    TW_ASSERT_EQ(tw_batch_put(c, items, N), 0);
+    for (int i = 0; i < N; i++)
+        items[i].buf = dst + (size_t)i * LEN;
+    struct tw_fabric_stats st0, st1;
+    tw__fabric_stats(c->fab, &st0);
+    struct resume_arg ra = {c, st0.reads_now, N - TW_FABRIC_READ_NOW_BACKLOG};
+    pthread_t th;
+    tw__fabric_pause(c->fab, 1);
+    TW_ASSERT_EQ(pthread_create(&th, NULL, resume_mover, &ra), 0);
+    int rc = tw_batch_get(c, items, N);
+    pthread_join(th, NULL);
+    if (rc)
+        fprintf(stderr, "batch get: %s\n", tw_client_last_error_message(c));
+    TW_ASSERT_EQ(rc, 0);
+    tw__fabric_stats(c->fab, &st1);
+    fprintf(stderr, "  %d gets of %d B, the mover paused: %llu read at once, %llu transfers\n", N,
+            LEN, (unsigned long long)(st1.reads_now - st0.reads_now),
+            (unsigned long long)(st1.xfers_done - st0.xfers_done));
+    TW_ASSERT_EQ_U64(st1.reads_now - st0.reads_now, N - TW_FABRIC_READ_NOW_BACKLOG);
+    TW_ASSERT_EQ_U64(st1.xfers_done - st0.xfers_done, N);
+    TW_ASSERT(memcmp(src, dst, (size_t)N * LEN) == 0);
+    tw_close(c);
+    TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
+    free(src);
+    free(dst);
 }
 
 /* Size threshold (--rdma-min-bytes, tw_client_options.rdma_min_bytes):
@@ -1410,6 +1494,7 @@ int main(void)
     TW_RUN(test_fallback_and_mixed);
     TW_RUN(test_threshold);
     TW_RUN(test_threshold_default);
+    TW_RUN(test_read_now_backlog);
     TW_RUN(test_old_key_rejected);
     TW_RUN(test_push_sequence_on_wire);
     TW_RUN(test_rdma_only_below_threshold);
