@@ -4,6 +4,7 @@
  * that build requests for the engine.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +235,8 @@ int tw_client_connect_error(const char *addr, const struct tw_client_options *op
     if (c->auto_window)
         o.max_inflight = TW__WINDOW_WIDE;
     c->want_inflight = o.max_inflight;
+    cpu_set_t cpus;
+    c->cpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     /* The one place the fabric option is read: NULL, "" and "none" mean no
      * RDMA (tensorwire/client.h). */
     c->want_rdma = o.fabric && *o.fabric && strcmp(o.fabric, "none") != 0;

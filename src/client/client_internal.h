@@ -232,6 +232,9 @@ struct tw_client {
      * whose completion was popped but not yet handled, in order (dp_rdma.c;
      * the engine waits on the plane's event fd while any is in flight). */
     size_t rdma_inflight;
+    /* The CPUs this process may run on, as of connect (sched_getaffinity):
+     * with one, the engine never copies reads beside the mover. */
+    int cpus;
     struct tw__rdma_req *rdma_ready;
     /* Pull puts whose RDMA_DONE we wait for while the server reads our
      * memory: their reads count as progress in the socket waits (conn.c

@@ -577,12 +577,13 @@ static int get_on_register(struct tw_client *c, struct tw__creq *r, const struct
     int push = r->path.mode == TW_PATH_PUSH;
     if (!push && !r->path.gdr && !(m->hdr.flags & TW_FRAME_MORE) &&
         (c->run_active <= TW_FABRIC_READ_NOW_MAX_INFLIGHT ||
-         c->rdma_inflight >= TW_FABRIC_READ_NOW_BACKLOG)) {
+         (c->rdma_inflight >= TW_FABRIC_READ_NOW_BACKLOG && c->cpus > 1))) {
         /* Host memory here, the whole region readable, few requests in
          * flight: a small read of a process on this host is copied now (no
          * registration, no mover round trip); with more, the mover copies
          * while we handle the others' frames, unless it has a backlog of
-         * reads: then this thread copies beside it. */
+         * reads and we have a CPU of our own: then this thread copies
+         * beside it. */
         struct tw_fabric_completion fc;
         if (tw__fabric_peer_read_now(c->fpeer, r->buf, r->expect, &q->remote,
                                      (uint64_t)(uintptr_t)q, &fc)) {

@@ -545,14 +545,15 @@ int tw__fabric_xfer_submit(struct tw_fabric *fab, const struct tw_fabric_xfer_de
  * one put at a time went from 76 to 28 us (docs/performance.md). */
 #define TW_FABRIC_READ_NOW_MAX_INFLIGHT 2
 /* ... or while the caller's plane has at least this many of its transfers
- * in flight: the mover, which copies the reads of those one after the
- * other, is the bottleneck, and the caller (idle about half of the time,
- * waiting for it) copies this one beside it. H200 host, KV-shaped batch
- * gets (40,960 x 32 KiB, 1.34 GB) over shm: 4.1-4.5 GB/s with the mover
- * copying all, 4.6-6.4 / 5.1-6.2 / 6.0-7.4 with a backlog of 8 / 16 / 32;
- * 32 KiB gets with 64 in flight 208-220k ops/s against 187-192k / 232-237k
- * / 208-269k (docs/performance.md, "the client copies beside its mover").
- * A window below it (16 in flight) never reaches it. */
+ * in flight and the caller may run on more than one CPU: the mover, which
+ * copies the reads of those one after the other, is the bottleneck, and
+ * the caller (idle about half of the time, waiting for it) copies this one
+ * beside it. H200 host, KV-shaped batch gets (40,960 x 32 KiB, 1.34 GB)
+ * over shm: 4.3-5.4 GB/s with the mover copying all, 5.9-8.0 this way;
+ * 32 KiB gets with 64 in flight 227-273k against 246-293k ops/s (backlogs
+ * of 8 and 16 measured slower; docs/performance.md, "The client copies
+ * beside its mover"). A window below it (16 in flight) never reaches it;
+ * a client pinned to one CPU does not (there it ran at 0.73x). */
 #define TW_FABRIC_READ_NOW_BACKLOG 32u
 int tw__fabric_peer_read_now(struct tw_fabric_peer *peer, void *buf, uint64_t len,
                              const struct tw_fabric_rkey *remote, uint64_t cookie,
