@@ -47,9 +47,9 @@
  * with 64), puts 1.39-1.53x with 64 in flight (docs/performance.md, "The
  * shm threshold at 32 KiB"; on the 2-core VM, where the threads outnumber
  * the cores, gets with 16 in flight lose: 0.5-0.84x). Used where no
- * threshold was set (tensorwired
- * without --rdma-min-bytes; the client's TW_RDMA_MIN_BYTES_AUTO for puts
- * in a call that keeps TW_SHM_DEEP_PUTS or more in flight). */
+ * threshold was set (tensorwired without --rdma-min-bytes; the client's
+ * TW_RDMA_MIN_BYTES_AUTO for puts in a call that keeps TW_SHM_DEEP_PUTS or
+ * more in flight). */
 #define TW_DEFAULT_RDMA_MIN_BYTES_SHM (32u << 10)
 /* A put over shm in a call that keeps fewer than TW_SHM_DEEP_PUTS in
  * flight: a 32 KiB RDMA put costs one more control round trip than a get,
