@@ -116,13 +116,28 @@ uint64_t tw__client_rdma_min_bytes(const tw_client *c)
     return rdma_min_bytes_on(c, conn_provider(c), 1);
 }
 
-/* How many requests the running call keeps in flight from its start: its
- * size, up to its window (batch_window before any request finished). */
-static size_t run_depth(const tw_client *c)
+/* How many requests a run keeps in flight. With max_inflight set, that
+ * many (as negotiated). With 0 (the default) it follows what the run's
+ * transfers turned out to be, since a get's plane is the server's choice
+ * (its threshold) and is known only once it answers: TW__WINDOW_NARROW
+ * until most finished gets and puts went by direct RDMA, on an shm
+ * connection (wide), then TW__WINDOW_WIDE (both measured,
+ * client_internal.h). */
+static size_t window_of(const struct tw_client *c, int wide)
 {
     size_t w = c->sm.max_inflight < c->want_inflight ? c->sm.max_inflight : c->want_inflight;
-    if (c->auto_window && w > TW__WINDOW_NARROW)
+    if (c->auto_window && !wide && w > TW__WINDOW_NARROW)
         w = TW__WINDOW_NARROW;
+    return w ? w : 1;
+}
+
+/* How many requests the running call keeps in flight from its start: its
+ * size, up to the window it opens with. 1 outside a call. */
+static size_t run_depth(const tw_client *c)
+{
+    if (!c->run)
+        return 1;
+    size_t w = window_of(c, 0);
     return c->run_n < w ? c->run_n : w;
 }
 
@@ -146,7 +161,7 @@ static struct tw_path_in path_inputs(struct tw_client *c, const struct tw__creq 
          * server applies its threshold. A put's is known now. */
         .size_known = r->op == TW__OP_PUT,
         .size = r->len,
-        .rdma_min_bytes = rdma_min_bytes_on(c, prov, c->run ? run_depth(c) : 1),
+        .rdma_min_bytes = rdma_min_bytes_on(c, prov, run_depth(c)),
         .rdma_min_bytes_staged =
             c->rdma_min_bytes == TW_RDMA_MIN_BYTES_AUTO && prov == TW_PATH_PROV_SHM
                 ? TW_DEFAULT_RDMA_MIN_BYTES_SHM_STAGED
@@ -792,20 +807,11 @@ static size_t count_unfinished(const struct tw__creq *reqs, size_t n)
     return k;
 }
 
-/* How many requests a run keeps in flight. With max_inflight set, that
- * many (as negotiated). With 0 (the default) it follows what the run's
- * transfers turned out to be, since a get's plane is the server's choice
- * (its threshold) and is known only once it answers: TW__WINDOW_NARROW
- * until most finished gets and puts went by direct RDMA, on an shm
- * connection (over_shm), then TW__WINDOW_WIDE (both measured,
- * client_internal.h). */
+/* The window of the running call now (window_of): wide once most of its
+ * finished transfers went by direct RDMA on an shm connection. */
 static size_t batch_window(const struct tw_client *c, int over_shm)
 {
-    size_t w = c->sm.max_inflight < c->want_inflight ? c->sm.max_inflight : c->want_inflight;
-    int wide = over_shm && c->run_done_rdma > c->run_done_other;
-    if (c->auto_window && !wide && w > TW__WINDOW_NARROW)
-        w = TW__WINDOW_NARROW;
-    return w ? w : 1;
+    return window_of(c, over_shm && c->run_done_rdma > c->run_done_other);
 }
 
 int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
