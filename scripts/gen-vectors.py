@@ -291,6 +291,9 @@ def sm_sequences(v):
     def reg(rid):
         return frame("RDMA_REGISTER", rid, p(("", u64(7)), ("", u64(0)), ("", u64(24))))
 
+    def reg_nokey(rid):  # bit 7: a host source of a get asked with ATTACH_READ
+        return frame("RDMA_REGISTER", rid, p(("", u64(0)), ("", u64(0x7F0000001000)), ("", u64(24))))
+
     def reg_more(rid):
         return frame("RDMA_REGISTER", rid, p(("", u64(7)), ("", u64(0)), ("", u64(24))), flags=1)
 
@@ -310,6 +313,8 @@ def sm_sequences(v):
                                      ("", u16(1)), ("", b"c")))
     hello_eager_rdma = frame("HELLO", 0, p(("", u64(0x47)), ("", u32(1 << 20)), ("", u32(4)),
                                            ("", u16(1)), ("", b"c")))
+    hello_attach = frame("HELLO", 0, p(("", u64(0x87)), ("", u32(1 << 20)), ("", u32(4)),
+                                       ("", u16(1)), ("", b"c")))
     accept_inline = frame("PUT_ACCEPT", 1, p(("", u8(1)), ("", bytes(3))))
     ep = [(1, v["rdma_endpoint_offer"]), (0, v["rdma_endpoint_accept"])]
     seqs = {
@@ -333,6 +338,11 @@ def sm_sequences(v):
            (0, avail(1, 8)), (0, avail(1, 24)), (1, done(1)),
            (1, req(2, 1)), (0, info(2, 2)), (0, reg_more(2)), (0, avail(2, 16)), (1, reg(2)),
            (1, simple("RDMA_READY", 2)), (0, avail(2, 24)), (0, done(2))],
+        # bit 7 (RDMA_ATTACH_READS): a get asked with ATTACH_READ, its
+        # source sent without a key, pulled; then one answered inline.
+        "attach_read_get": [(1, hello_attach), (0, ack(0x87, 0))] + ep
+        + [(1, req(1, 3)), (0, info(1, 2)), (0, reg_nokey(1)), (1, simple("RDMA_READY", 1)),
+           (1, done(1)), (1, req(2, 3)), (0, info(2, 1)), (0, data(2, 0, TENSOR, 0))],
         "misc": hs + [(1, frame("LIST", 2, p(("", u16(0)), ("", b"")))), (0, frame("LIST_REPLY", 2, p(("", u32(0)))))]
         + [(1, frame("PING", 3, p(("", b"pingpong")))), (0, frame("PONG", 3, p(("", b"pingpong")))),
            (1, frame("STATS", 4, p())), (0, frame("STATS_REPLY", 4, p(("", u32(0))))),

@@ -133,8 +133,10 @@ static int handshake(struct tw_client *c, const struct tw_client_options *o,
     if (c->want_rdma) {
         /* Bit 5: our reads follow a source's RDMA_AVAILABLE (dp_rdma.c,
          * dp_staging.c); we never send MORE ourselves. Bit 6: a put's
-         * RDMA_REGISTER goes right behind its TENSOR_PUT (engine.c). */
-        m.u.hello.caps |= TW_CAP_RDMA_DATA_PLANE | TW_CAP_RDMA_PROGRESSIVE | TW_CAP_EAGER_RDMA_PUT;
+         * RDMA_REGISTER goes right behind its TENSOR_PUT (engine.c). Bit 7:
+         * gets we read by cross-memory attach say so (ATTACH_READ). */
+        m.u.hello.caps |= TW_CAP_RDMA_DATA_PLANE | TW_CAP_RDMA_PROGRESSIVE | TW_CAP_EAGER_RDMA_PUT |
+                          TW_CAP_RDMA_ATTACH_READS;
         if (o->push != TW_PUSH_NEVER)
             m.u.hello.caps |= TW_CAP_RDMA_GPUDIRECT;
     }

@@ -109,6 +109,12 @@ extern const struct tw__client_dp_ops tw__client_dp_rdma;
 extern const struct tw__client_dp_ops *const tw__client_dp_inline_staged;
 extern const struct tw__client_dp_ops *const tw__client_dp_rdma_staged;
 
+/* Whether get r, about to be requested on the RDMA plane, may carry
+ * ATTACH_READ (docs/protocol.md §4.5, bit 7): a pull into host memory here,
+ * the bit negotiated, and our reads from the server's process going by
+ * cross-memory attach (dp_rdma.c). */
+int tw__client_rdma_attach_read(struct tw_client *c, const struct tw__creq *r);
+
 /* Where a listing or stats reply is accumulated (tw_list / tw_stats). */
 struct tw__collect {
     uint8_t *names; /* all NUL-terminated names/keys, back to back */
@@ -144,6 +150,7 @@ struct tw__creq {
     int started, finished;
     int eager;     /* put: its DATA was queued right after TENSOR_PUT (bit 4) */
     int eager_reg; /* put: its RDMA_REGISTER was queued right after TENSOR_PUT (bit 6) */
+    int attach;    /* get: asked with ATTACH_READ (bit 7): read by cross-memory attach only */
     int status;
     uint8_t ping[TW_PING_PAYLOAD_LEN];
     struct tw__collect *collect; /* LIST, STATS */

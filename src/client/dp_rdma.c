@@ -484,6 +484,7 @@ static void start_xfer(struct tw_client *c, struct tw__creq *r, enum tw_fabric_o
     d.length = len;
     d.stall_ns = stall_ns(c);
     d.cookie = (uint64_t)(uintptr_t)q;
+    d.attach_only = r->attach && op == TW_FABRIC_PULL;
     c->rdma_inflight++;
     int rc = tw__fabric_xfer_submit(c->fab, &d, &q->fx);
     if (rc == 0)
@@ -537,6 +538,18 @@ static int check_get(struct tw_client *c, struct tw__creq *r)
 }
 
 /* ---- get: the client is the destination ---- */
+
+int tw__client_rdma_attach_read(struct tw_client *c, const struct tw__creq *r)
+{
+    /* A pull into host memory only: a push get sends our own RDMA_REGISTER
+     * for the server to write with, and GPU memory (GPUDirect) is no
+     * process memory the kernel could copy to. The server may then send no
+     * key: our reads of that get never go to libfabric (attach_only). */
+    return r->op == TW__OP_GET && r->dp == &tw__client_dp_rdma && r->path.mode == TW_PATH_PULL &&
+           !r->path.gdr && r->mem.kind == TW_MEMKIND_HOST &&
+           (c->sm.caps & TW_CAP_RDMA_ATTACH_READS) && c->fpeer &&
+           tw__fabric_peer_attach_reads(c->fpeer);
+}
 
 static int get_pulled(struct tw_client *c, struct tw__creq *r,
                       const struct tw_fabric_completion *fc);

@@ -620,6 +620,9 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
             break;
         }
         m.u.tensor_request.flags = r->dp->xfer_flags;
+        r->attach = tw__client_rdma_attach_read(c, r);
+        if (r->attach)
+            m.u.tensor_request.flags |= TW_XFER_ATTACH_READ;
         rc = name_msg(r, &m.u.tensor_request.name);
         break;
     case TW__OP_PUT: {

@@ -356,6 +356,15 @@ const char *tw__fabric_peer_provider(const struct tw_fabric_peer *peer);
  * owner calls both, from one thread. The first call for a peer takes
  * fab->lock and reads its /proc/PID/maps; later ones take no lock. */
 int tw__fabric_peer_cma_readable(struct tw_fabric_peer *peer, uint64_t addr, uint64_t len);
+/* 1 when this plane's reads from the peer are copied by cross-memory
+ * attach (the plane has cma_reads, the peer is on an shm rail with virtual
+ * addresses, its process is verified and has not refused an attach) and
+ * one such copy succeeded already (the kernel's ptrace rules allow it:
+ * Yama's ptrace_scope 1 lets /proc/PID/maps be read but not the memory),
+ * so the peer's keys are not needed: a client may then ask for gets with
+ * ATTACH_READ (protocol bit 7). Else 0. The first call for a peer takes
+ * fab->lock; later ones take no lock. */
+int tw__fabric_peer_attach_reads(struct tw_fabric_peer *peer);
 void tw__fabric_peer_cma_forget(struct tw_fabric_peer *peer, uint64_t addr);
 
 /* --- Memory registration (RDMA_REGISTER) ------------------------------- */
@@ -496,6 +505,16 @@ struct tw_fabric_xfer_desc {
      * deadline_ns it extends while bytes move: the client's
      * request_timeout_ms ("longest wait without any progress"). */
     uint64_t stall_ns;
+    /* PULL only: the peer sent its RDMA_REGISTER for a get asked with
+     * ATTACH_READ (protocol bit 7), so its key may be void (rkey 0, nothing
+     * registered) where the region is host memory. Read by cross-memory
+     * attach; should the peer's process refuse that (EPERM) the transfer
+     * fails instead of going to libfabric. A range the process cannot give
+     * (EFAULT: GPU memory, which the peer registers with a real key) goes
+     * to libfabric as usual. Submitting one needs host memory in `local`
+     * and an shm peer on a plane with cma_reads (else TW_EINVAL), whose
+     * process has not refused (else -EPERM). */
+    int attach_only;
 };
 
 struct tw_fabric_completion {

@@ -134,6 +134,10 @@ struct tw_fabric_peer {
      * under fab->lock, or by the mover alone (-1 on EPERM); read without the
      * lock by tw__fabric_peer_cma_readable: __atomic */
     int cma;
+    /* 1 once a cross-memory-attach copy from the peer's process succeeded
+     * (the kernel allows it, not only /proc/PID/maps): the condition for
+     * asking with ATTACH_READ (tw__fabric_peer_attach_reads). __atomic */
+    int cma_proven;
     /* What tw__fabric_peer_cma_readable() found readable (host memory of
      * the peer's), two tables of 1 << TW_FABRIC_CMA_RANGE_BITS sets, each
      * set replacing its oldest way: cma_ranges holds the ranges as asked

@@ -475,13 +475,21 @@ static int cma_peer_ok(struct tw_fabric_peer *p)
  * when this range cannot be (EFAULT, or short: GPU memory, not mapped), or
  * a negative errno for the operation (the process is gone). */
 enum { CMA_NO_PEER = 1, CMA_NO_RANGE = 2 };
-static int cma_copy(const struct tw_fabric_peer *p, void *buf, uint64_t raddr, uint64_t len)
+static void cma_proved(struct tw_fabric_peer *p)
+{
+    if (!__atomic_load_n(&p->cma_proven, __ATOMIC_RELAXED))
+        __atomic_store_n(&p->cma_proven, 1, __ATOMIC_RELEASE);
+}
+
+static int cma_copy(struct tw_fabric_peer *p, void *buf, uint64_t raddr, uint64_t len)
 {
     struct iovec local = {.iov_base = buf, .iov_len = len};
     struct iovec remote = {.iov_base = (void *)(uintptr_t)raddr, .iov_len = len};
     ssize_t got = process_vm_readv(p->pid, &local, 1, &remote, 1, 0);
-    if (got == (ssize_t)len)
+    if (got == (ssize_t)len) {
+        cma_proved(p);
         return 0;
+    }
     if (got < 0 && (errno == EPERM || errno == ENOSYS))
         return CMA_NO_PEER;
     if (got >= 0 || errno == EFAULT)
@@ -667,8 +675,15 @@ int tw__fabric_peer_read_now(struct tw_fabric_peer *p, void *buf, uint64_t len,
     return 1;
 }
 
+int tw__fabric_peer_attach_reads(struct tw_fabric_peer *p)
+{
+    return cma_peer_usable(p) && __atomic_load_n(&p->cma_proven, __ATOMIC_ACQUIRE);
+}
+
 static int cma_eligible(struct tw_fabric_xfer *x, const struct tw_fabric_rail *r)
 {
+    if (x->d.attach_only && !x->no_cma)
+        return 1; /* copied that way, or failed if the peer refuses (cma_single) */
     return x->fab->cma_reads && !x->no_cma && x->d.op == TW_FABRIC_PULL && r->is_shm &&
            (r->mr_mode & FI_MR_VIRT_ADDR) && x->d.local->cuda_device < 0 && cma_peer_ok(x->d.peer);
 }
@@ -735,6 +750,12 @@ static void cma_single(struct tw_fabric_rail *r, struct cma_batch *b, unsigned i
         (*calls)++;
         err = cma_read(x, op, b->local[i].iov_base, (uintptr_t)b->remote[i].iov_base);
     }
+    if (err > 0 && x->d.attach_only && !x->no_cma) {
+        /* The peer's process refuses to be read (EPERM): its key may be
+         * void, so no libfabric read. A range it cannot give (EFAULT, so
+         * no_cma) is GPU memory, which the peer registered with a key. */
+        err = -EPERM;
+    }
     if (err <= 0) {
         post_one_done(op);
         done[*ndone].op = op;
@@ -764,6 +785,8 @@ static void cma_flush(struct tw_fabric_rail *r, struct cma_batch *b, struct cma_
                 process_vm_readv(b->peer->pid, b->local + i, b->n - i, b->remote + i, b->n - i, 0);
             (*calls)++;
             uint64_t left = got > 0 ? (uint64_t)got : 0;
+            if (got > 0)
+                cma_proved(b->peer);
             for (; i < b->n && left >= b->op[i]->len; i++) {
                 left -= b->op[i]->len;
                 post_one_done(b->op[i]);
@@ -806,8 +829,11 @@ static void cma_publish(struct tw_fabric *fab, const struct cma_done *cma, unsig
         char msg[160];
         const struct tw_fabric_xfer *x = cma[i].op->xfer;
         if (cma[i].err)
-            snprintf(msg, sizeof(msg), "process_vm_readv from process %d: %s", x->d.peer->pid,
-                     strerror(-cma[i].err));
+            snprintf(msg, sizeof(msg), "process_vm_readv from process %d: %s%s", x->d.peer->pid,
+                     strerror(-cma[i].err),
+                     x->d.attach_only ? " (an attach read: its key may be void, so no "
+                                        "libfabric read follows)"
+                                      : "");
         fab->st.cma_reads++;
         op_done(cma[i].op, cma[i].err, cma[i].err ? msg : "");
     }
@@ -1096,6 +1122,18 @@ int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_
     if (d->length > d->remote.length)
         return tw__fabric_fail(fab, TW_EINVAL, "%llu bytes exceed the remote region of %llu",
                                (unsigned long long)d->length, (unsigned long long)d->remote.length);
+    if (d->attach_only) {
+        if (d->op != TW_FABRIC_PULL || d->local->cuda_device >= 0 || !fab->cma_reads ||
+            !d->peer->rail->is_shm || !(d->peer->rail->mr_mode & FI_MR_VIRT_ADDR))
+            return tw__fabric_fail(fab, TW_EINVAL,
+                                   "an attach read needs a pull into host memory over shm, on a "
+                                   "plane with cma_reads");
+        if (!cma_peer_ok(d->peer))
+            return tw__fabric_fail(fab, -EPERM,
+                                   "process %d cannot be read by cross-memory attach (an attach "
+                                   "read: its key may be void, so no libfabric read follows)",
+                                   d->peer->pid);
+    }
 
     unsigned depth = fab->depth ? fab->depth : TW_FABRIC_DEFAULT_DEPTH;
     struct tw_fabric_xfer *x = calloc(1, sizeof(*x) + depth * sizeof(struct tw_fabric_rma));

@@ -437,7 +437,11 @@ int tw__msg_decode_payload(const struct tw_frame_header *hdr, const uint8_t *pay
         rd_bytes(&r, name_len, &msg->u.tensor_request.name);
         if (r.err)
             break;
-        if ((msg->u.tensor_request.flags & ~TW_XFER_WANT_RDMA) || res1)
+        if ((msg->u.tensor_request.flags & ~(TW_XFER_WANT_RDMA | TW_XFER_ATTACH_READ)) || res1)
+            rd_check(&r, TW_EBAD_FLAGS);
+        /* ATTACH_READ says how an RDMA get is read: never without WANT_RDMA. */
+        if ((msg->u.tensor_request.flags & TW_XFER_ATTACH_READ) &&
+            !(msg->u.tensor_request.flags & TW_XFER_WANT_RDMA))
             rd_check(&r, TW_EBAD_FLAGS);
         rd_check(&r,
                  tw__name_check(msg->u.tensor_request.name.ptr, msg->u.tensor_request.name.len));

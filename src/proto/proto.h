@@ -113,7 +113,7 @@ enum tw_tag {
     TW_TAG_MAX = 0x19
 };
 
-/* capability_flags (u64). Bits 7..63 reserved: send 0, ignore on receipt. */
+/* capability_flags (u64). Bits 8..63 reserved: send 0, ignore on receipt. */
 #define TW_CAP_INLINE_DATA (UINT64_C(1) << 0)
 #define TW_CAP_PAYLOAD_CRC32C (UINT64_C(1) << 1)
 #define TW_CAP_RDMA_DATA_PLANE (UINT64_C(1) << 2)
@@ -125,7 +125,11 @@ enum tw_tag {
 /* A put with WANT_RDMA: the client's RDMA_REGISTER may follow its
  * TENSOR_PUT before PUT_ACCEPT (no round trip before the server reads). */
 #define TW_CAP_EAGER_RDMA_PUT (UINT64_C(1) << 6)
-#define TW_CAP_KNOWN_MASK (UINT64_C(0x7F))
+/* A get may carry ATTACH_READ: over a host-local provider the client reads
+ * the source by cross-memory attach, so the server may register nothing
+ * (RDMA_REGISTER with rkey 0). Meaningful only with bit 2. */
+#define TW_CAP_RDMA_ATTACH_READS (UINT64_C(1) << 7)
+#define TW_CAP_KNOWN_MASK (UINT64_C(0xFF))
 
 enum tw_dtype {
     TW_DTYPE_F64 = 1,
@@ -155,6 +159,9 @@ enum tw_data_plane {
 
 /* TENSOR_REQUEST and TENSOR_PUT flags. */
 #define TW_XFER_WANT_RDMA 0x01u
+/* TENSOR_REQUEST only, with WANT_RDMA, after bit 7 was negotiated: the
+ * client pulls by cross-memory attach and needs no key (§4.5). */
+#define TW_XFER_ATTACH_READ 0x02u
 /* Descriptor flags. */
 #define TW_DESC_HAS_CRC32C 0x01u
 /* HELLO_ACK auth methods. */

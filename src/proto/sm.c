@@ -397,6 +397,8 @@ static int open_check(const struct tw_sm *sm, const struct tw_msg *m, int sendin
         return 0;
     if ((flags & TW_XFER_WANT_RDMA) && sm->fabric_state != TW_SM_FABRIC_ACCEPTED)
         return TW_ENOT_NEGOTIATED;
+    if ((flags & TW_XFER_ATTACH_READ) && !(sm->caps & TW_CAP_RDMA_ATTACH_READS))
+        return TW_ENOT_NEGOTIATED;
     if (!(flags & TW_XFER_WANT_RDMA) && !(sm->caps & TW_CAP_INLINE_DATA))
         return TW_ENOT_NEGOTIATED;
     if (m->hdr.tag == TW_TAG_TENSOR_PUT && (m->u.tensor_put.desc.flags & TW_DESC_HAS_CRC32C) &&
@@ -573,6 +575,10 @@ static int request_next(const struct tw_sm *sm, const struct tw_sm_req *r, const
                 return TW_EOUT_OF_ORDER; /* the source registering twice */
             if (!(sm->caps & TW_CAP_RDMA_GPUDIRECT))
                 return TW_ENOT_NEGOTIATED;
+            /* Bit 7: a get asked with ATTACH_READ is pulled, never pushed
+             * (its source may hold no key the server could write with). */
+            if (r->xfer_flags & TW_XFER_ATTACH_READ)
+                return TW_EOUT_OF_ORDER;
             *next = RS_RDMA_AWAIT_READY;
         } else {
             return TW_EOUT_OF_ORDER;

@@ -245,6 +245,9 @@ uint64_t tw__srv_fabric_caps(const struct tw_srv *srv)
      * we answer every TENSOR_PUT as we read it, so it meets PUT_ACCEPT(2)
      * (handled as usual) or PUT_ACCEPT(1) (void: xfer_inline.c). */
     caps |= TW_CAP_EAGER_RDMA_PUT;
+    /* Bit 7 (§4.5): a get asked with ATTACH_READ over shm sends a host
+     * source without registering it (xfer_rdma.c). */
+    caps |= TW_CAP_RDMA_ATTACH_READS;
     return caps;
 }
 

@@ -254,6 +254,10 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
         tw__conn_send_error(c, id, TW_WIRE_INTERNAL, "out of memory");
         return;
     }
+    /* Meaningful over a host-local provider only (§4.5): elsewhere the
+     * source is registered as for any get. */
+    x->attach =
+        (m->u.tensor_request.flags & TW_XFER_ATTACH_READ) && conn_provider(c) == TW_PATH_PROV_SHM;
     struct tw_msg r;
     memset(&r, 0, sizeof(r));
     r.hdr.tag = TW_TAG_TENSOR_INFO;
@@ -551,6 +555,7 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"staged_failed", srv->stats.staged_failed},
         {"staged_async_copies", srv->stats.staged_async_copies},
         {"staged_async_commits", srv->stats.staged_async_commits},
+        {"rdma_attach_gets", srv->stats.rdma_attach_gets},
         {"staged_progressive_gets", srv->stats.staged_progressive_gets},
         {"staged_copy_waits", srv->stats.staged_copy_waits},
         {"staged_copy_wait_ns", srv->stats.staged_copy_wait_ns},

@@ -187,6 +187,9 @@ struct tw_srv_stats {
     uint64_t staged_async_copies, staged_copy_waits, staged_copy_wait_ns;
     uint64_t staged_progressive_gets; /* RDMA gets announced in parts (bit 5) */
     uint64_t staged_async_commits;
+    /* RDMA gets asked with ATTACH_READ (bit 7) whose source was sent
+     * without a key: nothing registered (xfer_rdma.c). */
+    uint64_t rdma_attach_gets;
     /* Transfers that moved all their bytes, by path (tw__path_format's
      * words): every transfer records its path here and in the log. */
     uint64_t path_inline, path_inline_staged, path_rdma_pull, path_rdma_push, path_rdma_staged,

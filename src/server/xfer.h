@@ -103,6 +103,9 @@ struct tw_xfer {
      * once the client's RDMA_REGISTER says whether its source is readable
      * by cross-memory attach (xfer_rdma.c, peer_cma); zero for a get. */
     struct tw_path_in path_in;
+    /* A get asked with ATTACH_READ (bit 7) over shm: the client reads the
+     * source by cross-memory attach, so a host source needs no key. */
+    int attach;
     void *dp;      /* data-plane private state, owned by ops */
     uint64_t done; /* bytes moved so far */
     uint32_t crc;  /* running CRC32C of received bytes (PUT with a CRC) */

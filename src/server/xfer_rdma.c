@@ -152,9 +152,14 @@ static int put_bytes_settled(struct tw_xfer *x)
     return rc;
 }
 
+/* Sends the source's RDMA_REGISTER: mr's key, or with mr NULL (a get asked
+ * with ATTACH_READ, nothing registered) rkey 0 and the bytes' virtual
+ * address in this process (§4.5). */
 static int send_register(struct tw_xfer *x, const struct tw_fabric_mrc *mr)
 {
-    struct tw_fabric_rkey k = tw__fabric_mrc_rkey(mr);
+    struct tw_fabric_rkey k = {.key = 0, .remote_addr = (uint64_t)(uintptr_t)x->t->data};
+    if (mr)
+        k = tw__fabric_mrc_rkey(mr);
     struct tw_msg m;
     memset(&m, 0, sizeof(m));
     m.hdr.tag = TW_TAG_RDMA_REGISTER;
@@ -388,7 +393,16 @@ static int rdma_start(struct tw_xfer *x)
     if (x->dev_t || x->t->in_slab)
         access |= TW_FABRIC_ONCE;
     char err[TW_FABRIC_ERRMSG_LEN];
-    int rc = tw__fabric_mrcache_acquire_peer(c->srv->mrc, c->fpeer, x->t->data,
+    int rc = 0;
+    /* Bit 7: the client reads host memory of ours by cross-memory attach
+     * and never pushes (the state machine refuses its RDMA_REGISTER), so
+     * nothing is registered: no key for the mover to serve, no
+     * registration and revocation per request. GPU memory (admitted for
+     * GPUDirect) the CPU cannot copy from: registered as usual. */
+    if (x->attach && x->t->gpu < 0)
+        c->srv->stats.rdma_attach_gets++;
+    else
+        rc = tw__fabric_mrcache_acquire_peer(c->srv->mrc, c->fpeer, x->t->data,
                                              (size_t)x->t->byte_length, access, mem_kind(x),
                                              &st->mr, err, sizeof(err));
     if (rc < 0) {

@@ -1196,6 +1196,76 @@ static int open_cma_plane(int threaded, struct tw_fabric **f, struct tw_fabric_p
     return strcmp(tw__fabric_peer_provider(*cp), "shm") == 0;
 }
 
+/* One synchronous pull of n bytes of rk into ldst (attach_only as given);
+ * its completion in *fc. */
+static int pull_once(struct tw_fabric *f, struct tw_fabric_peer *cp, struct tw_fabric_mr *ldst,
+                     struct tw_fabric_rkey rk, size_t n, int attach_only,
+                     struct tw_fabric_completion *fc)
+{
+    struct tw_fabric_xfer_desc d;
+    memset(&d, 0, sizeof(d));
+    d.op = TW_FABRIC_PULL;
+    d.peer = cp;
+    d.local = ldst;
+    d.remote = rk;
+    d.length = n;
+    d.attach_only = attach_only;
+    d.deadline_ns = tw__now_ns() + 20ull * 1000 * 1000 * 1000;
+    memset(fc, 0, sizeof(*fc));
+    return tw__fabric_xfer_run(f, &d, fc);
+}
+
+/* Reads for gets asked with ATTACH_READ (protocol bit 7): a peer counts as
+ * read by cross-memory attach (tw__fabric_peer_attach_reads) on shm only,
+ * and only once a copy from its process succeeded; an attach-only pull is
+ * copied that way byte-exact; one on tcp is refused at submit (TW_EINVAL);
+ * and once the peer's process refuses attaching (EPERM, simulated here)
+ * an attach-only pull fails with EPERM saying why, posting nothing to
+ * libfabric (its key may be void), while a plain one goes to libfabric. */
+static void attach_only_reads(void)
+{
+    struct tw_fabric *c3;
+    struct tw_fabric_peer *cp, *sp;
+    int is_shm = open_cma_plane(1, &c3, &cp, &sp);
+    size_t n = 1u << 20;
+    uint8_t *src, *dst;
+    struct tw_fabric_mr *rsrc, *ldst;
+    pull_regions(sp, cp, n, 41, &src, &dst, &rsrc, &ldst);
+    struct tw_fabric_rkey rk = tw__fabric_mr_rkey(rsrc);
+    struct tw_fabric_completion fc;
+    TW_ASSERT_EQ(tw__fabric_peer_attach_reads(cp), 0); /* nothing copied yet */
+    if (!is_shm) {
+        TW_ASSERT_EQ(pull_once(c3, cp, ldst, rk, n, 1, &fc), TW_EINVAL);
+        TW_ASSERT_OK(pull_once(c3, cp, ldst, rk, n, 0, &fc));
+        TW_ASSERT_EQ(tw__fabric_peer_attach_reads(cp), 0);
+    } else {
+        TW_ASSERT_OK(pull_once(c3, cp, ldst, rk, n, 0, &fc));
+        TW_ASSERT_EQ(tw__fabric_peer_attach_reads(cp), 1);
+        memset(dst, 0, n);
+        struct tw_fabric_rkey nokey = {.key = 0, .remote_addr = rk.remote_addr, .length = n};
+        TW_ASSERT_OK(pull_once(c3, cp, ldst, nokey, n, 1, &fc));
+        TW_ASSERT_EQ(fc.status, 0);
+        TW_ASSERT_MEM_EQ(dst, src, n);
+        /* The peer's process refuses from now on (as after EPERM). */
+        __atomic_store_n(&cp->cma, -1, __ATOMIC_RELEASE);
+        TW_ASSERT_EQ(tw__fabric_peer_attach_reads(cp), 0);
+        struct tw_fabric_stats st0, st1;
+        tw__fabric_stats(c3, &st0);
+        int rc = pull_once(c3, cp, ldst, nokey, n, 1, &fc);
+        tw__fabric_stats(c3, &st1);
+        const char *why = tw__fabric_errmsg(c3);
+        fprintf(stderr, "  attach-only pull, peer refusing: %s: %s\n", tw_strerror_name(rc), why);
+        TW_ASSERT_EQ(rc, -EPERM);
+        TW_ASSERT(strstr(why, "attach read") != NULL);
+        TW_ASSERT_EQ_U64(st1.ops_posted - st0.ops_posted, 0);
+        memset(dst, 0, n);
+        TW_ASSERT_OK(pull_once(c3, cp, ldst, rk, n, 0, &fc)); /* through libfabric */
+        TW_ASSERT_MEM_EQ(dst, src, n);
+    }
+    pull_regions_drop(sp, cp, src, dst, rsrc, ldst);
+    tw__fabric_close(c3);
+}
+
 static void cma_reads(void)
 {
     struct tw_fabric *c3;
@@ -1542,6 +1612,7 @@ int main(void)
     TW_RUN(release_after_drain);
     TW_RUN(old_key_rejected);
     TW_RUN(cma_reads);
+    TW_RUN(attach_only_reads);
     TW_RUN(cma_batched);
     tw__fabric_peer_remove(cli_peer);
     tw__fabric_peer_remove(srv_peer);

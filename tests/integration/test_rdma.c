@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -220,16 +221,26 @@ static void test_repeat_get_registers_once(void)
     put_bytes(c, "rep", data, LEN);
     uint64_t m0 = stat_of(c, "regcache_misses"), h0 = stat_of(c, "regcache_hits");
     uint64_t e0 = stat_of(c, "regcache_entries"), i0 = stat_of(c, "regcache_invalidations");
+    uint64_t a0 = stat_of(c, "rdma_attach_gets");
     for (int i = 0; i < 3; i++) {
         check_get(c, "rep", data, LEN);
         TW_ASSERT(strncmp(tw_client_data_plane(c), "rdma pull (", 11) == 0);
     }
     uint64_t m1 = stat_of(c, "regcache_misses"), h1 = stat_of(c, "regcache_hits");
-    fprintf(stderr, "3 gets: regcache misses %llu -> %llu, hits %llu -> %llu\n",
+    uint64_t a1 = stat_of(c, "rdma_attach_gets");
+    fprintf(stderr, "3 gets: regcache misses %llu -> %llu, hits %llu -> %llu, attach gets +%llu\n",
             (unsigned long long)m0, (unsigned long long)m1, (unsigned long long)h0,
-            (unsigned long long)h1);
+            (unsigned long long)h1, (unsigned long long)(a1 - a0));
     TW_ASSERT_EQ(m1 - m0, 1); /* registered by the first get only */
-    TW_ASSERT(h1 - h0 >= 2);
+    if (strstr(tw_client_data_plane(c), "(shm)")) {
+        /* Once the client has read the server's process by cross-memory
+         * attach it asks with ATTACH_READ (bit 7): nothing registered. */
+        TW_ASSERT_EQ_U64(a1 - a0, 2);
+        TW_ASSERT_EQ_U64(h1 - h0, 0);
+    } else {
+        TW_ASSERT_EQ_U64(a1 - a0, 0);
+        TW_ASSERT(h1 - h0 >= 2);
+    }
     TW_ASSERT(stat_of(c, "regcache_entries") >= 1);
     TW_ASSERT_EQ(stat_of(c, "regcache_entries"), stat_of(c, "rdma_mrs_open"));
     TW_ASSERT(e0 >= 1); /* the pull put's local registration is cached too */
@@ -253,26 +264,28 @@ static void test_repeat_get_registers_once(void)
  * of n bytes (op "put" or "get") changed each of them (entries too: 0
  * when nothing more was left cached), printed with its plane. */
 struct regs {
-    uint64_t direct, misses, hits, entries;
+    uint64_t direct, misses, hits, entries, attach;
 };
 
 static struct regs regs_of(tw_client *c)
 {
     return (struct regs){stat_of(c, "regcache_direct"), stat_of(c, "regcache_misses"),
-                         stat_of(c, "regcache_hits"), stat_of(c, "regcache_entries")};
+                         stat_of(c, "regcache_hits"), stat_of(c, "regcache_entries"),
+                         stat_of(c, "rdma_attach_gets")};
 }
 
 static struct regs regs_added(tw_client *c, struct regs before, const char *op, size_t n)
 {
     struct regs now = regs_of(c);
     struct regs d = {now.direct - before.direct, now.misses - before.misses, now.hits - before.hits,
-                     now.entries - before.entries};
+                     now.entries - before.entries, now.attach - before.attach};
     fprintf(stderr,
             "  %s %zu B: %s; server: direct +%llu, misses +%llu, hits +%llu, entries %llu -> "
-            "%llu\n",
+            "%llu, attach gets +%llu\n",
             op, n, tw_client_data_plane(c), (unsigned long long)d.direct,
             (unsigned long long)d.misses, (unsigned long long)d.hits,
-            (unsigned long long)before.entries, (unsigned long long)now.entries);
+            (unsigned long long)before.entries, (unsigned long long)now.entries,
+            (unsigned long long)d.attach);
     return d;
 }
 
@@ -321,7 +334,9 @@ static void test_cma_put_not_cached(void)
  * left cached, on either provider; so does a pull put into it over tcp
  * (over shm the server's loop copies a small put alone at once,
  * unregistered). A 2 MiB tensor (not from the slab) still goes through
- * the cache. */
+ * the cache. Over shm only the first get registers: the client reads it
+ * by cross-memory attach and asks every later one with ATTACH_READ, for
+ * which the server registers nothing (rdma_attach_gets). */
 static void test_slab_registers_direct(void)
 {
     struct itest_server s;
@@ -335,19 +350,22 @@ static void test_slab_registers_direct(void)
     TW_ASSERT_EQ_U64(d.misses + d.hits, 0);
     TW_ASSERT_EQ_U64(d.direct, strstr(tw_client_data_plane(c), "(shm)") ? 0 : 1);
     put_bytes(c, "big", data, BIG);
+    int shm = strstr(tw_client_data_plane(c), "(shm)") != NULL;
     for (int round = 0; round < 2; round++) {
         struct regs r0 = regs_of(c);
         check_get(c, "slab", data, SMALL);
         d = regs_added(c, r0, "get", SMALL);
         TW_ASSERT(strncmp(tw_client_data_plane(c), "rdma ", 5) == 0);
-        TW_ASSERT_EQ_U64(d.direct, 1);
+        TW_ASSERT_EQ_U64(d.direct, shm && round ? 0 : 1);
+        TW_ASSERT_EQ_U64(d.attach, shm && round ? 1 : 0);
         TW_ASSERT_EQ_U64(d.misses + d.hits, 0);
         TW_ASSERT_EQ_U64(d.entries, 0);
         r0 = regs_of(c);
         check_get(c, "big", data, BIG);
         d = regs_added(c, r0, "get", BIG);
         TW_ASSERT_EQ_U64(d.direct, 0);
-        TW_ASSERT_EQ_U64(d.misses + d.hits, 1);
+        TW_ASSERT_EQ_U64(d.misses + d.hits, shm ? 0 : 1);
+        TW_ASSERT_EQ_U64(d.attach, shm ? 1 : 0);
     }
     free(data);
     tw_close(c);
@@ -554,12 +572,14 @@ static void test_batch_one_item_fails(void)
 
 /* Registrations the server looked up in its cache or made for one
  * request (regcache_direct: a small tensor of its slab, a put's
- * destination read from our process): one per RDMA get (the tensor,
- * REMOTE_READ) and per pull put (the destination); none inline. */
+ * destination read from our process), and gets it sent without one
+ * (rdma_attach_gets: asked with ATTACH_READ over shm): one per RDMA get
+ * (the tensor, REMOTE_READ, or none) and per pull put (the destination);
+ * none inline. */
 static uint64_t server_reg_lookups(tw_client *c)
 {
     return stat_of(c, "regcache_hits") + stat_of(c, "regcache_misses") +
-           stat_of(c, "regcache_direct");
+           stat_of(c, "regcache_direct") + stat_of(c, "rdma_attach_gets");
 }
 
 /* One get or put of n bytes, byte-exact, with the data plane
@@ -1175,6 +1195,97 @@ static uint64_t raw_get_ready(struct itc *rc, const char *name, struct tw_fabric
     return id;
 }
 
+/*
+ * Bit 7 seen by a raw peer (docs/protocol.md §4.5): a get asked with
+ * ATTACH_READ gets, over shm, an RDMA_REGISTER with rkey 0 and the bytes'
+ * address in the server's process, which the peer reads itself
+ * (process_vm_readv) byte-exact; the server registered nothing
+ * (rdma_attach_gets +1, no registration counter moved). Over tcp the flag
+ * changes nothing: a real key, read through the provider. With bit 3 a
+ * destination RDMA_REGISTER (a push) for such a get ends the connection
+ * (EOUT_OF_ORDER). And a peer that did not negotiate bit 7 may not set it.
+ */
+static void test_attach_read_on_wire(void)
+{
+    struct itest_server s;
+    enum { LEN = 96 << 10 };
+    start_server(&s, TW_TEST_PROVIDER, "auto");
+    tw_client *c = connect_client(&s, "none", TW_PUSH_AUTO);
+    uint8_t *data = malloc(LEN), *got = calloc(1, LEN);
+    TW_ASSERT(data && got);
+    itest_fill(data, LEN, 31);
+    put_bytes(c, "att", data, LEN);
+
+    struct itc rc;
+    struct tw_msg m;
+    struct tw_fabric_peer *peer;
+    uint64_t caps = TW_CAP_INLINE_DATA | TW_CAP_RDMA_DATA_PLANE | TW_CAP_RDMA_GPUDIRECT |
+                    TW_CAP_RDMA_ATTACH_READS;
+    struct tw_fabric *fab = raw_peer_connect(&rc, &s, caps, &peer);
+    TW_ASSERT(rc.caps & TW_CAP_RDMA_ATTACH_READS);
+    int shm = strcmp(TW_TEST_PROVIDER, "shm") == 0;
+    struct regs r0 = regs_of(c);
+    uint64_t id = itc_send_get(&rc, "att", TW_XFER_WANT_RDMA | TW_XFER_ATTACH_READ);
+    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_TENSOR_INFO);
+    TW_ASSERT_EQ(m.u.tensor_info.data_plane, TW_DP_RDMA);
+    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_RDMA_REGISTER);
+    TW_ASSERT_EQ_U64(m.u.rdma_register.length, LEN);
+    struct tw_fabric_rkey key = {.key = m.u.rdma_register.rkey,
+                                 .remote_addr = m.u.rdma_register.remote_addr,
+                                 .length = m.u.rdma_register.length};
+    send_tag(&rc, TW_TAG_RDMA_READY, id);
+    struct tw_fabric_mr *mr;
+    TW_ASSERT_EQ(
+        tw__fabric_mr_register(peer, got, LEN, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0, &mr), 0);
+    if (shm) {
+        TW_ASSERT_EQ_U64(key.key, 0);
+        TW_ASSERT(key.remote_addr != 0);
+        struct iovec l = {.iov_base = got, .iov_len = LEN};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)key.remote_addr, .iov_len = LEN};
+        TW_ASSERT_EQ(process_vm_readv(s.pid, &l, 1, &r, 1, 0), LEN);
+    } else {
+        TW_ASSERT_EQ(raw_read(fab, peer, mr, &key, LEN, 20000), 0);
+    }
+    TW_ASSERT(memcmp(got, data, LEN) == 0);
+    send_done(&rc, id, LEN);
+    struct regs d = regs_added(c, r0, "raw get, ATTACH_READ", LEN);
+    TW_ASSERT_EQ_U64(d.attach, shm ? 1 : 0);
+    TW_ASSERT_EQ_U64(d.direct + d.misses + d.hits, shm ? 0 : 1);
+
+    /* Pulled, never pushed: a destination registration is fatal. */
+    memset(got, 0, LEN);
+    id = itc_send_get(&rc, "att", TW_XFER_WANT_RDMA | TW_XFER_ATTACH_READ);
+    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_TENSOR_INFO);
+    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_RDMA_REGISTER);
+    send_register(&rc, id, mr);
+    itc_expect_error(&rc, 0, TW_WIRE_PROTOCOL_ERROR);
+    TW_ASSERT_EQ(itc_expect_eof(&rc), 0);
+    raw_peer_close(&rc, fab, peer, mr);
+
+    /* Without bit 7 negotiated the flag refuses the request
+     * (ENOT_NEGOTIATED, request-level); the connection goes on. */
+    fab = raw_peer_connect(&rc, &s, TW_CAP_INLINE_DATA | TW_CAP_RDMA_DATA_PLANE, &peer);
+    TW_ASSERT_EQ(rc.caps & TW_CAP_RDMA_ATTACH_READS, 0);
+    id = itc_send_get(&rc, "att", TW_XFER_WANT_RDMA | TW_XFER_ATTACH_READ);
+    itc_expect_error(&rc, id, TW_WIRE_INVALID_ARGUMENT);
+    id = itc_send_get(&rc, "att", 0);
+    TW_ASSERT_EQ(itc_recv(&rc, &m), 0);
+    TW_ASSERT_EQ(m.hdr.tag, TW_TAG_TENSOR_INFO);
+    TW_ASSERT_EQ(m.hdr.request_id, id);
+    tw__fabric_peer_remove(peer);
+    tw__fabric_close(fab);
+    itc_close(&rc);
+
+    free(data);
+    free(got);
+    tw_close(c);
+    TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
+}
+
 /* Issue 9, fix #1: a peer that negotiated RDMA without inline (bit 2, not
  * bit 0) gets the RDMA plane for a tensor below --rdma-min-bytes, where an
  * inline answer would break its negotiation (docs/protocol.md §7). */
@@ -1500,6 +1611,7 @@ int main(void)
     TW_RUN(test_read_now_backlog);
     TW_RUN(test_old_key_rejected);
     TW_RUN(test_push_sequence_on_wire);
+    TW_RUN(test_attach_read_on_wire);
     TW_RUN(test_rdma_only_below_threshold);
     TW_RUN(test_client_killed);
     TW_RUN(test_stalled_peer);

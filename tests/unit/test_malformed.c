@@ -626,10 +626,14 @@ static void caps_and_hello(void)
     hello_frame(&f, 0xC, 1u << 20, 1, "a");
     EXPECT(&f, 0);
     /* Reserved bits are ignored and masked off; bits 4 (EAGER_PUT), 5
-     * (RDMA_PROGRESSIVE) and 6 (EAGER_RDMA_PUT) are kept. */
-    hello_frame(&f, UINT64_C(0x8000000000000081), 1u << 20, 1, "a");
+     * (RDMA_PROGRESSIVE), 6 (EAGER_RDMA_PUT) and 7 (RDMA_ATTACH_READS) are
+     * kept. */
+    hello_frame(&f, UINT64_C(0x8000000000000101), 1u << 20, 1, "a");
     TW_ASSERT_OK(decode(&f, TW_PREAUTH_MAX_FRAME, &m));
     TW_ASSERT_EQ_U64(m.u.hello.caps, 0x1);
+    hello_frame(&f, UINT64_C(0x8000000000000085), 1u << 20, 1, "a");
+    TW_ASSERT_OK(decode(&f, TW_PREAUTH_MAX_FRAME, &m));
+    TW_ASSERT_EQ_U64(m.u.hello.caps, 0x85);
     hello_frame(&f, UINT64_C(0x8000000000000045), 1u << 20, 1, "a");
     TW_ASSERT_OK(decode(&f, TW_PREAUTH_MAX_FRAME, &m));
     TW_ASSERT_EQ_U64(m.u.hello.caps, 0x45);
@@ -824,8 +828,13 @@ static void misc_rules(void)
     fin(&f);
     EXPECT(&f, 0);
 
-    /* TENSOR_REQUEST flags and reserved byte. */
+    /* TENSOR_REQUEST flags and reserved byte: ATTACH_READ (bit 1) only
+     * with WANT_RDMA, bits 2..7 never. */
     request_frame(&f, 0x02, "x", 1);
+    EXPECT(&f, TW_EBAD_FLAGS);
+    request_frame(&f, 0x03, "x", 1);
+    EXPECT(&f, 0);
+    request_frame(&f, 0x05, "x", 1);
     EXPECT(&f, TW_EBAD_FLAGS);
     request_frame(&f, 0, "x", 1);
     f.b[25] = 1;

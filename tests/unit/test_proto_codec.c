@@ -178,8 +178,17 @@ static void encoder_refuses_invalid(void)
     TW_ASSERT_ERR(tw__msg_encode(&m, buf, sizeof(buf)), TW_EBAD_FLAGS);
     m = fx_request(1, 0, "");
     TW_ASSERT_ERR(tw__msg_encode(&m, buf, sizeof(buf)), TW_EBAD_NAME);
-    m = fx_hello(0x80 | 0x1, 1u << 20, 1, "a"); /* bit 7: reserved */
+    m = fx_hello(0x100 | 0x1, 1u << 20, 1, "a"); /* bit 8: reserved */
     TW_ASSERT_ERR(tw__msg_encode(&m, buf, sizeof(buf)), TW_EBAD_CAPS);
+    m = fx_hello(0x80 | 0x5, 1u << 20, 1, "a"); /* bit 7: RDMA_ATTACH_READS */
+    TW_ASSERT(tw__msg_encode(&m, buf, sizeof(buf)) > 0);
+    /* ATTACH_READ only beside WANT_RDMA; bits 2..7 reserved. */
+    m = fx_request(1, TW_XFER_WANT_RDMA | TW_XFER_ATTACH_READ, "x");
+    TW_ASSERT(tw__msg_encode(&m, buf, sizeof(buf)) > 0);
+    m = fx_request(1, TW_XFER_ATTACH_READ, "x");
+    TW_ASSERT_ERR(tw__msg_encode(&m, buf, sizeof(buf)), TW_EBAD_FLAGS);
+    m = fx_request(1, 0x04 | TW_XFER_WANT_RDMA, "x");
+    TW_ASSERT_ERR(tw__msg_encode(&m, buf, sizeof(buf)), TW_EBAD_FLAGS);
     m = fx_hello(0x40 | 0x1, 1u << 20, 1, "a"); /* bit 6: EAGER_RDMA_PUT */
     TW_ASSERT(tw__msg_encode(&m, buf, sizeof(buf)) > 0);
     m = fx_hello(0x20 | 0x1, 1u << 20, 1, "a"); /* bit 5: RDMA_PROGRESSIVE */

@@ -320,6 +320,37 @@ static void legal_rdma_pull_get(void)
     pair_destroy(&p);
 }
 
+/* Bit 7: a get asked with ATTACH_READ is pulled (its source may come
+ * without a key: rkey 0), never pushed, and asked only once negotiated. */
+static void attach_read_get(void)
+{
+    struct sm_pair p;
+    const uint8_t flags = TW_XFER_WANT_RDMA | TW_XFER_ATTACH_READ;
+    ready(&p, 0x85, 0, 1);
+    OK_SEND(&p, C, fx_request(1, flags, "layer0.weight"));
+    OK_SEND(&p, S, fx_info(1, TW_DP_RDMA, desc24()));
+    OK_SEND(&p, S, fx_register(1, 0, 0x7f0000001000ull, 24));
+    OK_SEND(&p, C, fx_msg(TW_TAG_RDMA_READY, 1));
+    OK_SEND(&p, C, fx_done(1, 0, 24));
+    /* The server may answer inline (§4.7): the flag is then moot. */
+    OK_SEND(&p, C, fx_request(3, flags, "layer0.weight"));
+    OK_SEND(&p, S, fx_info(3, TW_DP_INLINE, desc24()));
+    OK_SEND(&p, S, fx_data(3, 0, bytes24, 24, 0));
+    both_idle(&p, 2);
+    pair_destroy(&p);
+    /* With bit 3 a plain get may be pushed; this one may not. */
+    ready(&p, 0x8D, 0, 1);
+    OK_SEND(&p, C, fx_request(1, flags, "layer0.weight"));
+    OK_SEND(&p, S, fx_info(1, TW_DP_RDMA, desc24()));
+    OK_SEND(&p, S, fx_register(1, 0, 0x7f0000001000ull, 24));
+    REFUSED(&p.c, &p.s, fx_register(1, 0xdef, 0x7f0000002000ull, 24), TW_EOUT_OF_ORDER);
+    pair_destroy(&p);
+    /* Not without bit 7. */
+    ready(&p, 0x5, 0, 1);
+    REFUSED(&p.c, &p.s, fx_request(1, flags, "layer0.weight"), TW_ENOT_NEGOTIATED);
+    pair_destroy(&p);
+}
+
 static void legal_gpudirect_push_get(void)
 {
     struct sm_pair p;
@@ -1307,6 +1338,7 @@ int main(void)
     TW_RUN(legal_eager_rdma_put);
     TW_RUN(eager_rdma_put_violations);
     TW_RUN(legal_rdma_pull_get);
+    TW_RUN(attach_read_get);
     TW_RUN(legal_gpudirect_push_get);
     TW_RUN(legal_rdma_pull_put);
     TW_RUN(legal_gpudirect_push_put);
