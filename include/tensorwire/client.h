@@ -203,7 +203,9 @@ struct tw_client_options {
      * of at least 32 items, with a window of at least 32), 65536 (64 KiB)
      * for fewer ("The shm threshold at 32 KiB"), and 524288 (512 KiB) for
      * puts from GPU memory that stages (not admitted for GPUDirect: "Device
-     * blocks around the shm threshold"); tw_client_rdma_min_bytes() says
+     * blocks around the shm threshold"; tensorwired likewise for puts into
+     * such GPU memory, while its gets of it go by staged RDMA from 32 KiB:
+     * "Staged gets from 32 KiB"); tw_client_rdma_min_bytes() says
      * which applies to a put alone. 0 = RDMA at every
      * size. Gets always ask for RDMA (their size is unknown until the
      * reply): the server applies its own threshold (tensorwired

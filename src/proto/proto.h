@@ -60,11 +60,15 @@
 #define TW_DEFAULT_RDMA_MIN_BYTES_SHM_SHALLOW (64u << 10)
 #define TW_SHM_DEEP_PUTS 32u
 /* Over shm where this side's tensor is GPU memory that stages (not admitted
- * for GPUDirect): device-block batches on the H200 (bench_stage_e2e, GPU to
- * GPU) got 2.1-5.1x faster inline than by staged RDMA at 64-256 KiB (64
- * KiB blocks: 6.2-6.4 against 1.2 GB/s) and 1.3-1.4x slower from 512 KiB;
- * puts 1.2-1.6x faster inline at 64-128 KiB, within 8% either way from 256
- * KiB (docs/performance.md, "Device blocks around the shm threshold"). */
+ * for GPUDirect), for PUTS: on the H200, GPU to GPU, staged RDMA puts of 32
+ * and 128 KiB ran 1.3-1.7x faster than inline one at a time but 0.39-0.61x
+ * with 16 in flight (32 KiB with 64: 0.47x); device-block batch puts were
+ * 1.2-1.6x faster inline at 64-128 KiB, within 8% either way from 256 KiB
+ * (docs/performance.md, "Device blocks around the shm threshold", "Staged
+ * gets from 32 KiB"). GETS of such tensors do not use it: by staged RDMA
+ * from the shm threshold they ran 1.0-1.3x inline one by one at 32 KiB,
+ * 1.1-2.4x at 128 KiB, and device-block batch gets 1.3-3.2x inline from 32
+ * to 256 KiB blocks. */
 #define TW_DEFAULT_RDMA_MIN_BYTES_SHM_STAGED (512u << 10)
 #define TW_MAX_NAME_LEN 1024u
 #define TW_MAX_NDIM 16u

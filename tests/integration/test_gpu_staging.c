@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tensorwire/tensorwire.h"
 #include "integration/server_fixture.h"
@@ -232,6 +233,82 @@ static void test_range_leaves_allocation(void)
     tw_close(c);
 }
 
+/* One server counter (STATS), UINT64_MAX when absent. */
+static uint64_t stat_of(tw_client *c, const char *key)
+{
+    struct tw_stat_entry *st;
+    size_t n;
+    uint64_t v = UINT64_MAX;
+    TW_ASSERT_OK(tw_stats(c, &st, &n));
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(st[i].key, key) == 0)
+            v = st[i].value;
+    tw_stats_free(st);
+    return v;
+}
+
+/* Over shm with tensorwired's default thresholds (no --rdma-min-bytes) and
+ * the client's (TW_RDMA_MIN_BYTES_AUTO): a GPU tensor that stages is
+ * gotten by staged RDMA from the shm threshold (32 KiB; 16 KiB inline),
+ * while a put into it stays inline below 512 KiB
+ * (TW_DEFAULT_RDMA_MIN_BYTES_SHM_STAGED, puts only) and goes by RDMA from
+ * there; the server's STATS count the staged RDMA gets. shm runs only. */
+static void test_shm_default_thresholds(void)
+{
+    const char *fabric = getenv("TW_TEST_FABRIC");
+    if (!fabric || strcmp(fabric, "shm") != 0) {
+        fprintf(stderr, "  shm runs only\n");
+        return;
+    }
+    char saved[16];
+    snprintf(saved, sizeof(saved), "%s", fabric);
+    unsetenv("TW_TEST_FABRIC"); /* the fixture would add --rdma-min-bytes 0 */
+    struct tw_test_server s2;
+    const char *args[] = {"--devices", "cpu,cuda:0", "--fabric", "shm", NULL};
+    tw_test_server_start(&s2, args);
+    setenv("TW_TEST_FABRIC", saved, 1);
+    struct tw_client_options o;
+    tw_client_options_init(&o);
+    o.fabric = "shm";
+    tw_client *c = NULL;
+    char err[256];
+    int rc = tw_client_connect_error(s2.addr, &o, &c, err, sizeof(err));
+    if (rc)
+        TW_FAIL("connect %s: %s: %s", s2.addr, tw_strerror_name(rc), err);
+    static const struct {
+        size_t n;
+        const char *put_plane, *get_plane;
+    } rows[] = {{16u << 10, "inline", "inline"},
+                {64u << 10, "inline", "rdma pull (shm)"},
+                {(512u << 10) - 1, "inline", "rdma pull (shm)"},
+                {512u << 10, "rdma pull (shm)", "rdma pull (shm)"}};
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        size_t n = rows[i].n;
+        uint8_t *src = malloc(n), *back = calloc(1, n);
+        TW_ASSERT(src && back);
+        tw_test_fill(src, n, (uint32_t)(n + 5));
+        struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {n}}, got;
+        snprintf(d.device_tag, sizeof(d.device_tag), "cuda:0");
+        TW_ASSERT_OK(tw_put(c, "thr/dev", &d, src, n));
+        char put_plane[128];
+        snprintf(put_plane, sizeof(put_plane), "%s", tw_client_data_plane(c));
+        uint64_t staged0 = stat_of(c, "path_rdma_staged");
+        TW_ASSERT_OK(tw_get(c, "thr/dev", back, n, &got));
+        const char *get_plane = tw_client_data_plane(c);
+        uint64_t staged1 = stat_of(c, "path_rdma_staged");
+        fprintf(stderr, "  %zu B into cuda:0: put %s, get %s (server path_rdma_staged +%llu)\n", n,
+                put_plane, get_plane, (unsigned long long)(staged1 - staged0));
+        TW_ASSERT_MEM_EQ(back, src, n);
+        TW_ASSERT(strncmp(put_plane, rows[i].put_plane, strlen(rows[i].put_plane)) == 0);
+        TW_ASSERT(strncmp(get_plane, rows[i].get_plane, strlen(rows[i].get_plane)) == 0);
+        TW_ASSERT_EQ_U64(staged1 - staged0, strncmp(rows[i].get_plane, "rdma", 4) == 0 ? 1 : 0);
+        free(src);
+        free(back);
+    }
+    tw_close(c);
+    tw_test_server_stop(&s2);
+}
+
 int main(void)
 {
     void *probe = NULL;
@@ -249,6 +326,7 @@ int main(void)
     TW_RUN(test_device_batch);
     TW_RUN(test_realloc_same_address);
     TW_RUN(test_range_leaves_allocation);
+    TW_RUN(test_shm_default_thresholds);
     tw_test_server_stop(&srv);
     TW_DONE();
 }
