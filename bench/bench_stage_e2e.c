@@ -16,7 +16,8 @@
  * the ratio. Then the same for puts from that allocation (COUNT new
  * names once, then overwrites, against one tensor): a second line.
  * TW_BENCH_INFLIGHT=N sets the client's max_inflight (the batch window;
- * default: the library's choice). TW_BENCH_GETS_ONLY=N (batch mode): after
+ * default: the library's choice), TW_BENCH_RDMA_MIN_BYTES=N its
+ * rdma_min_bytes (default: automatic). TW_BENCH_GETS_ONLY=N (batch mode): after
  * the blocks are put, only N batch gets back to back and their median, for
  * a profiler attached meanwhile. Public API only (links libtensorwire).
  */
@@ -87,6 +88,10 @@ int main(int argc, char **argv)
     const char *win = getenv("TW_BENCH_INFLIGHT");
     if (win && *win)
         o.max_inflight = (uint32_t)strtoul(win, NULL, 10);
+    /* The client's RDMA threshold (puts; the server decides gets). */
+    const char *thr = getenv("TW_BENCH_RDMA_MIN_BYTES");
+    if (thr && *thr)
+        o.rdma_min_bytes = strtoull(thr, NULL, 10);
     tw_client *c = NULL;
     int rc = tw_client_connect(argv[1], &o, &c);
     if (rc)

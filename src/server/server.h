@@ -148,7 +148,8 @@ struct tw_srv_conn {
     uint64_t dev_fence;
     /* Puts whose copy into the GPU was queued, to publish in this order
      * (xfer.h, tw__xfer_commits_flush); defer_commits is set while the
-     * connection reads, the only time a commit may be queued. */
+     * connection reads, and srv->completing while the loop pops the
+     * plane's completions: the only times a commit may be queued. */
     struct tw_xfer *commit_head, *commit_tail;
     int defer_commits;
 
@@ -222,6 +223,10 @@ struct tw_srv {
      * polls instead of sleeping and publishes them once done, or waits for
      * them when it has nothing else to do (tw__srv_poll). */
     int commits_pending;
+    /* The loop is handing the plane's completions to their requests
+     * (fabric_srv.c on_fab_io): small staged puts those complete queue
+     * their copies into the GPU, published later like those of a read. */
+    int completing;
     /* Connections still in their handshake, oldest first. */
     struct tw_srv_conn *hs_head, *hs_tail;
     uint32_t nhandshaking;

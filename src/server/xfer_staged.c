@@ -306,6 +306,15 @@ static int put_pipe_start(struct tw_xfer *x)
     if (x->dir != TW_XFER_PUT || inner_of(x) != &tw__dp_rdma_ops || x->path.mode != TW_PATH_PULL ||
         !x->t->byte_length || tw__store_devmem(x->t->store) != &tw__store_devmem_cuda || !srv->mrc)
         return 0;
+    /* One chunk or less: nothing to overlap, and a pipe costs a stream
+     * pass, a pool registration and 4 of 16 pool slots (so at most four
+     * such puts ran at once; the rest took the whole-copy way anyway).
+     * The whole-copy way reads into a host version from the pinned slab
+     * and queues its copy with others' (staged_commit): on the H200 32
+     * KiB GPU to GPU puts by staged RDMA had run at 0.39-0.47x inline
+     * with 16-64 in flight (docs/performance.md). */
+    if (x->t->byte_length <= PIPE_CHUNK)
+        return 0;
     int ordinal = gpu_ordinal(x);
     if (!srv->stage_pool) {
         char err[200];
@@ -814,9 +823,10 @@ static int staged_commit(struct tw_xfer *x, struct tw_tensor **publish, char *er
     dev->has_crc = host->has_crc;
     dev->crc32c = host->crc32c;
     *publish = dev;
-    if (host->byte_length && host->pinned && x->conn->defer_commits && m->copy_async && m->copied &&
-        m->fence) {
-        /* A small put among others read in one go: its copy is queued and
+    if (host->byte_length && host->pinned && (x->conn->defer_commits || x->conn->srv->completing) &&
+        m->copy_async && m->copied && m->fence) {
+        /* A small put among others read in one go, or completed by the
+         * plane with others (RDMA pull puts): its copy is queued and
          * batched with theirs; the connection publishes it once done
          * (tw__xfer_commits_flush). */
         char why[200];

@@ -37,6 +37,20 @@ static void *dev_from(const uint8_t *src, size_t n)
     return d;
 }
 
+/* One server counter (STATS), UINT64_MAX when absent. */
+static uint64_t stat_of(tw_client *c, const char *key)
+{
+    struct tw_stat_entry *st;
+    size_t n;
+    uint64_t v = UINT64_MAX;
+    TW_ASSERT_OK(tw_stats(c, &st, &n));
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(st[i].key, key) == 0)
+            v = st[i].value;
+    tw_stats_free(st);
+    return v;
+}
+
 /* The plane text must say staging exactly when GPU memory is on this side,
  * unless that memory is admitted for GPUDirect on the provider (issue 12:
  * "gdr push (shm)" with a libfabric that registers CUDA memory; never on
@@ -148,11 +162,23 @@ static void test_device_batch(void)
         items[i].buf = dsrc + i * blk;
         items[i].len = blk;
     }
+    uint64_t q0 = stat_of(c, "staged_async_commits");
     uint64_t t0 = tw_test_now_ns();
     int rc = tw_batch_put(c, items, n);
     if (rc)
         TW_FAIL("batch put: %s: %s", tw_strerror_name(rc), tw_client_last_error_message(c));
     uint64_t t1 = tw_test_now_ns();
+    /* The server copies each block into the GPU from a host copy; pulled
+     * by RDMA (its reads' completions) or read inline, those copies are
+     * queued together, not one synchronous copy per put (a pushed put
+     * completes when the client says so, one at a time). */
+    char put_plane[128];
+    snprintf(put_plane, sizeof(put_plane), "%s", tw_client_data_plane(c));
+    uint64_t queued = stat_of(c, "staged_async_commits") - q0;
+    fprintf(stderr, "  batch put of %zu device blocks (%s): %llu copies queued\n", n, put_plane,
+            (unsigned long long)queued);
+    if (!strstr(put_plane, "push"))
+        TW_ASSERT(queued >= n / 2);
     TW_ASSERT_OK(tw_device_alloc("cuda:0", blk * n, (void **)&ddst));
     for (size_t i = 0; i < n; i++) {
         items[i].buf = ddst + i * blk;
@@ -231,20 +257,6 @@ static void test_range_leaves_allocation(void)
     tw_device_free(dv);
     free(h);
     tw_close(c);
-}
-
-/* One server counter (STATS), UINT64_MAX when absent. */
-static uint64_t stat_of(tw_client *c, const char *key)
-{
-    struct tw_stat_entry *st;
-    size_t n;
-    uint64_t v = UINT64_MAX;
-    TW_ASSERT_OK(tw_stats(c, &st, &n));
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(st[i].key, key) == 0)
-            v = st[i].value;
-    tw_stats_free(st);
-    return v;
 }
 
 /* Over shm with tensorwired's default thresholds (no --rdma-min-bytes) and
