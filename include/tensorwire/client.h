@@ -130,8 +130,8 @@ TW_EXTERN int tw_tensor_desc_bytes(const struct tw_tensor_desc *desc, uint64_t *
 
 /* tw_client_options.rdma_min_bytes: the threshold follows the connection's
  * provider and the call (over shm 32 KiB for puts in a call that keeps 32
- * or more in flight, else 64 KiB, and 512 KiB for puts from GPU memory that
- * stages; 1 MiB otherwise). */
+ * or more in flight, else 64 KiB, GPU memory that stages included; 1 MiB
+ * otherwise). */
 #define TW_RDMA_MIN_BYTES_AUTO UINT64_MAX
 
 /* Connection options. Initialise with tw_client_options_init() and change
@@ -201,12 +201,10 @@ struct tw_client_options {
      * (docs/performance.md "RDMA size threshold"); over shm 32768 (32 KiB)
      * for puts of a call that keeps 32 or more requests in flight (a batch
      * of at least 32 items, with a window of at least 32), 65536 (64 KiB)
-     * for fewer ("The shm threshold at 32 KiB"), and 524288 (512 KiB) for
-     * puts from GPU memory that stages (not admitted for GPUDirect: "Device
-     * blocks around the shm threshold"; tensorwired likewise for puts into
-     * such GPU memory, while its gets of it go by staged RDMA from 32 KiB:
-     * "Staged gets from 32 KiB"); tw_client_rdma_min_bytes() says
-     * which applies to a put alone. 0 = RDMA at every
+     * for fewer ("The shm threshold at 32 KiB"); the same for GPU memory
+     * that stages (not admitted for GPUDirect: "Small staged puts");
+     * tw_client_rdma_min_bytes() says which applies to a put alone. 0 =
+     * RDMA at every
      * size. Gets always ask for RDMA (their size is unknown until the
      * reply): the server applies its own threshold (tensorwired
      * --rdma-min-bytes, with the same defaults) and may answer inline, which

@@ -162,10 +162,6 @@ static struct tw_path_in path_inputs(struct tw_client *c, const struct tw__creq 
         .size_known = r->op == TW__OP_PUT,
         .size = r->len,
         .rdma_min_bytes = rdma_min_bytes_on(c, prov, run_depth(c)),
-        .rdma_min_bytes_staged =
-            c->rdma_min_bytes == TW_RDMA_MIN_BYTES_AUTO && prov == TW_PATH_PROV_SHM
-                ? TW_DEFAULT_RDMA_MIN_BYTES_SHM_STAGED
-                : 0,
         .mem_local = r->mem.kind == TW_MEMKIND_CUDA ? TW_PATH_MEM_CUDA : TW_PATH_MEM_HOST,
         .mem_peer = mem_peer,
         .push = (enum tw_path_push)c->push_policy,

@@ -7,9 +7,7 @@
  *     no accepted endpoint                     inline   NO_ENDPOINT
  *     rail retired                             inline   RAIL_RETIRED
  *     client get (size unknown)                rdma     SIZE_UNKNOWN
- *     size < rdma_min_bytes (or, where this side
- *       stages, rdma_min_bytes_staged),
- *       bit 0 negotiated                       inline   BELOW_THRESHOLD
+ *     size < rdma_min_bytes, bit 0 negotiated  inline   BELOW_THRESHOLD
  *     size < rdma_min_bytes, bit 0 not         rdma     INLINE_NOT_NEGOTIATED
  *     otherwise                                rdma     AT_THRESHOLD
  *     (inline chosen but bit 0 not negotiated: none, NO_PLANE)
@@ -81,17 +79,6 @@ static int is_destination(const struct tw_path_in *in)
     return (in->role == TW_PATH_CLIENT) == (in->op == TW_PATH_GET);
 }
 
-/* The size from which the plane is RDMA: where this side's GPU memory
- * stages, small transfers cost more through the staging pipeline than
- * inline (proto.h TW_DEFAULT_RDMA_MIN_BYTES_SHM_STAGED). */
-static uint64_t threshold_of(const struct tw_path_in *in)
-{
-    int stages = in->mem_local == TW_PATH_MEM_CUDA && in->gdr != TW_PATH_GDR_ADMITTED;
-    if (stages && in->rdma_min_bytes_staged > in->rdma_min_bytes)
-        return in->rdma_min_bytes_staged;
-    return in->rdma_min_bytes;
-}
-
 static struct tw_path plane_of(const struct tw_path_in *in)
 {
     struct tw_path p = {.plane = TW_PATH_PLANE_INLINE, .mode = TW_PATH_PULL};
@@ -104,7 +91,7 @@ static struct tw_path plane_of(const struct tw_path_in *in)
     else if (!in->size_known) {
         p.plane = TW_PATH_PLANE_RDMA;
         p.reason = TW_PATH_R_SIZE_UNKNOWN;
-    } else if (in->size < threshold_of(in)) {
+    } else if (in->size < in->rdma_min_bytes) {
         p.reason = TW_PATH_R_BELOW_THRESHOLD;
         if (!(in->caps & TW_CAP_INLINE_DATA)) {
             /* An RDMA-only connection: the threshold is a preference, and

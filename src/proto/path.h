@@ -102,9 +102,6 @@ struct tw_path_in {
     int size_known;  /* 0: a client get (size unknown until TENSOR_INFO) */
     uint64_t size;   /* byte_length when size_known */
     uint64_t rdma_min_bytes;
-    /* The threshold where this side stages (mem_local GPU memory, gdr not
-     * admitted), when larger than rdma_min_bytes; 0: none. */
-    uint64_t rdma_min_bytes_staged;
     enum tw_path_mem mem_local; /* this side's memory of the tensor */
     enum tw_path_mem mem_peer;  /* the other side's: a client get learns it from
                                    TENSOR_INFO's device tag (decided again then) */

@@ -59,17 +59,15 @@
  * time, 0.79-1.12x with 16). */
 #define TW_DEFAULT_RDMA_MIN_BYTES_SHM_SHALLOW (64u << 10)
 #define TW_SHM_DEEP_PUTS 32u
-/* Over shm where this side's tensor is GPU memory that stages (not admitted
- * for GPUDirect), for PUTS: on the H200, GPU to GPU, staged RDMA puts of 32
- * and 128 KiB ran 1.3-1.7x faster than inline one at a time but 0.39-0.61x
- * with 16 in flight (32 KiB with 64: 0.47x); device-block batch puts were
- * 1.2-1.6x faster inline at 64-128 KiB, within 8% either way from 256 KiB
- * (docs/performance.md, "Device blocks around the shm threshold", "Staged
- * gets from 32 KiB"). GETS of such tensors do not use it: by staged RDMA
- * from the shm threshold they ran 1.0-1.3x inline one by one at 32 KiB,
- * 1.1-2.4x at 128 KiB, and device-block batch gets 1.3-3.2x inline from 32
- * to 256 KiB blocks. */
-#define TW_DEFAULT_RDMA_MIN_BYTES_SHM_STAGED (512u << 10)
+/* GPU memory that stages (not admitted for GPUDirect) follows the same
+ * thresholds: it had its own, 512 KiB over shm (a47caf1), until staged RDMA
+ * won from 32 KiB on the H200, GPU to GPU: gets 1.0-1.3x inline one by one
+ * at 32 KiB, 1.1-2.4x at 128 KiB, device-block batch gets 1.3-3.2x from 32
+ * to 256 KiB blocks; puts, once small ones stopped taking the server's
+ * pipeline, 1.15-1.6x at 32 KiB and 1.45-1.94x at 128 KiB with 1-64 in
+ * flight, device-block batch puts 0.79-0.89 of one tensor against 0.57-0.62
+ * inline (docs/performance.md, "Staged gets from 32 KiB", "Small staged
+ * puts"). */
 #define TW_MAX_NAME_LEN 1024u
 #define TW_MAX_NDIM 16u
 #define TW_MAX_DEVICE_TAG_LEN 32u

@@ -100,8 +100,7 @@ void tw__srv_config_usage(const char *argv0)
            "                           offer push (bit 3) at all\n"
            "  --rdma-min-bytes SIZE    gets and puts smaller than this move inline even\n"
            "                           when the client asks for RDMA (default %lluKi on\n"
-           "                           shm, %lluKi there for puts into GPU tensors that\n"
-           "                           stage, %lluKi otherwise; 0 = RDMA at every size)\n"
+           "                           shm, %lluKi otherwise; 0 = RDMA at every size)\n"
            "  --gpudirect auto|off|require\n"
            "                           GPUDirect RDMA into served GPUs: auto uses it where\n"
            "                           admitted (tensorwire doctor says why not), off\n"
@@ -114,7 +113,6 @@ void tw__srv_config_usage(const char *argv0)
            "  --version                version, protocol version, libfabric and CUDA found\n"
            "  --help                   this text\n",
            argv0, TW_SRV_DEFAULT_LISTEN, (unsigned long long)(TW_DEFAULT_RDMA_MIN_BYTES_SHM / 1024),
-           (unsigned long long)(TW_DEFAULT_RDMA_MIN_BYTES_SHM_STAGED / 1024),
            (unsigned long long)(TW_DEFAULT_RDMA_MIN_BYTES / 1024));
 }
 

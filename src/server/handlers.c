@@ -167,12 +167,6 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
         .size_known = 1,
         .size = t->byte_length,
         .rdma_min_bytes = tw__srv_rdma_min_bytes(srv, prov),
-        /* Puts only: a staged get from 32 KiB (the shm threshold) beat
-         * inline at every depth (proto.h). */
-        .rdma_min_bytes_staged =
-            !srv->cfg.rdma_min_bytes_set && prov == TW_PATH_PROV_SHM && op == TW_PATH_PUT
-                ? TW_DEFAULT_RDMA_MIN_BYTES_SHM_STAGED
-                : 0,
         .mem_local = t->gpu >= 0 ? TW_PATH_MEM_CUDA : TW_PATH_MEM_HOST,
         .mem_peer = TW_PATH_MEM_UNKNOWN, /* the client's memory is not on the wire */
         .push = path_push(srv->cfg.push),

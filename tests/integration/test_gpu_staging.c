@@ -260,11 +260,11 @@ static void test_range_leaves_allocation(void)
 }
 
 /* Over shm with tensorwired's default thresholds (no --rdma-min-bytes) and
- * the client's (TW_RDMA_MIN_BYTES_AUTO): a GPU tensor that stages is
- * gotten by staged RDMA from the shm threshold (32 KiB; 16 KiB inline),
- * while a put into it stays inline below 512 KiB
- * (TW_DEFAULT_RDMA_MIN_BYTES_SHM_STAGED, puts only) and goes by RDMA from
- * there; the server's STATS count the staged RDMA gets. shm runs only. */
+ * the client's (TW_RDMA_MIN_BYTES_AUTO): a GPU tensor that stages follows
+ * the host thresholds (it had its own, 512 KiB, before 1430e32 for gets and
+ * its successor for puts): gotten by staged RDMA from 32 KiB, put alone by
+ * RDMA from 64 KiB (the client's threshold for a put alone), inline below;
+ * the server's STATS count the staged RDMA transfers. shm runs only. */
 static void test_shm_default_thresholds(void)
 {
     const char *fabric = getenv("TW_TEST_FABRIC");
@@ -290,10 +290,11 @@ static void test_shm_default_thresholds(void)
     static const struct {
         size_t n;
         const char *put_plane, *get_plane;
-    } rows[] = {{16u << 10, "inline", "inline"},
-                {64u << 10, "inline", "rdma pull (shm)"},
-                {(512u << 10) - 1, "inline", "rdma pull (shm)"},
-                {512u << 10, "rdma pull (shm)", "rdma pull (shm)"}};
+    } rows[] = {{(32u << 10) - 1, "inline", "inline"},
+                {32u << 10, "inline", "rdma pull (shm)"},
+                {(64u << 10) - 1, "inline", "rdma pull (shm)"},
+                {64u << 10, "rdma pull (shm)", "rdma pull (shm)"},
+                {(512u << 10) - 1, "rdma pull (shm)", "rdma pull (shm)"}};
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         size_t n = rows[i].n;
         uint8_t *src = malloc(n), *back = calloc(1, n);
@@ -301,6 +302,7 @@ static void test_shm_default_thresholds(void)
         tw_test_fill(src, n, (uint32_t)(n + 5));
         struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {n}}, got;
         snprintf(d.device_tag, sizeof(d.device_tag), "cuda:0");
+        uint64_t puts0 = stat_of(c, "path_rdma_staged");
         TW_ASSERT_OK(tw_put(c, "thr/dev", &d, src, n));
         char put_plane[128];
         snprintf(put_plane, sizeof(put_plane), "%s", tw_client_data_plane(c));
@@ -308,15 +310,35 @@ static void test_shm_default_thresholds(void)
         TW_ASSERT_OK(tw_get(c, "thr/dev", back, n, &got));
         const char *get_plane = tw_client_data_plane(c);
         uint64_t staged1 = stat_of(c, "path_rdma_staged");
-        fprintf(stderr, "  %zu B into cuda:0: put %s, get %s (server path_rdma_staged +%llu)\n", n,
-                put_plane, get_plane, (unsigned long long)(staged1 - staged0));
+        fprintf(stderr,
+                "  %zu B into cuda:0: put %s, get %s (server path_rdma_staged put +%llu, get "
+                "+%llu)\n",
+                n, put_plane, get_plane, (unsigned long long)(staged0 - puts0),
+                (unsigned long long)(staged1 - staged0));
         TW_ASSERT_MEM_EQ(back, src, n);
         TW_ASSERT(strncmp(put_plane, rows[i].put_plane, strlen(rows[i].put_plane)) == 0);
         TW_ASSERT(strncmp(get_plane, rows[i].get_plane, strlen(rows[i].get_plane)) == 0);
+        TW_ASSERT_EQ_U64(staged0 - puts0, strncmp(rows[i].put_plane, "rdma", 4) == 0 ? 1 : 0);
         TW_ASSERT_EQ_U64(staged1 - staged0, strncmp(rows[i].get_plane, "rdma", 4) == 0 ? 1 : 0);
         free(src);
         free(back);
     }
+    /* The client's side: a put alone of 64 KiB from its GPU memory stages
+     * and goes by RDMA too (it went inline below 512 KiB before). */
+    const size_t n = 64u << 10;
+    uint8_t *src = malloc(n), *back = calloc(1, n);
+    TW_ASSERT(src && back);
+    tw_test_fill(src, n, 77);
+    void *dsrc = dev_from(src, n);
+    struct tw_tensor_desc d = {.dtype = TW_U8, .ndim = 1, .shape = {n}}, got;
+    TW_ASSERT_OK(tw_put(c, "thr/fromdev", &d, dsrc, n));
+    fprintf(stderr, "  %zu B from cuda:0 into cpu: put %s\n", n, tw_client_data_plane(c));
+    TW_ASSERT(strncmp(tw_client_data_plane(c), "rdma pull (shm) + staging", 25) == 0);
+    TW_ASSERT_OK(tw_get(c, "thr/fromdev", back, n, &got));
+    TW_ASSERT_MEM_EQ(back, src, n);
+    tw_device_free(dsrc);
+    free(src);
+    free(back);
     tw_close(c);
     tw_test_server_stop(&s2);
 }

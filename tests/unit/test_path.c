@@ -372,6 +372,9 @@ static void format_for_people(void)
 /* Where this side's GPU memory stages, the staged threshold decides; not
  * for host memory, not for GPU memory admitted for GPUDirect, and never
  * below the plain threshold. */
+/* GPU memory that stages has no threshold of its own (it had one, 512 KiB
+ * over shm, until staged RDMA won from 32 KiB): below the plain threshold
+ * inline with staging, from it RDMA with staging, on either side. */
 static void staged_threshold(void)
 {
     struct tw_path_in in = {.role = TW_PATH_SERVER,
@@ -382,9 +385,8 @@ static void staged_threshold(void)
                             .rail_usable = 1,
                             .want_rdma = 1,
                             .size_known = 1,
-                            .size = 256u << 10,
-                            .rdma_min_bytes = 64u << 10,
-                            .rdma_min_bytes_staged = 512u << 10,
+                            .size = (32u << 10) - 1,
+                            .rdma_min_bytes = 32u << 10,
                             .mem_local = TW_PATH_MEM_CUDA,
                             .mem_peer = TW_PATH_MEM_UNKNOWN,
                             .push = TW_PATH_PUSH_AUTO,
@@ -393,29 +395,26 @@ static void staged_threshold(void)
     TW_ASSERT_EQ(p.plane, INLINE);
     TW_ASSERT_EQ(p.reason, TW_PATH_R_STAGED_INLINE);
     TW_ASSERT_EQ(p.staging, ST_HOST);
-    in.size = 512u << 10; /* at the staged threshold */
+    in.size = 32u << 10; /* at the threshold */
     p = tw__path_decide(&in);
     TW_ASSERT_EQ(p.plane, RDMA_P);
     TW_ASSERT_EQ(p.staging, ST_HOST);
     in.size = 256u << 10;
+    TW_ASSERT_EQ(tw__path_decide(&in).plane, RDMA_P);
     in.mem_local = TW_PATH_MEM_HOST; /* nothing stages here */
     TW_ASSERT_EQ(tw__path_decide(&in).plane, RDMA_P);
-    in.mem_local = TW_PATH_MEM_CUDA;
-    in.gdr = TW_PATH_GDR_ADMITTED; /* registered directly: no staging */
-    TW_ASSERT_EQ(tw__path_decide(&in).plane, RDMA_P);
-    in.gdr = TW_PATH_GDR_NOT_EVALUATED;
-    in.rdma_min_bytes_staged = 0; /* none given (a threshold was set) */
-    TW_ASSERT_EQ(tw__path_decide(&in).plane, RDMA_P);
-    in.rdma_min_bytes = MIB; /* a larger plain threshold still holds */
-    in.rdma_min_bytes_staged = 512u << 10;
-    in.size = 768u << 10;
-    TW_ASSERT_EQ(tw__path_decide(&in).plane, INLINE);
+    TW_ASSERT_EQ(tw__path_decide(&in).staging, ST_NONE);
     /* A client put from its GPU memory: the same. */
+    in.mem_local = TW_PATH_MEM_CUDA;
     in.role = TW_PATH_CLIENT;
     in.op = TW_PATH_PUT;
     in.rdma_min_bytes = 64u << 10;
-    in.size = 128u << 10;
+    in.size = (64u << 10) - 1;
     TW_ASSERT_EQ(tw__path_decide(&in).plane, INLINE);
+    in.size = 64u << 10;
+    p = tw__path_decide(&in);
+    TW_ASSERT_EQ(p.plane, RDMA_P);
+    TW_ASSERT_EQ(p.staging, ST_HOST);
 }
 
 static void every_reason_has_text(void)
