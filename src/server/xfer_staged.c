@@ -9,9 +9,11 @@
  *        that to the inner plane (x->t), keeping the GPU one in x->dev_t;
  *   put: start gives the inner plane a host version to fill; commit (all
  *        bytes in, CRC checked) copies it into the GPU version, which is
- *        what gets published; an RDMA pull put (the server reads) is
- *        pipelined instead (below: no host version, the reads and the
- *        copies to the GPU overlap chunk by chunk).
+ *        what gets published (a small one's copy queued with others'
+ *        when a read or the plane's completions finish several); an RDMA
+ *        pull put (the server reads) of more than one chunk is pipelined
+ *        instead (below: no host version, the reads and the copies to the
+ *        GPU overlap chunk by chunk).
  *
  * An inline get copies frame by frame, just before each frame is queued
  * (the frames queued before it drain to the socket meanwhile). An RDMA get
