@@ -185,6 +185,20 @@ __attribute__((unused)) static void tw_test_write_file(char *path, size_t cap, c
 
 /* A connection to s with tw_test_client_options(); fails the test when it
  * cannot connect. */
+/* One of the server's STATS counters; `absent` when it has no such key. */
+static inline uint64_t tw_test_stat(tw_client *c, const char *key, uint64_t absent)
+{
+    struct tw_stat_entry *st;
+    size_t n;
+    uint64_t v = absent;
+    TW_ASSERT_OK(tw_stats(c, &st, &n));
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(st[i].key, key) == 0)
+            v = st[i].value;
+    tw_stats_free(st);
+    return v;
+}
+
 static inline tw_client *tw_test_connect(const struct tw_test_server *s)
 {
     tw_client *c = NULL;

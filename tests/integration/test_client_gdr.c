@@ -107,15 +107,7 @@ static tw_client *connect_gdr(const struct tw__client_gdr_fake *fake, int checks
 
 static uint64_t stat_of(tw_client *c, const char *key)
 {
-    struct tw_stat_entry *st;
-    size_t n;
-    uint64_t v = 0;
-    TW_ASSERT_OK(tw_stats(c, &st, &n));
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(st[i].key, key) == 0)
-            v = st[i].value;
-    tw_stats_free(st);
-    return v;
+    return tw_test_stat(c, key, 0);
 }
 
 static int over_shm(void)

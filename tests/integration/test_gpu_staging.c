@@ -40,15 +40,7 @@ static void *dev_from(const uint8_t *src, size_t n)
 /* One server counter (STATS), UINT64_MAX when absent. */
 static uint64_t stat_of(tw_client *c, const char *key)
 {
-    struct tw_stat_entry *st;
-    size_t n;
-    uint64_t v = UINT64_MAX;
-    TW_ASSERT_OK(tw_stats(c, &st, &n));
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(st[i].key, key) == 0)
-            v = st[i].value;
-    tw_stats_free(st);
-    return v;
+    return tw_test_stat(c, key, UINT64_MAX);
 }
 
 /* The plane text must say staging exactly when GPU memory is on this side,
