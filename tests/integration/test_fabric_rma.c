@@ -1246,8 +1246,35 @@ static void attach_only_reads(void)
         TW_ASSERT_OK(pull_once(c3, cp, ldst, nokey, n, 1, &fc));
         TW_ASSERT_EQ(fc.status, 0);
         TW_ASSERT_MEM_EQ(dst, src, n);
-        /* The peer's process refuses from now on (as after EPERM). */
+        /* The peer's process refuses while an attach-only pull waits for
+         * the mover (paused): the mover fails it with EPERM, posting
+         * nothing to libfabric. */
+        struct tw_fabric_xfer_desc d;
+        memset(&d, 0, sizeof(d));
+        d.op = TW_FABRIC_PULL;
+        d.peer = cp;
+        d.local = ldst;
+        d.remote = nokey;
+        d.length = n;
+        d.attach_only = 1;
+        d.deadline_ns = tw__now_ns() + 20ull * 1000 * 1000 * 1000;
+        d.cookie = 91;
+        struct tw_fabric_stats sa, sb;
+        tw__fabric_pause(c3, 1);
+        TW_ASSERT_OK(tw__fabric_xfer_submit(c3, &d, NULL));
         __atomic_store_n(&cp->cma, -1, __ATOMIC_RELEASE);
+        tw__fabric_stats(c3, &sa);
+        tw__fabric_pause(c3, 0);
+        TW_ASSERT_EQ(wait_completion(c3, &fc, 10000), 1);
+        tw__fabric_stats(c3, &sb);
+        fprintf(stderr, "  attach-only pull in flight, peer refusing: %d: %s\n", fc.status, fc.msg);
+        TW_ASSERT_EQ_U64(fc.cookie, 91);
+        TW_ASSERT_EQ(fc.status, -EPERM);
+        TW_ASSERT(strstr(fc.msg, "attach read") != NULL);
+        /* Its one operation ended in the mover's attach path (counted
+         * in cma_reads), none went to libfabric. */
+        TW_ASSERT_EQ_U64(sb.ops_posted - sa.ops_posted, sb.cma_reads - sa.cma_reads);
+        /* From now on it is refused at submit. */
         TW_ASSERT_EQ(tw__fabric_peer_attach_reads(cp), 0);
         struct tw_fabric_stats st0, st1;
         tw__fabric_stats(c3, &st0);
