@@ -1196,21 +1196,28 @@ static int open_cma_plane(int threaded, struct tw_fabric **f, struct tw_fabric_p
     return strcmp(tw__fabric_peer_provider(*cp), "shm") == 0;
 }
 
-/* One synchronous pull of n bytes of rk into ldst (attach_only as given);
- * its completion in *fc. */
+/* A pull of n bytes of rk into ldst (attach_only as given), 20 s deadline. */
+static void pull_desc(struct tw_fabric_xfer_desc *d, struct tw_fabric_peer *cp,
+                      struct tw_fabric_mr *ldst, struct tw_fabric_rkey rk, size_t n,
+                      int attach_only)
+{
+    memset(d, 0, sizeof(*d));
+    d->op = TW_FABRIC_PULL;
+    d->peer = cp;
+    d->local = ldst;
+    d->remote = rk;
+    d->length = n;
+    d->attach_only = attach_only;
+    d->deadline_ns = tw__now_ns() + 20ull * 1000 * 1000 * 1000;
+}
+
+/* That pull, synchronously; its completion in *fc. */
 static int pull_once(struct tw_fabric *f, struct tw_fabric_peer *cp, struct tw_fabric_mr *ldst,
                      struct tw_fabric_rkey rk, size_t n, int attach_only,
                      struct tw_fabric_completion *fc)
 {
     struct tw_fabric_xfer_desc d;
-    memset(&d, 0, sizeof(d));
-    d.op = TW_FABRIC_PULL;
-    d.peer = cp;
-    d.local = ldst;
-    d.remote = rk;
-    d.length = n;
-    d.attach_only = attach_only;
-    d.deadline_ns = tw__now_ns() + 20ull * 1000 * 1000 * 1000;
+    pull_desc(&d, cp, ldst, rk, n, attach_only);
     memset(fc, 0, sizeof(*fc));
     return tw__fabric_xfer_run(f, &d, fc);
 }
@@ -1250,14 +1257,7 @@ static void attach_only_reads(void)
          * the mover (paused): the mover fails it with EPERM, posting
          * nothing to libfabric. */
         struct tw_fabric_xfer_desc d;
-        memset(&d, 0, sizeof(d));
-        d.op = TW_FABRIC_PULL;
-        d.peer = cp;
-        d.local = ldst;
-        d.remote = nokey;
-        d.length = n;
-        d.attach_only = 1;
-        d.deadline_ns = tw__now_ns() + 20ull * 1000 * 1000 * 1000;
+        pull_desc(&d, cp, ldst, nokey, n, 1);
         d.cookie = 91;
         struct tw_fabric_stats sa, sb;
         tw__fabric_pause(c3, 1);
