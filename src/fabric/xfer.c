@@ -513,6 +513,13 @@ static int cma_read(struct tw_fabric_xfer *x, const struct tw_fabric_rma *op, vo
     return rc > 0 ? 1 : rc;
 }
 
+/* Whether plane fab copies reads on rail r by cross-memory attach at all:
+ * it was opened with cma_reads, r is shm with virtual addresses. */
+static int cma_rail(const struct tw_fabric *fab, const struct tw_fabric_rail *r)
+{
+    return fab->cma_reads && r->is_shm && (r->mr_mode & FI_MR_VIRT_ADDR);
+}
+
 /* Whether this plane copies reads from peer p by cross-memory attach (the
  * plane's cma_reads, an shm rail with virtual addresses, the peer's process
  * verified), for callers outside the mover. The peer's verdict is read
@@ -522,7 +529,7 @@ static int cma_peer_usable(struct tw_fabric_peer *p)
 {
     struct tw_fabric_rail *r = p->rail;
     struct tw_fabric *fab = r->fab;
-    if (!fab->cma_reads || !r->is_shm || !(r->mr_mode & FI_MR_VIRT_ADDR))
+    if (!cma_rail(fab, r))
         return 0;
     int known = __atomic_load_n(&p->cma, __ATOMIC_ACQUIRE);
     if (!known) {
@@ -684,8 +691,8 @@ static int cma_eligible(struct tw_fabric_xfer *x, const struct tw_fabric_rail *r
 {
     if (x->d.attach_only && !x->no_cma)
         return 1; /* copied that way, or failed if the peer refuses (cma_single) */
-    return x->fab->cma_reads && !x->no_cma && x->d.op == TW_FABRIC_PULL && r->is_shm &&
-           (r->mr_mode & FI_MR_VIRT_ADDR) && x->d.local->cuda_device < 0 && cma_peer_ok(x->d.peer);
+    return cma_rail(x->fab, r) && !x->no_cma && x->d.op == TW_FABRIC_PULL &&
+           x->d.local->cuda_device < 0 && cma_peer_ok(x->d.peer);
 }
 
 /* Reads by cross-memory attach waiting for one process_vm_readv() call:
@@ -1123,8 +1130,7 @@ int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_
         return tw__fabric_fail(fab, TW_EINVAL, "%llu bytes exceed the remote region of %llu",
                                (unsigned long long)d->length, (unsigned long long)d->remote.length);
     if (d->attach_only) {
-        if (d->op != TW_FABRIC_PULL || d->local->cuda_device >= 0 || !fab->cma_reads ||
-            !d->peer->rail->is_shm || !(d->peer->rail->mr_mode & FI_MR_VIRT_ADDR))
+        if (d->op != TW_FABRIC_PULL || d->local->cuda_device >= 0 || !cma_rail(fab, d->peer->rail))
             return tw__fabric_fail(fab, TW_EINVAL,
                                    "an attach read needs a pull into host memory over shm, on a "
                                    "plane with cma_reads");
