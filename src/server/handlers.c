@@ -184,7 +184,7 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
                     (unsigned long long)c->id, c->peer, detail);
         }
     }
-    if (inp) /* a put keeps its inputs: decided again at RDMA_REGISTER */
+    if (inp) /* the inputs, for the caller (a put decides again at RDMA_REGISTER) */
         *inp = in;
     return tw__path_decide(&in);
 }
@@ -238,7 +238,8 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
                             show_name(nm, name, sizeof(name)));
         return;
     }
-    struct tw_path path = choose_path(c, TW_PATH_GET, m->u.tensor_request.flags, t, NULL);
+    struct tw_path_in in;
+    struct tw_path path = choose_path(c, TW_PATH_GET, m->u.tensor_request.flags, t, &in);
     log_path(c, id, "get", t, m->u.tensor_request.flags, &path);
     if (!tw__dp_for_path(&path)) {
         tw__tensor_unref(t);
@@ -254,7 +255,7 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
     /* Meaningful over a host-local provider only (§4.5): elsewhere the
      * source is registered as for any get. */
     x->attach =
-        (m->u.tensor_request.flags & TW_XFER_ATTACH_READ) && conn_provider(c) == TW_PATH_PROV_SHM;
+        (m->u.tensor_request.flags & TW_XFER_ATTACH_READ) && in.provider == TW_PATH_PROV_SHM;
     struct tw_msg r;
     memset(&r, 0, sizeof(r));
     r.hdr.tag = TW_TAG_TENSOR_INFO;
