@@ -110,7 +110,8 @@ extern const struct tw__client_dp_ops *const tw__client_dp_inline_staged;
 extern const struct tw__client_dp_ops *const tw__client_dp_rdma_staged;
 
 /* Whether get r, about to be requested on the RDMA plane, may carry
- * ATTACH_READ (docs/protocol.md §4.5, bit 7): a pull into host memory here,
+ * ATTACH_READ (docs/protocol.md §4.5, bit 7): a pull into host memory here
+ * (the caller's, or the library's for a get that stages into GPU memory),
  * the bit negotiated, and our reads from the server's process going by
  * cross-memory attach (dp_rdma.c). */
 int tw__client_rdma_attach_read(struct tw_client *c, const struct tw__creq *r);

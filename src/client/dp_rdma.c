@@ -543,10 +543,14 @@ int tw__client_rdma_attach_read(struct tw_client *c, const struct tw__creq *r)
 {
     /* A pull into host memory only: a push get sends our own RDMA_REGISTER
      * for the server to write with, and GPU memory (GPUDirect) is no
-     * process memory the kernel could copy to. The server may then send no
-     * key: our reads of that get never go to libfabric (attach_only). */
-    return r->op == TW__OP_GET && r->dp == &tw__client_dp_rdma && r->path.mode == TW_PATH_PULL &&
-           !r->path.gdr && r->mem.kind == TW_MEMKIND_HOST &&
+     * process memory the kernel could copy to. A staged get into GPU
+     * memory reads into the library's host memory (a buffer of its size
+     * class or the pipeline's pool: dp_staging.c), so it qualifies too.
+     * The server may then send no key: our reads of that get never go to
+     * libfabric (attach_only). */
+    int host_dst = (r->dp == &tw__client_dp_rdma && r->mem.kind == TW_MEMKIND_HOST) ||
+                   r->dp == tw__client_dp_rdma_staged;
+    return r->op == TW__OP_GET && host_dst && r->path.mode == TW_PATH_PULL && !r->path.gdr &&
            (c->sm.caps & TW_CAP_RDMA_ATTACH_READS) && c->fpeer &&
            tw__fabric_peer_attach_reads(c->fpeer);
 }

@@ -919,6 +919,7 @@ static int piped_pump(struct tw_client *c, struct tw__creq *r)
         d.remote.length -= ch.offset;
         d.length = ch.len;
         d.stall_ns = pipe_stall_ns(c);
+        d.attach_only = r->attach; /* the pool is host memory */
         int rc = tw__fabric_xfer_run(c->fab, &d, &fc);
         if (rc < 0 || fc.status) {
             int status = fc.status ? fc.status : rc;

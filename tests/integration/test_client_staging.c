@@ -212,6 +212,7 @@ static void dev_read(uint8_t *dst, const uint8_t *dev, size_t n)
 static void test_round_trips(void)
 {
     tw_client *c = connect_fake(0);
+    unsigned staged_attach_gets = 0, shm_gets = 0;
     size_t sizes[] = {1,
                       4096,
                       PIPE_CHUNK - 1,
@@ -235,8 +236,18 @@ static void test_round_trips(void)
         memset(back, 0, n);
         dev_write(dst, back, n);
         long async_before = fake.copies;
+        /* Over shm, once a read by cross-memory attach worked, a staged
+         * get asks with ATTACH_READ too (it reads into the library's host
+         * memory): the server registers nothing for it. */
+        int attach = c->fpeer && tw__fabric_peer_attach_reads(c->fpeer);
+        uint64_t att0 = tw_test_stat(c, "rdma_attach_gets", 0);
         TW_ASSERT_OK(tw_get(c, "st/t", dst, n, &got));
         TW_ASSERT(strstr(tw_client_data_plane(c), "+ staging") != NULL);
+        int on_shm = strstr(tw_client_data_plane(c), "rdma pull (shm)") != NULL;
+        TW_ASSERT_EQ_U64(tw_test_stat(c, "rdma_attach_gets", 0) - att0,
+                         (uint64_t)(attach && on_shm));
+        staged_attach_gets += (unsigned)(attach && on_shm);
+        shm_gets += (unsigned)on_shm;
         if (on_rdma(c)) {
             /* The pipelined pull: one asynchronous copy per chunk. */
             TW_ASSERT_EQ(fake.copies - async_before, (long)tw__staging_nchunks(n, PIPE_CHUNK));
@@ -262,6 +273,9 @@ static void test_round_trips(void)
         free(src);
         free(back);
     }
+    /* Over shm every staged get after the first read by attach is one. */
+    if (shm_gets > 1)
+        TW_ASSERT(staged_attach_gets >= shm_gets - 1);
     TW_ASSERT_OK(tw_delete(c, "st/t"));
     tw_close(c);
 }
