@@ -181,6 +181,9 @@ struct tw__txseg {
 /* Gets whose copies to the GPU wait for a fence, at most (a fence is
  * taken when they reach it; dp_staging.c stage_queue). */
 #define TW__STAGE_PEND 256
+/* Groups of those copies with an event recorded behind them (dp_staging.c
+ * stage_reclaim). */
+#define TW__STAGE_GROUPS 32
 /* Size classes of kept staging buffers: 32 KiB to 8 MiB by powers of two
  * (dp_staging.c buf_get). */
 #define TW__STAGE_CLASSES 9
@@ -275,16 +278,28 @@ struct tw_client {
      * (tw__client_stage_fence): the buffer and the request (index in
      * c->run) of each. At most TW__STAGE_PEND. Their copies reach
      * the stream in groups (dp_staging.c stage_submit: one batched driver
-     * call per group). */
+     * call per group), each followed by an event where one could be
+     * recorded: stage_grp, oldest first from stage_grp_head, numbered
+     * 1, 2, ... (stage_grp_seq: the last one's); a buffer whose group's
+     * event was reached is given back without waiting for the rest of the
+     * stream. Events are the slots' own, made on first use, reused. */
     struct tw__stage_pending {
         struct tw__stage_buf *buf;
         size_t index;
         int device;
         uintptr_t dst; /* the copy: buf's first len bytes to dst */
         size_t len;
-        int queued; /* handed to the stream (0: waits for stage_submit) */
+        int queued;     /* handed to the stream (0: waits for stage_submit) */
+        uint64_t group; /* its group's number, 0: no event follows it */
     } stage_pend[TW__STAGE_PEND];
     unsigned nstage_pend;
+    struct tw__stage_group {
+        void *event; /* of device ev_dev (NULL until first used) */
+        int ev_dev;
+        uint64_t seq;
+    } stage_grp[TW__STAGE_GROUPS];
+    unsigned stage_grp_head, nstage_grp;
+    uint64_t stage_grp_seq;
     unsigned nstage_unqueued;    /* of them, not handed to the stream yet */
     size_t stage_unqueued_bytes; /* and their bytes */
     /* Small puts of the run from GPU memory whose bytes were copied into a

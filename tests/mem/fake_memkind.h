@@ -53,6 +53,7 @@ struct fake_event {
 
 static struct {
     long pins, unpins, streams, stream_frees, events, event_frees;
+    long stream_waits;
     long copies;
     long fail_submit_at, fail_complete_at;
     int pending_polls;
@@ -107,6 +108,7 @@ static inline void fake_run(struct fake_stream *s, unsigned upto)
 static inline int fake_stream_wait(int device, void *stream, char *err, size_t errlen)
 {
     struct fake_stream *s = stream;
+    fake.stream_waits++;
     fake_run(s, s->queued);
     if (s->failed && err && errlen)
         snprintf(err, errlen, "fake: device copy failed (injected)");
