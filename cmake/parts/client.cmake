@@ -106,7 +106,9 @@ add_dependencies(test_client_gdr tensorwired)
 # built as libcuda.so.1 in its own directory, which LD_LIBRARY_PATH puts
 # before any real driver, for the client and the tensorwired it starts.
 # So the staging planes of both sides, and the server's queued copies, run
-# in every CI build; the real runs stay on the GPU machine.
+# in every CI build; the real runs stay on the GPU machine. Every event
+# answers NOT_READY three times before its copies run, so a copy still
+# running is met where code must not wait for it.
 add_library(fakecuda SHARED ${CMAKE_SOURCE_DIR}/tests/fakecuda/fake_libcuda.c)
 target_include_directories(fakecuda PRIVATE ${CMAKE_SOURCE_DIR}/src)
 set_target_properties(fakecuda PROPERTIES OUTPUT_NAME cuda SOVERSION 1 C_VISIBILITY_PRESET hidden
@@ -122,6 +124,6 @@ foreach(t test_gpu_staging test_gpu_inject)
     add_test(NAME ${_n} COMMAND ${t})
     set_tests_properties(${_n} PROPERTIES TIMEOUT 600 LABELS "integration;fakecuda"
       SKIP_RETURN_CODE 77
-      ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=$<$<NOT:$<STREQUAL:${prov},none>>:${prov}>;TW_TEST_PUSH=never;LD_LIBRARY_PATH=${CMAKE_BINARY_DIR}/fakecuda")
+      ENVIRONMENT "TW_SOURCE_DIR=${CMAKE_SOURCE_DIR};TW_BUILD_DIR=${CMAKE_BINARY_DIR};TW_TEST_FABRIC=$<$<NOT:$<STREQUAL:${prov},none>>:${prov}>;TW_TEST_PUSH=never;LD_LIBRARY_PATH=${CMAKE_BINARY_DIR}/fakecuda;TW_FAKE_CUDA_NOT_READY=3")
   endforeach()
 endforeach()

@@ -414,12 +414,11 @@ void tw__srv_stage_destroy(struct tw_srv *srv);
  * (the frames hold wrong bytes: the caller closes the connection), with
  * the reason in err. */
 int tw__srv_stage_fence(struct tw_srv_conn *c, char *err, size_t errlen);
-/* Whether the copy filling DATA frame ch is complete: 1 yes (ch needs no
- * more waiting), 0 not yet (only when !wait), negative when it failed
- * (reason in err; the caller closes the connection). Counts blocking
- * waits in STATS. */
-int tw__srv_stage_ready(struct tw_srv_conn *c, struct tw_out_chunk *ch, int wait, char *err,
-                        size_t errlen);
+/* Whether the copy filling frame ch (a DATA frame, or an RDMA_REGISTER
+ * whose source it fills) is complete: 1 yes (ch needs no more looking
+ * at), 0 not yet, negative when it failed (reason in err; the caller
+ * closes the connection). Never blocks. */
+int tw__srv_stage_ready(struct tw_srv_conn *c, struct tw_out_chunk *ch, char *err, size_t errlen);
 /* Whether the queued copy of commit x (x->in_commits: x->commit_gpu,
  * commit_ticket) is done: 1 yes, 0 not yet (only when !wait; the call
  * hands queued copies to the driver), or a negative code with "copying it

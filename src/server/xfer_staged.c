@@ -165,10 +165,9 @@ static int ticket_done(struct tw_srv *srv, int gpu, uint64_t ticket, int wait, c
     return r;
 }
 
-int tw__srv_stage_ready(struct tw_srv_conn *c, struct tw_out_chunk *ch, int wait, char *err,
-                        size_t errlen)
+int tw__srv_stage_ready(struct tw_srv_conn *c, struct tw_out_chunk *ch, char *err, size_t errlen)
 {
-    int r = ticket_done(c->srv, ch->dev_gpu, ch->dev_ticket, wait, err, errlen);
+    int r = ticket_done(c->srv, ch->dev_gpu, ch->dev_ticket, 0, err, errlen);
     if (r == 1)
         ch->dev_gpu = -1;
     return r;

@@ -16,7 +16,8 @@
  *     when an address is reused) and zeroes for any other address;
  *   - streams run their copies lazily: a queued copy happens only when
  *     the stream is synchronized, an event recorded after it completes
- *     (the first cuEventQuery of each record answers NOT_READY), or a
+ *     (the first TW_FAKE_CUDA_NOT_READY cuEventQuery calls of each record,
+ *     default 1, answer NOT_READY), or a
  *     synchronous copy, an allocation or a free runs (which, like the
  *     legacy default stream, waits for every blocking stream). Code that
  *     reads a copy's destination before the driver said it is done sees
@@ -64,7 +65,7 @@ struct CUevent_st {
     struct CUevent_st *next;
     struct CUstream_st *stream; /* NULL: recorded on the legacy stream, or its stream is gone */
     size_t upto;
-    int queried; /* the first query after a record answers NOT_READY */
+    int queried; /* queries after the record that answered NOT_READY */
 };
 
 struct CUctx_st {
@@ -86,6 +87,16 @@ static int ndevs(void)
     const char *v = getenv("TW_FAKE_CUDA_DEVICES");
     int n = v && *v ? atoi(v) : 1;
     return n < 0 ? 0 : n > FAKE_MAX_DEVS ? FAKE_MAX_DEVS : n;
+}
+
+/* How many queries after a record answer NOT_READY before the copies
+ * run: TW_FAKE_CUDA_NOT_READY (default 1), so that code which must not
+ * wait for a copy meets one still running more than once. */
+static int not_ready_answers(void)
+{
+    const char *v = getenv("TW_FAKE_CUDA_NOT_READY");
+    int n = v && *v ? atoi(v) : 1;
+    return n < 0 ? 0 : n;
 }
 
 static int cur_ordinal(void)
@@ -545,8 +556,8 @@ EXPORT CUresult cuEventQuery(CUevent ev)
     pthread_mutex_lock(&mu);
     CUresult r = CUDA_SUCCESS;
     if (ev->stream && ev->stream->done < ev->upto) {
-        if (!ev->queried) {
-            ev->queried = 1;
+        if (ev->queried < not_ready_answers()) {
+            ev->queried++;
             r = CUDA_ERROR_NOT_READY;
         } else {
             run_upto(ev->stream, ev->upto);
