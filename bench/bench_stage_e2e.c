@@ -12,7 +12,8 @@
  * the medians (MiB/s) and their ratio. Batch mode: COUNT tensors of BLOCK
  * bytes on cuda:0 got with one tw_batch_get into slices of one cuda:0
  * allocation, against one cuda:0 tensor of COUNT x BLOCK bytes got into
- * the same allocation, 3 times each alternating; prints the medians and
+ * the same allocation, 3 times each alternating after one warm-up of each
+ * (TW_BENCH_REPS=N: N times); prints each round and the medians and
  * the ratio. Then the same for puts from that allocation (COUNT new
  * names once, then overwrites, against one tensor): a second line.
  * TW_BENCH_INFLIGHT=N sets the client's max_inflight (the batch window;
@@ -100,7 +101,8 @@ int main(int argc, char **argv)
     size_t block = batch ? (size_t)strtoull(argv[4], NULL, 10) : 0;
     size_t count = batch ? (size_t)strtoull(argv[5], NULL, 10) : 1;
     size_t n = batch ? block * count : (size_t)strtoull(argv[3], NULL, 10);
-    int reps = batch ? 3 : atoi(argv[4]);
+    const char *reps_env = getenv("TW_BENCH_REPS");
+    int reps = batch ? (reps_env && *reps_env ? atoi(reps_env) : 3) : atoi(argv[4]);
     if (!n || reps < 1 || reps > 64)
         return 2;
     void *dev = NULL;
@@ -155,6 +157,9 @@ int main(int argc, char **argv)
         if (gets_only > 0) {
             if (gets_only > 64)
                 gets_only = 64;
+            printf("device batch %zu x %zu B, %s: blocks put, %d batch gets follow\n", count, block,
+                   argv[2], gets_only);
+            fflush(stdout);
             for (int r = 0; r < gets_only; r++) {
                 double t0 = now_s();
                 if ((rc = tw_batch_get(c, items, count)) != 0)
@@ -169,7 +174,10 @@ int main(int argc, char **argv)
             return 0;
         }
         put_tensor(c, "bse/one", "cuda:0", host, n);
+        /* One warm-up of each (the batch's first get pins its buffers). */
         timed_get(c, "bse/one", dev, n);
+        if ((rc = tw_batch_get(c, items, count)) != 0)
+            die(c, "batch get", rc);
         for (int r = 0; r < reps; r++) {
             double t0 = now_s();
             rc = tw_batch_get(c, items, count);
@@ -177,6 +185,7 @@ int main(int argc, char **argv)
                 die(c, "batch get", rc);
             a[r] = (double)n / (now_s() - t0) / 1048576.0;
             b[r] = timed_get(c, "bse/one", dev, n);
+            printf("  round %d: batch get %.1f MiB/s, one tensor %.1f MiB/s\n", r + 1, a[r], b[r]);
         }
         double mb = median(a, reps), m1 = median(b, reps);
         printf("device batch %zu x %zu B, %s: batch %.1f MiB/s, one tensor %.1f MiB/s, ratio "
