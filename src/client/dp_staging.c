@@ -466,13 +466,15 @@ static struct tw__stage_buf *buf_get(struct tw_client *c, const struct tw__creq 
     struct tw__stage_buf *b;
     int k = class_of_len(len);
     /* None kept: take the buffers of the pending gets whose copies are
-     * done back; when none is, a new buffer (waiting for copies here,
-     * the whole stream's as it was, took 1/7 of a batch of 32 KiB gets'
-     * time on the H200; the buffers stay bounded: at most the batch
-     * window plus TW__STAGE_PEND are in use, and those kept idle by
-     * STAGE_SMALL_IDLE). */
+     * done back. When none is, a small class takes a new buffer (waiting
+     * for copies here, the whole stream's as it was, took 1/7 of a batch
+     * of 32 KiB gets' time on the H200; at most the batch window plus
+     * TW__STAGE_PEND of them are in use, those kept idle bounded by
+     * STAGE_SMALL_IDLE); a larger one waits for the oldest group of
+     * copies, so pinned memory does not grow by megabytes per pending
+     * copy. */
     if (k >= 0 && !c->nstage_kept[k] && c->nstage_pend)
-        stage_reclaim(c, 0); /* failures land on their requests */
+        stage_reclaim(c, (STAGE_CLASS_MIN << k) > STAGE_SMALL_MAX); /* failures: their requests */
     if (k >= 0 && c->stage_kept[k]) {
         b = c->stage_kept[k];
         c->stage_kept[k] = b->next;
