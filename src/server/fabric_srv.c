@@ -47,15 +47,10 @@ static void on_fab_io(struct tw_loop *loop, struct tw_io *io, uint32_t events)
      * so the loop comes back for the rest after serving the sockets;
      * draining it first lost them (a batch of more than 256 pull puts in
      * flight stalled until the client gave up, and the rail with it). */
-    uint64_t queued = srv->stats.staged_async_commits;
-    srv->completing = 1;
+    srv->completing = 1; /* small staged puts queue their GPU copies */
     for (int i = 0; i < 256 && tw__fabric_done_pop(srv->fab, &fc) == 1; i++)
         tw__srv_rdma_on_completion(srv, &fc);
     srv->completing = 0;
-    /* Puts whose copies into the GPU were queued: the loop publishes them
-     * once done (server.c commits_progress), as after a read. */
-    if (srv->stats.staged_async_commits != queued)
-        srv->commits_pending = 1;
     /* A rail retired meanwhile (a dead shm peer, src/fabric/fabric.h):
      * drop its cached registrations so it can close and free its slot. */
     uint32_t retired = tw__fabric_retired_rails(srv->fab);

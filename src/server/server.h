@@ -218,10 +218,11 @@ struct tw_srv {
     struct tw_srv_conn *settle; /* connections with a teardown to do */
     uint32_t nconns;            /* served connections (max_connections applies) */
     uint32_t nrejecting;        /* connections being refused */
-    /* Some connection has puts whose copies into the GPU were still
-     * running at the end of its read (tw__xfer_commits_advance): the loop
-     * polls instead of sleeping and publishes them once done, or waits for
-     * them when it has nothing else to do (tw__srv_poll). */
+    /* Some connection has puts whose copies into the GPU were queued (set
+     * where one is queued, xfer.c tw__xfer_put_complete, after a read or
+     * the plane's completions alike): the loop polls instead of sleeping
+     * and publishes them once done, or waits for them when it has nothing
+     * else to do (tw__srv_poll). */
     int commits_pending;
     /* The loop is handing the plane's completions to their requests
      * (fabric_srv.c on_fab_io): small staged puts those complete queue

@@ -183,7 +183,8 @@ void tw__xfer_put_complete(struct tw_xfer *x)
             put_fail(x, why);
             return;
         }
-        if (rc == 1) { /* published once its copy is done */
+        if (rc == 1) { /* published once its copy is done (tw__srv_poll) */
+            c->srv->commits_pending = 1;
             x->commit_t = t;
             x->in_commits = 1;
             x->cnext = NULL;
