@@ -321,6 +321,10 @@ struct tw_client {
      * once; forgotten when the plane closes, which frees it). */
     struct tw_staging_pool *stage_pool;
     struct tw_fabric_mr *stage_pool_mr;
+    /* Counts the RDMA plane's closes (tw__client_rdma_close): registrations
+     * kept on library buffers (dp_staging.c tw__client_stage_lend_mr) of an
+     * earlier value were freed with that plane. */
+    unsigned rdma_gen;
     /* Set by the plane (any thread) once a pool registration given up
      * with reads still in the provider is idle (dp_staging.c). */
     int stage_pool_idle;
@@ -370,6 +374,22 @@ int tw__client_stage_fence(struct tw_client *c);
 /* Gives back the buffers of puts copied ahead and not started (the run
  * ended, or failed). Called where the run ends, with the fence. */
 void tw__client_stage_ahead_drop(struct tw_client *c);
+
+/* A staged pull get's host buffer (a size class's or the spare, not the
+ * pipeline's pool) registered on the plane for reads into it
+ * (TW_FABRIC_LOCAL_READ, the whole buffer), made on the buffer's first such
+ * get and kept with the buffer, so a batch of small staged gets registers
+ * and revokes nothing per get. The registration is lent: the caller neither
+ * deregisters nor releases it (a transfer holds its own reference while it
+ * runs). NULL when r reads into no such buffer, there is no plane, or the
+ * registration failed: the caller registers r->buf itself. */
+struct tw_fabric_mr *tw__client_stage_lend_mr(struct tw_client *c, struct tw__creq *r);
+/* A lent registration whose reads were left in the provider (a cancelled
+ * transfer, buffer_busy): the buffer gives it up and the caller owns it
+ * (releases it with tw__fabric_mr_release and waits for it to go idle,
+ * as for its own); the buffer registers anew when next used. NULL when the
+ * buffer holds none. */
+struct tw_fabric_mr *tw__client_stage_take_mr(struct tw_client *c, struct tw__creq *r);
 
 /* --- conn.c ------------------------------------------------------------ */
 

@@ -62,6 +62,7 @@
 struct tw__rdma_req {
     struct tw__creq *r;
     struct tw_fabric_mr *mr;   /* our registration of host r->buf, or NULL */
+    int mr_lent;               /* mr is the staging buffer's (not ours to drop) */
     struct tw_fabric_mrc *mrc; /* gdr: our registration of GPU r->buf, or NULL */
     const void *gbuf;          /* gdr: the registered GPU range */
     size_t glen;
@@ -227,6 +228,7 @@ out_close:
 void tw__client_rdma_close(struct tw_client *c)
 {
     c->stage_pool_mr = NULL; /* closing the plane frees it (dp_staging.c) */
+    c->rdma_gen++;           /* and the staging buffers' (tw__client_stage_lend_mr) */
     /* With a handle still out (a plane closed under an undrained transfer)
      * the cache cannot go: it is left behind, like the plane's registrations
      * that tw__fabric_close frees. */
@@ -245,8 +247,10 @@ void tw__client_rdma_close(struct tw_client *c)
  * A GPU registration's cached region goes too (see the top). */
 static void drop_mr(struct tw_client *c, struct tw__rdma_req *q)
 {
-    tw__fabric_mr_deregister(q->mr);
+    if (!q->mr_lent)
+        tw__fabric_mr_deregister(q->mr);
     q->mr = NULL;
+    q->mr_lent = 0;
     if (q->mrc) {
         tw__fabric_mrcache_release(c->mrc, q->mrc);
         tw__fabric_mrcache_invalidate(c->mrc, q->gbuf, q->glen);
@@ -254,13 +258,19 @@ static void drop_mr(struct tw_client *c, struct tw__rdma_req *q)
     }
 }
 
-/* Registers r->buf (len bytes) with access: host memory directly, GPU
+/* Registers r->buf (len bytes) with access: host memory directly (a
+ * staged pull get borrows its library buffer's kept registration), GPU
  * memory (r->path.gdr) through the plane's cache. 0, or a negative code
  * with the reason in why. */
 static int reg_buf(struct tw_client *c, struct tw__creq *r, size_t len, unsigned access, char *why,
                    size_t whylen)
 {
     struct tw__rdma_req *q = req_state(r);
+    if (!r->path.gdr && access == TW_FABRIC_LOCAL_READ && r->dp == tw__client_dp_rdma_staged &&
+        (q->mr = tw__client_stage_lend_mr(c, r)) != NULL) {
+        q->mr_lent = 1;
+        return 0;
+    }
     if (!r->path.gdr) {
         int rc = tw__fabric_mr_register(c->fpeer, r->buf, len, access, TW_FABRIC_HOST, 0, &q->mr);
         if (rc < 0)
@@ -333,6 +343,7 @@ static void forget_plane(struct tw_client *c)
         if ((o->dp == &tw__client_dp_rdma || o->dp == tw__client_dp_rdma_staged) && o->dp_state) {
             struct tw__rdma_req *q = req_state(o);
             q->mr = NULL;
+            q->mr_lent = 0;
             q->mrc = NULL;
             q->fx = NULL;
             q->ready = 0;
@@ -431,9 +442,12 @@ static int settle_busy(struct tw_client *c, struct tw__creq *r,
 {
     int idle = 0;
     struct tw__rdma_req *q = req_state(r);
-    struct tw_fabric_mr *mr = q->mr;
+    /* A lent registration: the buffer gives it up to us (it cannot be
+     * reused before the reads drain; the buffer registers anew). */
+    struct tw_fabric_mr *mr = q->mr_lent ? tw__client_stage_take_mr(c, r) : q->mr;
     struct tw_fabric_mrc *mrc = q->mrc;
     q->mr = NULL;
+    q->mr_lent = 0;
     q->mrc = NULL;
     if (mrc)
         tw__fabric_mrcache_release_busy(c->mrc, mrc, idle_flag, &idle);

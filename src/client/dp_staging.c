@@ -68,6 +68,12 @@ struct tw__stage_buf {
     size_t cap;
     int pin_dev;                            /* the device it was pinned for, or -1 */
     const struct tw_memkind_async_ops *pin; /* whose pin (unpins it) */
+    /* Its registration for pull gets on the plane of generation mr_gen
+     * (c->rdma_gen), made on its first pull get and kept while the buffer
+     * is (tw__client_stage_lend_mr); NULL when none. The plane's close
+     * frees it: a registration of another generation is forgotten. */
+    struct tw_fabric_mr *mr;
+    unsigned mr_gen;
 };
 
 struct stage {
@@ -115,10 +121,12 @@ struct stage {
  * pinning is paid once while the buffer is kept between requests). */
 #define STAGE_PIN_MIN ((size_t)1 << 20)
 
-static void buf_free(struct tw__stage_buf *b)
+static void buf_free(struct tw_client *c, struct tw__stage_buf *b)
 {
     if (!b)
         return;
+    if (b->mr && b->mr_gen == c->rdma_gen && c->fab)
+        tw__fabric_mr_deregister(b->mr);
     if (b->pin_dev >= 0)
         b->pin->unpin(b->pin_dev, b->p);
     tw__hostmem_free(b->p);
@@ -396,13 +404,13 @@ void tw__client_stage_free(struct tw_client *c)
     memset(c->stage_grp, 0, sizeof(c->stage_grp));
     c->stage_grp_head = 0;
     c->nstage_grp = 0;
-    buf_free(c->stage_spare);
+    buf_free(c, c->stage_spare);
     c->stage_spare = NULL;
     for (int k = 0; k < TW__STAGE_CLASSES; k++) {
         while (c->stage_kept[k]) {
             struct tw__stage_buf *b = c->stage_kept[k];
             c->stage_kept[k] = b->next;
-            buf_free(b);
+            buf_free(c, b);
         }
         c->nstage_kept[k] = 0;
     }
@@ -529,15 +537,15 @@ static void buf_put(struct tw_client *c, struct tw__stage_buf *b)
             c->stage_kept[k] = b;
             c->nstage_kept[k]++;
         } else {
-            buf_free(b);
+            buf_free(c, b);
         }
         return;
     }
     if (c->stage_spare && c->stage_spare->cap >= b->cap) {
-        buf_free(b);
+        buf_free(c, b);
         return;
     }
-    buf_free(c->stage_spare);
+    buf_free(c, c->stage_spare);
     c->stage_spare = b;
 }
 
@@ -574,6 +582,36 @@ static int stage_begin(struct tw_client *c, struct tw__creq *r, size_t len, int 
     r->stage = st;
     r->buf = st->buf->p;
     return 0;
+}
+
+struct tw_fabric_mr *tw__client_stage_lend_mr(struct tw_client *c, struct tw__creq *r)
+{
+    struct stage *st = r->stage;
+    struct tw__stage_buf *b = st ? st->buf : NULL;
+    if (!b || r->buf != b->p || !c->fab || !c->fpeer)
+        return NULL;
+    if (b->mr && b->mr_gen != c->rdma_gen)
+        b->mr = NULL; /* freed with the plane it was made on */
+    if (!b->mr) {
+        if (tw__fabric_mr_register(c->fpeer, b->p, b->cap, TW_FABRIC_LOCAL_READ, TW_FABRIC_HOST, 0,
+                                   &b->mr) != 0) {
+            b->mr = NULL;
+            return NULL;
+        }
+        b->mr_gen = c->rdma_gen;
+    }
+    return b->mr;
+}
+
+struct tw_fabric_mr *tw__client_stage_take_mr(struct tw_client *c, struct tw__creq *r)
+{
+    struct stage *st = r->stage;
+    struct tw__stage_buf *b = st ? st->buf : NULL;
+    if (!b || !b->mr || b->mr_gen != c->rdma_gen)
+        return NULL;
+    struct tw_fabric_mr *mr = b->mr;
+    b->mr = NULL;
+    return mr;
 }
 
 /* Copies the received bytes [st->copied, upto) to the device. With more

@@ -618,6 +618,7 @@ struct tw_fabric_stats {
     uint64_t cma_reads;         /* reads done by cross-memory attach (cma_reads) */
     uint64_t cma_calls;         /* the mover's process_vm_readv calls for them (batched) */
     uint64_t reads_now;         /* of those, whole transfers read by tw__fabric_peer_read_now */
+    uint64_t mrs_made;          /* registrations made (monotonic; mrs_open: held now) */
 };
 void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st);
 

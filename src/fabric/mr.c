@@ -254,6 +254,7 @@ static int register_on(struct tw_fabric_rail *r, void *addr, size_t len, unsigne
     }
     if (access & ACCESS_REMOTE)
         fab->remote_mrs++;
+    fab->st.mrs_made++;
     link_add_tail(&fab->mrs, &m->node);
     /* The mover polls while remotely accessible memory exists (target-side
      * progress on manual-progress providers): wake it if it sleeps. One
