@@ -288,7 +288,9 @@ struct tw_fabric {
     int event_fd; /* eventfd: completions queued for the owner's loop */
     /* event_fd holds a count (written once when fab->done went from empty
      * to not empty, read back once the owner found it empty again): one
-     * write and one read per burst of completions, not per transfer. */
+     * write and one read per burst of completions, not per transfer.
+     * Written under the lock with __atomic stores; tw__fabric_done_pop_many
+     * reads it without the lock (0: nothing queued). */
     int event_signaled;
     /* The mover is (about to be) blocked in poll/ppoll: a submit must
      * write wake_fd. While it runs it picks new transfers up by itself, so

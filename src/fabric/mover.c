@@ -70,7 +70,7 @@ void tw__fabric_done_push_locked(struct tw_fabric *fab, struct tw_fabric_xfer *x
 {
     link_add_tail(&fab->done, &x->node);
     if (!fab->event_signaled) {
-        fab->event_signaled = 1;
+        __atomic_store_n(&fab->event_signaled, 1, __ATOMIC_RELEASE);
         signal_fd(fab->event_fd);
     }
 }
@@ -78,7 +78,7 @@ void tw__fabric_done_push_locked(struct tw_fabric *fab, struct tw_fabric_xfer *x
 void tw__fabric_done_reset_locked(struct tw_fabric *fab)
 {
     if (fab->event_signaled) {
-        fab->event_signaled = 0;
+        __atomic_store_n(&fab->event_signaled, 0, __ATOMIC_RELEASE);
         drain_fd(fab->event_fd);
     }
 }

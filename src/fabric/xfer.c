@@ -1189,7 +1189,10 @@ static void fill_completion(const struct tw_fabric_xfer *x, struct tw_fabric_com
     c->status = x->status;
     c->bytes = x->bytes_done;
     c->buffer_busy = x->inflight > 0;
-    snprintf(c->msg, sizeof(c->msg), "%s", x->msg);
+    if (x->msg[0])
+        snprintf(c->msg, sizeof(c->msg), "%s", x->msg);
+    else
+        c->msg[0] = '\0';
 }
 
 /* Hands a finished transfer's memory over: freed now, or parked until its
@@ -1256,6 +1259,13 @@ int tw__fabric_xfer_run(struct tw_fabric *fab, const struct tw_fabric_xfer_desc 
 size_t tw__fabric_done_pop_many(struct tw_fabric *fab, struct tw_fabric_completion *c, size_t max)
 {
     size_t n = 0;
+    /* Nothing queued: no lock for an empty look (the owner's loop looks
+     * once per frame it handles, and the lock is the mover's most of the
+     * time). The flag is set with the first completion queued and cleared
+     * once the list is found empty, both under the lock; one queued just
+     * now has signalled the event fd, which the owner waits on. */
+    if (!__atomic_load_n(&fab->event_signaled, __ATOMIC_ACQUIRE))
+        return 0;
     tw__fabric_lock(fab);
     while (n < max && !link_empty(&fab->done)) {
         struct tw_fabric_xfer *x = TW_CONTAINER_OF(fab->done.next, struct tw_fabric_xfer, node);
