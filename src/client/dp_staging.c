@@ -36,7 +36,9 @@
  * later submitted on that device.
  *
  * Host buffers are kept on the handle between requests, so repeated
- * transfers do not fault in or pin fresh pages: up to 8 MiB in size
+ * transfers do not fault in, pin or register fresh pages (a buffer's
+ * registration for reads is made on its first pull get and kept with it:
+ * tw__client_stage_lend_mr): up to 8 MiB in size
  * classes (powers of two from 32 KiB), page-locked, at most 32 MiB of
  * classes up to 256 KiB and 64 MiB of larger ones idle; above that the
  * largest one used so far, page-locked from 1 MiB up. The pool likewise
