@@ -586,10 +586,17 @@ static int stage_begin(struct tw_client *c, struct tw__creq *r, size_t len, int 
     return 0;
 }
 
+/* The host buffer of r's own (a size class's or the spare), or NULL
+ * (not staged, or a pipelined pull through the pool). */
+static struct tw__stage_buf *own_buf(const struct tw__creq *r)
+{
+    const struct stage *st = r->stage;
+    return st ? st->buf : NULL;
+}
+
 struct tw_fabric_mr *tw__client_stage_lend_mr(struct tw_client *c, struct tw__creq *r)
 {
-    struct stage *st = r->stage;
-    struct tw__stage_buf *b = st ? st->buf : NULL;
+    struct tw__stage_buf *b = own_buf(r);
     if (!b || r->buf != b->p || !c->fab || !c->fpeer)
         return NULL;
     if (b->mr && b->mr_gen != c->rdma_gen)
@@ -607,8 +614,7 @@ struct tw_fabric_mr *tw__client_stage_lend_mr(struct tw_client *c, struct tw__cr
 
 struct tw_fabric_mr *tw__client_stage_take_mr(struct tw_client *c, struct tw__creq *r)
 {
-    struct stage *st = r->stage;
-    struct tw__stage_buf *b = st ? st->buf : NULL;
+    struct tw__stage_buf *b = own_buf(r);
     if (!b || !b->mr || b->mr_gen != c->rdma_gen)
         return NULL;
     struct tw_fabric_mr *mr = b->mr;
