@@ -196,7 +196,8 @@ struct tw_fabric_xfer {
     int stopping; /* no more posts; drain then finish */
     int cancel_sent;
     uint64_t stop_ns;
-    uint64_t progress_ns;      /* submitted, or the last operation completed (stall_ns) */
+    uint64_t progress_ns;      /* first seen by the progressing thread (0 before), or the last
+                                  operation completed (stall_ns) */
     uint64_t refused_since_ns; /* posts refused (EAGAIN) with nothing in flight since */
     int sync;                  /* tw__fabric_xfer_run() waits for it */
     int no_cma;                /* cross-memory attach hit EFAULT: libfabric reads the rest */
