@@ -62,9 +62,11 @@
  *     memory registered with CUDA are treated as host memory;
  *   - host memory: a handle keeps the page-locked host buffers it staged
  *     through until tw_close, so repeated transfers neither fault in nor
- *     pin pages again: at most 32 MiB idle for transfers up to 256 KiB,
- *     64 MiB for those up to 8 MiB, the largest larger one used, and
- *     (RDMA pull gets into GPU memory) a 64 MiB pool.
+ *     pin pages again: between calls at most 32 MiB idle for transfers up
+ *     to 256 KiB (in 2 MiB slabs; during a call as many as it has of them
+ *     in flight or waiting for their copies), 64 MiB for those up to
+ *     8 MiB, the largest larger one used, and (RDMA pull gets into GPU
+ *     memory) a 64 MiB pool.
  */
 #ifndef TENSORWIRE_CLIENT_H
 #define TENSORWIRE_CLIENT_H

@@ -269,10 +269,23 @@ struct tw_client {
      * neither faults in nor pins fresh pages. NULL when none is kept. */
     struct tw__stage_buf *stage_spare;
     /* Buffers of the size classes (pinned once) kept for batches of small
-     * and medium transfers: a list per class (through their `next`),
-     * nstage_kept[k] long; their idle bytes are bounded (dp_staging.c). */
+     * and medium transfers: nstage_kept[k] idle in class k, a list per
+     * class (through their `next`) of those not in a slab; their idle bytes
+     * are bounded (dp_staging.c). */
     struct tw__stage_buf *stage_kept[TW__STAGE_CLASSES];
     unsigned nstage_kept[TW__STAGE_CLASSES];
+    /* The slabs the small classes' buffers are carved from (dp_staging.c
+     * struct tw__stage_slab: their idle buffers are counted in nstage_kept
+     * but on no list), freed whole by tw__client_stage_trim; each class's
+     * next-fit cursor (the slab and buffer index to look from). */
+    struct tw__stage_slab *stage_slabs;
+    size_t stage_small_idle; /* bound on their idle bytes; 0: STAGE_SMALL_IDLE (tests) */
+    struct tw__stage_slab *stage_cur[TW__STAGE_CLASSES];
+    unsigned stage_cur_i[TW__STAGE_CLASSES];
+    /* Copies saved by joining adjacent small gets' copies to the GPU
+     * (stage_submit) and small puts' copies from it (put_ahead), since the
+     * handle was made (tests). */
+    uint64_t stage_joined_gets, stage_joined_puts;
     /* Gets into a size class's buffer whose copy to the GPU is queued on
      * the device's fence stream, not yet waited for
      * (tw__client_stage_fence): the buffer and the request (index in
@@ -374,6 +387,11 @@ int tw__client_stage_fence(struct tw_client *c);
 /* Gives back the buffers of puts copied ahead and not started (the run
  * ended, or failed). Called where the run ends, with the fence. */
 void tw__client_stage_ahead_drop(struct tw_client *c);
+/* Frees whole slabs of idle small-class buffers until those idle stay
+ * within their bound (dp_staging.c STAGE_SMALL_IDLE). A run takes as many
+ * as it has requests in flight and copies pending, so it is called where a
+ * run ends, after the fence and tw__client_stage_ahead_drop. */
+void tw__client_stage_trim(struct tw_client *c);
 
 /* A staged pull get's host buffer (a size class's or the spare, not the
  * pipeline's pool) registered on the plane for reads into it

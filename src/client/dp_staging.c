@@ -39,10 +39,12 @@
  * transfers do not fault in, pin or register fresh pages (a buffer's
  * registration for reads is made on its first pull get and kept with it:
  * tw__client_stage_lend_mr): up to 8 MiB in size
- * classes (powers of two from 32 KiB), page-locked, at most 32 MiB of
- * classes up to 256 KiB and 64 MiB of larger ones idle; above that the
- * largest one used so far, page-locked from 1 MiB up. The pool likewise
- * (made on the first pipelined get, freed with the handle).
+ * classes (powers of two from 32 KiB), page-locked, those up to 256 KiB
+ * carved from 2 MiB slabs (struct tw__stage_slab: adjacent blocks' copies
+ * join), at most 32 MiB of them idle when a call ends and 64 MiB of larger
+ * ones idle at any time; above that the largest one used so far,
+ * page-locked from 1 MiB up. The pool likewise (made on the first
+ * pipelined get, freed with the handle).
  *
  * State: struct stage in r->stage (the inner plane keeps r->dp_state).
  */
@@ -63,6 +65,8 @@ struct staged_plane {
     const struct tw__client_dp_ops *inner;
 };
 
+struct tw__stage_slab;
+
 /* A library host buffer; pinned through `pin_dev`'s context when >= 0. */
 struct tw__stage_buf {
     struct tw__stage_buf *next; /* kept: the next of its class (c->stage_kept) */
@@ -70,12 +74,34 @@ struct tw__stage_buf {
     size_t cap;
     int pin_dev;                            /* the device it was pinned for, or -1 */
     const struct tw_memkind_async_ops *pin; /* whose pin (unpins it) */
+    /* The slab it was carved from (a small class's), or NULL: its own
+     * memory, allocated and pinned alone. */
+    struct tw__stage_slab *slab;
     /* Its registration for pull gets on the plane of generation mr_gen
      * (c->rdma_gen), made on its first pull get and kept while the buffer
      * is (tw__client_stage_lend_mr); NULL when none. The plane's close
      * frees it: a registration of another generation is forgotten. */
     struct tw_fabric_mr *mr;
     unsigned mr_gen;
+};
+
+/* Buffers of a small class (up to STAGE_SMALL_MAX) are carved from slabs
+ * of STAGE_SLAB_BYTES, allocated and pinned as one, freed only whole
+ * (tw__client_stage_trim). They are handed out next-fit: the first idle
+ * one at or after the class's cursor (c->stage_cur), in address order, so
+ * the blocks of a batch taken one after another read into adjacent
+ * buffers and their copies to adjacent device blocks join into one
+ * (stage_submit), whatever order the buffers came back in. Owned by the
+ * handle (c->stage_slabs). */
+struct tw__stage_slab {
+    struct tw__stage_slab *next; /* c->stage_slabs */
+    void *p;                     /* n buffers of cap bytes */
+    size_t cap;
+    unsigned n;    /* at most 64 */
+    uint64_t idle; /* bit i: b[i] is idle */
+    int pin_dev;
+    const struct tw_memkind_async_ops *pin;
+    struct tw__stage_buf b[];
 };
 
 struct stage {
@@ -123,22 +149,105 @@ struct stage {
  * pinning is paid once while the buffer is kept between requests). */
 #define STAGE_PIN_MIN ((size_t)1 << 20)
 
+/* A slab of a small class: 64 buffers of 32 KiB, 8 of 256 KiB. */
+#define STAGE_SLAB_BYTES ((size_t)2 << 20)
+
+/* Drops b's registration, if it has one of the open plane. */
+static void buf_unregister(struct tw_client *c, struct tw__stage_buf *b)
+{
+    if (b->mr && b->mr_gen == c->rdma_gen && c->fab)
+        tw__fabric_mr_deregister(b->mr);
+    b->mr = NULL;
+}
+
+/* Frees a buffer of its own memory (not a slab's). */
 static void buf_free(struct tw_client *c, struct tw__stage_buf *b)
 {
     if (!b)
         return;
-    if (b->mr && b->mr_gen == c->rdma_gen && c->fab)
-        tw__fabric_mr_deregister(b->mr);
+    buf_unregister(c, b);
     if (b->pin_dev >= 0)
         b->pin->unpin(b->pin_dev, b->p);
     tw__hostmem_free(b->p);
     free(b);
 }
 
+static void slab_free(struct tw_client *c, struct tw__stage_slab *s)
+{
+    for (unsigned i = 0; i < s->n; i++)
+        buf_unregister(c, &s->b[i]);
+    if (s->pin_dev >= 0)
+        s->pin->unpin(s->pin_dev, s->p);
+    tw__hostmem_free(s->p);
+    free(s);
+}
+
+static uint64_t slab_full(const struct tw__stage_slab *s)
+{
+    return s->n == 64 ? ~(uint64_t)0 : ((uint64_t)1 << s->n) - 1;
+}
+
+/* Keeps b idle: a slab's buffer back in its slab, another on its class's
+ * list. nstage_kept[k] counts both. */
+static void kept_push(struct tw_client *c, int k, struct tw__stage_buf *b)
+{
+    c->nstage_kept[k]++;
+    if (b->slab) {
+        b->slab->idle |= (uint64_t)1 << (b - b->slab->b);
+        return;
+    }
+    b->next = c->stage_kept[k];
+    c->stage_kept[k] = b;
+}
+
+/* The first idle buffer of slab s of class k at index `from` or after,
+ * taken (the cursor moves past it), or NULL. */
+static struct tw__stage_buf *slab_take(struct tw_client *c, int k, struct tw__stage_slab *s,
+                                       unsigned from)
+{
+    uint64_t m = from >= 64 ? 0 : s->idle & ~(((uint64_t)1 << from) - 1);
+    if (!m)
+        return NULL;
+    unsigned i = (unsigned)__builtin_ctzll(m);
+    s->idle &= ~((uint64_t)1 << i);
+    c->stage_cur[k] = s;
+    c->stage_cur_i[k] = i + 1;
+    c->nstage_kept[k]--;
+    return &s->b[i];
+}
+
+/* An idle buffer of class k: next-fit through the slabs from the cursor
+ * (its own list first), or NULL. */
+static struct tw__stage_buf *kept_pop(struct tw_client *c, int k)
+{
+    if (!c->nstage_kept[k])
+        return NULL;
+    struct tw__stage_buf *b = c->stage_kept[k];
+    if (b) {
+        c->stage_kept[k] = b->next;
+        b->next = NULL;
+        c->nstage_kept[k]--;
+        return b;
+    }
+    size_t cap = STAGE_CLASS_MIN << k;
+    struct tw__stage_slab *cur = c->stage_cur[k];
+    if (cur && (b = slab_take(c, k, cur, c->stage_cur_i[k])) != NULL)
+        return b;
+    /* The slabs after the cursor's, then from the first (the cursor's
+     * own last: its buffers before the cursor). */
+    for (int pass = 0; pass < 2; pass++)
+        for (struct tw__stage_slab *s = pass ? c->stage_slabs : (cur ? cur->next : c->stage_slabs);
+             s && (pass == 0 || s != cur); s = s->next)
+            if (s->cap == cap && (b = slab_take(c, k, s, 0)) != NULL)
+                return b;
+    return cur ? slab_take(c, k, cur, 0) : NULL;
+}
+
 /* The failure of a copy of received bytes to the GPU (c->errmsg). */
 #define TO_GPU_FAILED "'%s': copying the received bytes to the GPU failed: %s"
 
 static void buf_put(struct tw_client *c, struct tw__stage_buf *b);
+static size_t kept_bytes(const struct tw_client *c, int small);
 
 /* A small get's queued copy failed: its request fails with it. */
 static void fail_pending(struct tw_client *c, const struct tw__stage_pending *p, int rc,
@@ -210,31 +319,18 @@ static uint64_t group_record(struct tw_client *c, int dev, void *stream)
     return g->seq;
 }
 
-/* Hands device dev's waiting copies to its fence stream. A refused group
- * fails its requests (the fence still gives their buffers back). */
-static void stage_submit(struct tw_client *c, int dev)
+/* Hands copies j = 0..n-1 to device dev's fence stream (one batched
+ * driver call where the kind has one). Copy j moves the bytes of the
+ * pending gets idx[first[j]] .. idx[first[j] + cnt[j] - 1], adjacent on
+ * both sides (cnt NULL: one get each, first[j] = j). A refused copy of one
+ * get fails that get; a refused copy of several is tried again one get at
+ * a time (a refusal does not say which piece it was); the copies after it
+ * still go. */
+static void hand_copies(struct tw_client *c, int dev, void *stream, void *const *dst,
+                        const void *const *src, const size_t *len, size_t n, const unsigned *first,
+                        const unsigned *cnt, const unsigned *idx)
 {
     const struct tw_memkind_async_ops *as = c->stage_fence_as;
-    void *stream = c->stage_fence_stream ? c->stage_fence_stream[dev] : NULL;
-    void *dst[TW__STAGE_PEND];
-    const void *src[TW__STAGE_PEND];
-    size_t len[TW__STAGE_PEND], n = 0;
-    unsigned idx[TW__STAGE_PEND];
-    for (unsigned i = 0; i < c->nstage_pend; i++) {
-        struct tw__stage_pending *p = &c->stage_pend[i];
-        if (p->queued || p->device != dev)
-            continue;
-        dst[n] = (void *)p->dst;
-        src[n] = p->buf->p;
-        len[n] = p->len;
-        idx[n++] = i;
-        p->queued = 1;
-        c->stage_unqueued_bytes -= p->len;
-    }
-    if (!n)
-        return;
-    c->nstage_unqueued -= (unsigned)n;
-    /* A refused copy fails its own request; the copies after it still go. */
     for (size_t at = 0; at < n;) {
         char err[200] = "";
         size_t done = 0;
@@ -253,11 +349,80 @@ static void stage_submit(struct tw_client *c, int dev)
         }
         if (!rc)
             break;
-        fail_pending(c, &c->stage_pend[idx[at + done]], rc, err[0] ? err : tw_strerror(rc));
-        at += done + 1;
+        size_t j = at + done;
+        const unsigned *pieces = idx + (cnt ? first[j] : j);
+        unsigned npieces = cnt ? cnt[j] : 1;
+        if (npieces > 1 && stream) {
+            void *pd[TW__STAGE_PEND];
+            const void *ps[TW__STAGE_PEND];
+            size_t pl[TW__STAGE_PEND];
+            for (unsigned i = 0; i < npieces; i++) {
+                const struct tw__stage_pending *p = &c->stage_pend[pieces[i]];
+                pd[i] = (void *)p->dst;
+                ps[i] = p->buf->p;
+                pl[i] = p->len;
+            }
+            hand_copies(c, dev, stream, pd, ps, pl, npieces, NULL, NULL, pieces);
+        } else {
+            for (unsigned i = 0; i < npieces; i++)
+                fail_pending(c, &c->stage_pend[pieces[i]], rc, err[0] ? err : tw_strerror(rc));
+        }
+        at = j + 1;
     }
+}
+
+/* Hands device dev's waiting copies to its fence stream. In the order of
+ * their device addresses, a get whose bytes continue the previous one's on
+ * both sides (adjacent buffers of one slab into adjacent device memory: a
+ * batch of a KV cache's blocks) joins its copy: one copy of 512 KiB costs
+ * the driver about what one of 32 KiB does (the batched driver call was
+ * 13% of the engine thread in a batch of 32 KiB gets on the H200, 3% with
+ * joined copies: docs/performance.md). A refused copy fails its requests
+ * (hand_copies; the fence still gives their buffers back). */
+static void stage_submit(struct tw_client *c, int dev)
+{
+    void *stream = c->stage_fence_stream ? c->stage_fence_stream[dev] : NULL;
+    void *dst[TW__STAGE_PEND];
+    const void *src[TW__STAGE_PEND];
+    size_t len[TW__STAGE_PEND], m = 0;
+    unsigned idx[TW__STAGE_PEND], first[TW__STAGE_PEND], cnt[TW__STAGE_PEND], n = 0;
+    for (unsigned i = 0; i < c->nstage_pend; i++) {
+        struct tw__stage_pending *p = &c->stage_pend[i];
+        if (p->queued || p->device != dev)
+            continue;
+        /* Insertion by device address: a group is tens of gets, nearly in
+         * order already. */
+        unsigned at = n++;
+        while (at > 0 && c->stage_pend[idx[at - 1]].dst > p->dst) {
+            idx[at] = idx[at - 1];
+            at--;
+        }
+        idx[at] = i;
+        p->queued = 1;
+        c->stage_unqueued_bytes -= p->len;
+    }
+    if (!n)
+        return;
+    c->nstage_unqueued -= n;
+    for (unsigned i = 0; i < n; i++) {
+        const struct tw__stage_pending *p = &c->stage_pend[idx[i]];
+        if (m && p->buf->slab && p->buf->slab == c->stage_pend[idx[i - 1]].buf->slab &&
+            (uintptr_t)dst[m - 1] + len[m - 1] == p->dst &&
+            (const uint8_t *)src[m - 1] + len[m - 1] == (const uint8_t *)p->buf->p) {
+            len[m - 1] += p->len;
+            cnt[m - 1]++;
+            continue;
+        }
+        dst[m] = (void *)p->dst;
+        src[m] = p->buf->p;
+        len[m] = p->len;
+        first[m] = i;
+        cnt[m++] = 1;
+    }
+    c->stage_joined_gets += n - m;
+    hand_copies(c, dev, stream, dst, src, len, m, first, cnt, idx);
     uint64_t group = stream ? group_record(c, dev, stream) : 0;
-    for (size_t i = 0; i < n; i++)
+    for (unsigned i = 0; i < n; i++)
         c->stage_pend[idx[i]].group = group;
 }
 
@@ -409,12 +574,19 @@ void tw__client_stage_free(struct tw_client *c)
     buf_free(c, c->stage_spare);
     c->stage_spare = NULL;
     for (int k = 0; k < TW__STAGE_CLASSES; k++) {
-        while (c->stage_kept[k]) {
-            struct tw__stage_buf *b = c->stage_kept[k];
+        struct tw__stage_buf *b;
+        while ((b = c->stage_kept[k]) != NULL) {
             c->stage_kept[k] = b->next;
             buf_free(c, b);
         }
         c->nstage_kept[k] = 0;
+        c->stage_cur[k] = NULL;
+    }
+    /* Every slab's buffers are back by now (no run, nothing pending). */
+    while (c->stage_slabs) {
+        struct tw__stage_slab *s = c->stage_slabs;
+        c->stage_slabs = s->next;
+        slab_free(c, s);
     }
     /* The plane (and the pool's registration with it) is closed first
      * (tw_close). */
@@ -423,6 +595,25 @@ void tw__client_stage_free(struct tw_client *c)
     c->stage_pool_mr = NULL;
     tw__staging_pool_destroy(c->stage_pool);
     c->stage_pool = NULL;
+}
+
+void tw__client_stage_trim(struct tw_client *c)
+{
+    size_t bound = c->stage_small_idle ? c->stage_small_idle : STAGE_SMALL_IDLE;
+    struct tw__stage_slab **pp = &c->stage_slabs;
+    while (*pp && kept_bytes(c, 1) > bound) {
+        struct tw__stage_slab *s = *pp;
+        if (s->idle != slab_full(s)) {
+            pp = &s->next;
+            continue;
+        }
+        int k = class_of_cap(s->cap);
+        c->nstage_kept[k] -= s->n;
+        if (c->stage_cur[k] == s)
+            c->stage_cur[k] = NULL;
+        *pp = s->next;
+        slab_free(c, s);
+    }
 }
 
 static size_t pool_chunk(void)
@@ -464,6 +655,46 @@ static int pool_ready(struct tw_client *c, const struct tw__creq *r)
     return 1;
 }
 
+/* A new slab of small class k (its buffers pinned together when the kind
+ * can pin), placed last in c->stage_slabs: its first buffer for the
+ * caller, the others idle. NULL when out of memory. */
+static struct tw__stage_buf *slab_new(struct tw_client *c, const struct tw__creq *r, int k)
+{
+    size_t cap = STAGE_CLASS_MIN << k;
+    unsigned n = (unsigned)(STAGE_SLAB_BYTES / cap);
+    struct tw__stage_slab *s = calloc(1, sizeof(*s) + n * sizeof(s->b[0]));
+    if (!s)
+        return NULL;
+    if (tw__hostmem_alloc(STAGE_SLAB_BYTES, &s->p) != 0) {
+        free(s);
+        return NULL;
+    }
+    s->cap = cap;
+    s->n = n;
+    s->pin_dev = -1;
+    const struct tw_memkind_async_ops *as = r->mem_ops->async;
+    if (as && as->pin(r->mem.device, s->p, STAGE_SLAB_BYTES, NULL, 0) == 0) {
+        s->pin_dev = r->mem.device;
+        s->pin = as;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        struct tw__stage_buf *b = &s->b[i];
+        b->p = (uint8_t *)s->p + (size_t)i * cap;
+        b->cap = cap;
+        b->pin_dev = s->pin_dev;
+        b->pin = s->pin;
+        b->slab = s;
+    }
+    /* Newest last: next-fit goes on into it from the cursor's slab. */
+    struct tw__stage_slab **pp = &c->stage_slabs;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = s;
+    s->idle = slab_full(s);
+    c->nstage_kept[k] += n;
+    return slab_take(c, k, s, 0);
+}
+
 /* A host buffer of at least len bytes: a kept one when one is large
  * enough, else a new one. Requests up to STAGE_CLASS_MAX (batches of KV
  * blocks or of layers, many in flight) take a buffer of their size class,
@@ -485,18 +716,15 @@ static struct tw__stage_buf *buf_get(struct tw_client *c, const struct tw__creq 
      * copy. */
     if (k >= 0 && !c->nstage_kept[k] && c->nstage_pend)
         stage_reclaim(c, (STAGE_CLASS_MIN << k) > STAGE_SMALL_MAX); /* failures: their requests */
-    if (k >= 0 && c->stage_kept[k]) {
-        b = c->stage_kept[k];
-        c->stage_kept[k] = b->next;
-        c->nstage_kept[k]--;
-        b->next = NULL;
+    if (k >= 0 && (b = kept_pop(c, k)) != NULL)
         return b;
-    }
     b = c->stage_spare;
     if (k < 0 && b && b->cap >= len) {
         c->stage_spare = NULL;
         return b;
     }
+    if (k >= 0 && (STAGE_CLASS_MIN << k) <= STAGE_SMALL_MAX)
+        return slab_new(c, r, k);
     b = calloc(1, sizeof(*b));
     if (!b)
         return NULL;
@@ -533,14 +761,12 @@ static void buf_put(struct tw_client *c, struct tw__stage_buf *b)
 {
     int k = class_of_cap(b->cap);
     if (k >= 0) {
-        int small = b->cap <= STAGE_SMALL_MAX;
-        if (kept_bytes(c, small) + b->cap <= (small ? STAGE_SMALL_IDLE : STAGE_MID_IDLE)) {
-            b->next = c->stage_kept[k];
-            c->stage_kept[k] = b;
-            c->nstage_kept[k]++;
-        } else {
+        /* A slab's buffer always (the slab goes whole, when the run
+         * ends: tw__client_stage_trim). */
+        if (b->slab || kept_bytes(c, 0) + b->cap <= STAGE_MID_IDLE)
+            kept_push(c, k, b);
+        else
             buf_free(c, b);
-        }
         return;
     }
     if (c->stage_spare && c->stage_spare->cap >= b->cap) {
@@ -834,6 +1060,24 @@ static void put_ahead(struct tw_client *c, struct tw__creq *r)
         src[n] = q->buf;
         len[n++] = q->len;
     }
+    /* Blocks adjacent in device memory into adjacent buffers of one slab
+     * (next-fit hands them out so) share a copy: first[j] is the first
+     * put of copy j. */
+    size_t first[TW__STAGE_AHEAD + 1], m = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct tw__stage_buf *b = c->stage_ahead[i].buf;
+        if (m && b->slab && b->slab == c->stage_ahead[i - 1].buf->slab &&
+            (uint8_t *)dst[m - 1] + len[m - 1] == (uint8_t *)b->p &&
+            (const uint8_t *)src[m - 1] + len[m - 1] == (const uint8_t *)src[i]) {
+            len[m - 1] += len[i];
+            continue;
+        }
+        dst[m] = dst[i];
+        src[m] = src[i];
+        len[m] = len[i];
+        first[m++] = i;
+    }
+    first[m] = n;
     /* One alone: the caller's synchronous copy is as good. Copies that
      * were not queued, or a wait that failed: those requests copy alone
      * (and report the failure if it is theirs). */
@@ -841,9 +1085,10 @@ static void put_ahead(struct tw_client *c, struct tw__creq *r)
     if (n > 1) {
         size_t done = 0;
         char err[200] = "";
-        int rc = as->copy_batch_to_host_async(dev, c->stage_ahead_stream, dst, src, len, n, &done,
+        int rc = as->copy_batch_to_host_async(dev, c->stage_ahead_stream, dst, src, len, m, &done,
                                               err, sizeof(err));
-        size_t queued = rc == 0 ? n : done;
+        c->stage_joined_puts += n - m;
+        size_t queued = first[rc == 0 ? m : done];
         if (queued && as->stream_wait(dev, c->stage_ahead_stream, err, sizeof(err)) == 0)
             keep = queued;
         else if (queued) { /* errors stick to a stream: the next group gets a new one */

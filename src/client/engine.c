@@ -910,6 +910,7 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
         goto out_fail;
     (void)tw__client_stage_fence(c); /* a failed copy fails its own request */
     tw__client_stage_ahead_drop(c);
+    tw__client_stage_trim(c);
     c->run = NULL;
     free(c->run_map);
     c->run_map = NULL;
@@ -958,6 +959,7 @@ out_fail:
     tw__client_conn_fail(c, rc, 0);
     (void)tw__client_stage_fence(c);
     tw__client_stage_ahead_drop(c);
+    tw__client_stage_trim(c);
     c->run = NULL;
     free(c->run_map);
     c->run_map = NULL;

@@ -327,31 +327,41 @@ static void test_batch_of_slices(void)
     /* Small puts from the device are copied to host memory ahead, in
      * groups (one batched call and one wait each), none alone. */
     unsigned th = copies_to_host, bt = batch_to_host_calls, q0 = arena_queries;
+    long copies0 = fake.copies;
     TW_ASSERT_OK(tw_batch_put(c, items, N));
     TW_ASSERT_EQ(copies_to_host, th);
     TW_ASSERT_EQ(batch_to_host_calls - bt, (unsigned)(N / TW__STAGE_AHEAD));
+    /* Adjacent slices into adjacent buffers of a slab: one copy a group. */
+    TW_ASSERT_EQ(fake.copies - copies0, (long)(N / TW__STAGE_AHEAD));
     /* Slices of one allocation: the kind is asked for once per run (the
      * path decision may ask again for its own reasons, not per item). */
     TW_ASSERT(arena_queries - q0 < N / 4);
     get_slices_and_check(c, items, N, BLK, src, back);
     /* A group whose 6th copy is refused, or whose copies fail when they
-     * run: the blocks it did not copy go in the next group (the one being
-     * opened when a wait failed copies alone), and the batch is stored
-     * whole. */
-    for (int at_completion = 0; at_completion < 2; at_completion++) {
-        fill(src, (size_t)N * BLK, 90 + (uint32_t)at_completion);
-        dev_write(arena, src, (size_t)N * BLK);
-        for (int i = 0; i < N; i++)
-            items[i].buf = arena + (size_t)i * BLK;
+     * run (the slices laid out backwards: no two copies join): the blocks
+     * it did not copy go in the next group (the one being opened when a
+     * wait failed copies alone), and the batch is stored whole. A group of
+     * one joined copy refused: its first put copies alone, the next group
+     * starts at the second. */
+    for (int mode = 0; mode < 3; mode++) {
+        int at_completion = mode == 1, joined = mode == 2;
+        fill(src, (size_t)N * BLK, 90 + (uint32_t)mode);
+        for (int i = 0; i < N; i++) {
+            items[i].buf = arena + (size_t)(joined ? i : N - 1 - i) * BLK;
+            dev_write(items[i].buf, src + (size_t)i * BLK, BLK);
+        }
         if (at_completion)
             fake.fail_complete_at = fake.copies + 5;
+        else if (joined)
+            fake.fail_len_over = BLK;
         else
             fake.fail_submit_at = fake.copies + 5;
         th = copies_to_host;
         bt = batch_to_host_calls;
         TW_ASSERT_OK(tw_batch_put(c, items, N));
         fake.fail_submit_at = fake.fail_complete_at = -1;
-        TW_ASSERT_EQ(copies_to_host - th, (unsigned)at_completion);
+        fake.fail_len_over = 0;
+        TW_ASSERT_EQ(copies_to_host - th, (unsigned)(at_completion || joined));
         TW_ASSERT_EQ(batch_to_host_calls - bt, 3u); /* 2 without the failure */
         get_slices_and_check(c, items, N, BLK, src, back);
     }
@@ -374,32 +384,58 @@ static void test_batch_of_slices(void)
     get_slices_and_check(c, items, N, BLK, src, back); /* item 5: the same bytes, stored before */
     if (!on_rdma(c)) {
         /* Small gets queue their copies to the device on one stream and
-         * wait once per fence. A copy refused when queued fails its item
-         * alone; one failing while it runs fails the items queued since
-         * the last wait, naming the error. Everything else arrives, the
-         * connection stays usable, and the next batch is whole. */
-        for (int at_completion = 0; at_completion < 2; at_completion++) {
-            uint8_t *dst = arena + ARENA_LEN / 2;
+         * wait once per fence; adjacent blocks into adjacent device memory
+         * (these slices, in order) share a copy. A copy of one block
+         * refused when queued fails its item alone (the blocks laid out
+         * backwards: no two copies join); one failing while it runs fails
+         * the items queued since the last wait, naming the error; a joined
+         * copy refused is made again block by block, and the batch lands
+         * whole. Everything else arrives, the connection stays usable,
+         * and the next batch is whole. */
+        uint8_t *dst = arena + ARENA_LEN / 2;
+        uint64_t merged0 = c->stage_joined_gets;
+        copies0 = fake.copies;
+        TW_ASSERT_OK(tw_batch_get(c, items, N));
+        TW_ASSERT(c->stage_joined_gets > merged0);
+        TW_ASSERT(fake.copies - copies0 < N);
+        fprintf(stderr, "  small batch: %ld copies for %d blocks\n", fake.copies - copies0, N);
+        for (int mode = 0; mode < 3; mode++) {
+            int backwards = mode == 0, at_completion = mode == 1, joined = mode == 2;
+            for (int i = 0; i < N; i++)
+                items[i].buf = dst + (size_t)(backwards ? N - 1 - i : i) * BLK;
             memset(back, 0, (size_t)N * BLK);
             dev_write(dst, back, (size_t)N * BLK);
+            long refusals0 = fake.len_refusals;
             if (at_completion)
-                fake.fail_complete_at = fake.copies + 10;
+                fake.fail_complete_at = fake.copies + 2;
+            else if (joined)
+                fake.fail_len_over = BLK;
             else
                 fake.fail_submit_at = fake.copies + 10;
-            TW_ASSERT_ERR(tw_batch_get(c, items, N), TW_EINTERNAL);
+            rc = tw_batch_get(c, items, N);
             fake.fail_submit_at = fake.fail_complete_at = -1;
+            fake.fail_len_over = 0;
+            dev_read(back, dst, (size_t)N * BLK);
+            if (joined) {
+                TW_ASSERT_OK(rc);
+                TW_ASSERT_EQ(fake.len_refusals - refusals0, 1);
+                TW_ASSERT_MEM_EQ(back, src, (size_t)N * BLK);
+                check_pool_idle(c);
+                continue;
+            }
+            TW_ASSERT_EQ(rc, TW_EINTERNAL);
             TW_ASSERT(strstr(tw_client_last_error_message(c), "injected") != NULL);
             fprintf(stderr, "  small batch, copy %s: %s\n",
                     at_completion ? "failing when it runs" : "refused",
                     tw_client_last_error_message(c));
-            dev_read(back, dst, (size_t)N * BLK);
             int failed = 0;
             for (int i = 0; i < N; i++) {
+                size_t at = (size_t)(backwards ? N - 1 - i : i) * BLK;
                 if (items[i].status) {
                     TW_ASSERT_EQ(items[i].status, TW_EINTERNAL);
                     failed++;
                 } else {
-                    TW_ASSERT_MEM_EQ(back + (size_t)i * BLK, src + (size_t)i * BLK, BLK);
+                    TW_ASSERT_MEM_EQ(back + at, src + (size_t)i * BLK, BLK);
                 }
             }
             if (at_completion)
@@ -408,6 +444,8 @@ static void test_batch_of_slices(void)
                 TW_ASSERT_EQ(failed, 1);
             TW_ASSERT(tw_client_is_connected(c));
             check_pool_idle(c);
+            for (int i = 0; i < N; i++)
+                items[i].buf = dst + (size_t)i * BLK;
             TW_ASSERT_OK(tw_batch_get(c, items, N));
             dev_read(back, dst, (size_t)N * BLK);
             TW_ASSERT_MEM_EQ(back, src, (size_t)N * BLK);
@@ -430,6 +468,10 @@ static long get_waits; /* slice_rounds: whole-stream waits in its batch gets */
 /* slice_rounds: registrations the plane made in its batch gets (0 when
  * not on RDMA) */
 static unsigned long get_regs;
+/* slice_rounds: buffers of the size classes idle after the last round
+ * (every one it made), and copies to the device joined in its gets */
+static long kept_bufs;
+static uint64_t get_merged;
 
 static uint64_t regs_made(tw_client *c)
 {
@@ -445,6 +487,7 @@ static long slice_rounds(tw_client *c, int n, size_t blk, const char *prefix, in
 {
     get_waits = 0;
     get_regs = 0;
+    uint64_t merged0 = c->stage_joined_gets;
     struct tw_batch_item *items = calloc((size_t)n, sizeof(*items));
     char(*names)[32] = calloc((size_t)n, sizeof(*names));
     uint8_t *src = malloc((size_t)n * blk), *back = malloc((size_t)n * blk);
@@ -473,6 +516,10 @@ static long slice_rounds(tw_client *c, int n, size_t blk, const char *prefix, in
         else
             TW_ASSERT_EQ(fake.pins, p0); /* every buffer kept, pinned once */
     }
+    kept_bufs = 0;
+    for (int k = 0; k < TW__STAGE_CLASSES; k++)
+        kept_bufs += c->nstage_kept[k];
+    get_merged = c->stage_joined_gets - merged0;
     for (int i = 0; i < n; i++)
         TW_ASSERT_OK(tw_delete(c, names[i]));
     tw_close(c);
@@ -501,10 +548,12 @@ static void test_batch_of_medium_blocks(void)
 
 /* A KV cache's blocks (32 KiB) with a batch window of 256: every block in
  * flight and every copy waiting for a fence finds a kept buffer, so only
- * the first round pins, inline gets never copy synchronously, and the
- * copy stream is waited for whole only at the end of a batch. With
- * 128 buffers kept (of 256 KiB) each request beyond them pinned and
- * unpinned a buffer of its own, which halved such batches on the H200. */
+ * the first round pins (slabs of 64 buffers), inline gets never copy
+ * synchronously, and the copy stream is waited for whole only at the end
+ * of a batch. With 128 buffers kept (of 256 KiB) each request beyond them
+ * pinned and unpinned a buffer of its own, which halved such batches on
+ * the H200. Blocks that land next to each other in device memory and in
+ * the slab share their copy to the device. */
 static void test_batch_wide_window(void)
 {
     enum { N = 384, BLK = 32 * 1024 };
@@ -521,12 +570,43 @@ static void test_batch_wide_window(void)
      * get, and keeps its registration: the 3 batch gets register at most
      * as many times as there are buffers (1152 over tcp, 806-850 over shm,
      * where some gets read without one, when each get registered). */
-    TW_ASSERT(get_regs <= (unsigned long)round1_pins);
+    TW_ASSERT(kept_bufs >= 1 && get_regs <= (unsigned long)kept_bufs);
+    TW_ASSERT(round1_pins <= (kept_bufs + 63) / 64);
+    TW_ASSERT(get_merged > 0);
     fprintf(stderr,
-            "  %d blocks of %d B, window 256: %ld buffers pinned in round 1, none after; "
-            "%ld waits for the whole copy stream in 3 batch gets; %lu registrations for "
-            "their reads\n",
-            N, (int)BLK, round1_pins, get_waits, get_regs);
+            "  %d blocks of %d B, window 256: %ld slabs pinned in round 1 (%ld buffers), none "
+            "after; %ld waits for the whole copy stream in 3 batch gets; %lu registrations for "
+            "their reads; %llu of %d copies to the device joined to others\n",
+            N, (int)BLK, round1_pins, kept_bufs, get_waits, get_regs,
+            (unsigned long long)get_merged, 3 * N);
+
+    /* When a run ends, whole idle slabs are freed until the idle bytes of
+     * the small classes are within their bound (here 3 MiB: one slab of
+     * 2 MiB stays); the next batch takes new ones and is whole. */
+    tw_client *c = connect_opts(&o);
+    c->stage_small_idle = (size_t)3 << 20;
+    static struct tw_batch_item items[N];
+    static char names[N][32];
+    uint8_t *src = malloc((size_t)N * BLK), *back = malloc((size_t)N * BLK);
+    TW_ASSERT(src && back);
+    long pins0 = fake.pins, unpins0 = fake.unpins;
+    for (int round = 0; round < 2; round++) {
+        fill(src, (size_t)N * BLK, 600 + (uint32_t)round);
+        dev_write(arena, src, (size_t)N * BLK);
+        slice_items(items, names, N, BLK, "st/t");
+        TW_ASSERT_OK(tw_batch_put(c, items, N));
+        get_slices_and_check(c, items, N, BLK, src, back);
+        TW_ASSERT_EQ(fake.pins - pins0 - (fake.unpins - unpins0), 1); /* one slab left */
+        TW_ASSERT((size_t)c->nstage_kept[0] * BLK <= c->stage_small_idle);
+        TW_ASSERT(c->nstage_kept[0] >= 1);
+    }
+    TW_ASSERT(fake.unpins - unpins0 >= 2 * (kept_bufs / 64 - 1));
+    for (int i = 0; i < N; i++)
+        TW_ASSERT_OK(tw_delete(c, names[i]));
+    tw_close(c);
+    TW_ASSERT_EQ(fake.pins - pins0, fake.unpins - unpins0);
+    free(src);
+    free(back);
 }
 
 /* A copy to the device failing at chunk k of a get: inline, the 6th

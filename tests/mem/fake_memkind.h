@@ -56,6 +56,9 @@ static struct {
     long stream_waits;
     long copies;
     long fail_submit_at, fail_complete_at;
+    /* Refuse the next copy longer than this (0: none), once; counted. */
+    size_t fail_len_over;
+    long len_refusals;
     int pending_polls;
     int fail_pin;
 } fake;
@@ -146,6 +149,13 @@ static inline int fake_queue(void *stream, void *dst, const void *src, size_t le
     if (k == fake.fail_submit_at) {
         if (err && errlen)
             snprintf(err, errlen, "fake: copy %ld refused (injected)", k);
+        return TW_EINTERNAL;
+    }
+    if (fake.fail_len_over && len > fake.fail_len_over) {
+        fake.fail_len_over = 0;
+        fake.len_refusals++;
+        if (err && errlen)
+            snprintf(err, errlen, "fake: copy %ld of %zu bytes refused (injected)", k, len);
         return TW_EINTERNAL;
     }
     if (s->queued - s->executed >= FAKE_MAX_OPS)
