@@ -280,6 +280,7 @@ struct tw_client {
      * next-fit cursor (the slab and buffer index to look from). */
     struct tw__stage_slab *stage_slabs;
     size_t stage_small_idle; /* bound on their idle bytes; 0: STAGE_SMALL_IDLE (tests) */
+    size_t stage_pool_chunk; /* the pipeline pool's chunk (0: not read yet) */
     struct tw__stage_slab *stage_cur[TW__STAGE_CLASSES];
     unsigned stage_cur_i[TW__STAGE_CLASSES];
     /* Copies saved by joining adjacent small gets' copies to the GPU
