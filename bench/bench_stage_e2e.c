@@ -20,7 +20,9 @@
  * default: the library's choice), TW_BENCH_RDMA_MIN_BYTES=N its
  * rdma_min_bytes (default: automatic). TW_BENCH_GETS_ONLY=N (batch mode): after
  * the blocks are put, only N batch gets back to back and their median, for
- * a profiler attached meanwhile. Public API only (links libtensorwire).
+ * a profiler attached meanwhile; TW_BENCH_PUTS_ONLY=N likewise N batch puts
+ * of new names, then N overwrites of the first of them, and their medians.
+ * Public API only (links libtensorwire).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,6 +156,42 @@ int main(int argc, char **argv)
             items[i].buf = (uint8_t *)dev + i * block;
         const char *only = getenv("TW_BENCH_GETS_ONLY");
         int gets_only = only && *only ? atoi(only) : 0;
+        only = getenv("TW_BENCH_PUTS_ONLY");
+        int puts_only = only && *only ? atoi(only) : 0;
+        if (puts_only > 0) {
+            if (puts_only > 16)
+                puts_only = 16;
+            printf("device batch %zu x %zu B, %s: blocks put, %d batch puts of new names and %d "
+                   "overwrites follow\n",
+                   count, block, argv[2], puts_only, puts_only);
+            fflush(stdout);
+            for (int r = 0; r < 2 * puts_only; r++) {
+                int fresh = r < puts_only;
+                for (size_t i = 0; i < count; i++) {
+                    snprintf(names[i], sizeof(names[i]), "bse/n%d_%zu", fresh ? r : 0, i);
+                    items[i].name = names[i];
+                }
+                double t0 = now_s();
+                if ((rc = tw_batch_put(c, items, count)) != 0)
+                    die(c, "batch put", rc);
+                (fresh ? a : b)[fresh ? r : r - puts_only] = (double)n / (now_s() - t0) / 1048576.0;
+            }
+            printf("device batch put %zu x %zu B, %s: %d rounds, new names median %.1f MiB/s, "
+                   "overwrite median %.1f MiB/s\n",
+                   count, block, argv[2], puts_only, median(a, puts_only), median(b, puts_only));
+            fflush(stdout);
+            for (int r = 0; r < puts_only; r++)
+                for (size_t i = 0; i < count; i++) {
+                    snprintf(names[i], sizeof(names[i]), "bse/n%d_%zu", r, i);
+                    tw_delete(c, names[i]);
+                }
+            for (size_t i = 0; i < count; i++) {
+                snprintf(names[i], sizeof(names[i]), "bse/b%zu", i);
+                tw_delete(c, names[i]);
+            }
+            tw_close(c);
+            return 0;
+        }
         if (gets_only > 0) {
             if (gets_only > 64)
                 gets_only = 64;
