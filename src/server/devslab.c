@@ -107,6 +107,7 @@ static void release_at(struct tw_devslab *s, size_t i)
     memmove(&s->chunks[i], &s->chunks[i + 1], (s->nchunks - i - 1) * sizeof(*s->chunks));
     s->nchunks--;
     s->chunk_bytes -= len;
+    s->nclass[c->cls]--;
     s->free_bytes -= (uint64_t)c->nfree * c->bsize;
     if (c->nfree == c->nblk)
         s->idle_bytes -= len;
@@ -117,7 +118,11 @@ static void release_at(struct tw_devslab *s, size_t i)
 static int new_chunk(struct tw_devslab *s, unsigned cls, size_t bsize,
                      struct tw_devslab_chunk **out, char *err, size_t errlen)
 {
-    uint32_t nblk = bsize >= TW_DEVSLAB_CHUNK ? 1 : (uint32_t)(TW_DEVSLAB_CHUNK / bsize);
+    /* The class's chunks so far: 2 MiB, 2 MiB, 4, 4, 8, 8, ... (header). */
+    size_t target = TW_DEVSLAB_CHUNK;
+    for (uint32_t k = s->nclass[cls] / 2; k > 0 && target < TW_DEVSLAB_CHUNK_MAX; k--)
+        target *= 2;
+    uint32_t nblk = bsize >= target ? 1 : (uint32_t)(target / bsize);
     size_t len = (size_t)nblk * bsize;
     void *p = NULL;
     if (s->nchunks == s->capchunks) {
@@ -128,17 +133,22 @@ static int new_chunk(struct tw_devslab *s, unsigned cls, size_t bsize,
         s->chunks = a;
         s->capchunks = cap;
     }
-    struct tw_devslab_chunk *c = malloc(sizeof(*c) + nblk * sizeof(c->stack[0]));
-    if (!c)
-        return -ENOMEM;
     int rc = s->ops->alloc(s->ctx, len, &p, err, errlen);
     if (rc == -ENOMEM && s->idle_bytes) {
         tw__devslab_trim(s, 1);
         rc = s->ops->alloc(s->ctx, len, &p, err, errlen);
     }
-    if (rc) {
-        free(c);
+    if (rc == -ENOMEM && target > TW_DEVSLAB_CHUNK && bsize < target) {
+        nblk = bsize >= TW_DEVSLAB_CHUNK ? 1 : (uint32_t)(TW_DEVSLAB_CHUNK / bsize);
+        len = (size_t)nblk * bsize;
+        rc = s->ops->alloc(s->ctx, len, &p, err, errlen);
+    }
+    if (rc)
         return rc;
+    struct tw_devslab_chunk *c = malloc(sizeof(*c) + nblk * sizeof(c->stack[0]));
+    if (!c) {
+        s->ops->free(s->ctx, p);
+        return -ENOMEM;
     }
     memset(c, 0, sizeof(*c));
     c->base = (uintptr_t)p;
@@ -153,6 +163,7 @@ static int new_chunk(struct tw_devslab *s, unsigned cls, size_t bsize,
     s->chunks[at] = c;
     s->nchunks++;
     s->chunk_bytes += len;
+    s->nclass[cls]++;
     s->free_bytes += len;
     s->idle_bytes += len;
     s->chunk_allocs++;

@@ -10,6 +10,13 @@
  *   then eight classes per power of two (a block wastes less than 1/8 of
  *   its bytes). Blocks are TW_DEVSLAB_ALIGN-aligned (cuMemAlloc's
  *   guarantee is at least that).
+ * - A class's chunks grow: its first two are TW_DEVSLAB_CHUNK, then each
+ *   pair twice the size, up to TW_DEVSLAB_CHUNK_MAX, so a batch of
+ *   thousands of new small tensors costs tens of driver allocations, not
+ *   hundreds (cuMemAlloc of 2 MiB chunks was 9% of tensorwired's loop in
+ *   a batch put of 40,960 new 32 KiB tensors on the H200). A larger chunk
+ *   the device cannot give (out of memory, after idle chunks went back)
+ *   is tried again at TW_DEVSLAB_CHUNK.
  * - A chunk holds blocks of one class. Each class keeps its chunks that
  *   have free blocks on a list; a block comes from the first of them (the
  *   one a block was last given back to), a new chunk only when none has
@@ -37,8 +44,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TW_DEVSLAB_MAX ((size_t)1 << 20)   /* blocks serve lengths below this */
-#define TW_DEVSLAB_CHUNK ((size_t)2 << 20) /* bytes per chunk (at least 1 block) */
+#define TW_DEVSLAB_MAX ((size_t)1 << 20)        /* blocks serve lengths below this */
+#define TW_DEVSLAB_CHUNK ((size_t)2 << 20)      /* bytes per chunk (at least 1 block) */
+#define TW_DEVSLAB_CHUNK_MAX ((size_t)32 << 20) /* ... growing up to this */
 #define TW_DEVSLAB_ALIGN ((size_t)256)
 #define TW_DEVSLAB_CLASSES 80
 
@@ -64,6 +72,7 @@ struct tw_devslab {
     uint64_t free_bytes;                                  /* free blocks (their class sizes) */
     uint64_t idle_bytes;                                  /* idle chunks */
     uint64_t chunk_allocs;                                /* chunks allocated so far */
+    uint32_t nclass[TW_DEVSLAB_CLASSES];                  /* chunks held per class */
 };
 
 /* The block size serving len (0 < len < TW_DEVSLAB_MAX) and its class

@@ -233,6 +233,54 @@ static void test_out_of_memory(void)
     TW_ASSERT_EQ(d.nlive, 0);
 }
 
+/* A class's chunks grow (2, 2, 4, 4, 8, 8, 16, 16 MiB, then 32 MiB), so
+ * 4000 blocks of 32 KiB take 11 driver allocations instead of 63; a
+ * larger chunk the device cannot give is taken at 2 MiB, and only when
+ * that fails too is the device out of memory. */
+static void test_chunks_grow(void)
+{
+    static void *b[4000];
+    struct fake_dev d = {.capacity = 1u << 30};
+    struct tw_devslab s;
+    char err[128] = "";
+    uint64_t t;
+    const size_t n = 32768;
+    tw__devslab_init(&s, &fake_ops, &d, 64u << 20);
+    for (int i = 0; i < 4000; i++) {
+        TW_ASSERT_OK(tw__devslab_get(&s, n, &b[i], &t, err, sizeof(err)));
+        memset(b[i], i & 0xff, n);
+    }
+    TW_ASSERT_EQ(d.allocs, 11);
+    size_t want[11] = {2, 2, 4, 4, 8, 8, 16, 16, 32, 32, 32};
+    for (int i = 0; i < 11; i++)
+        TW_ASSERT_EQ_U64(d.live[i].len, want[i] << 20);
+    TW_ASSERT_EQ_U64(s.chunk_bytes, 156u << 20);
+    TW_ASSERT_EQ_U64(s.free_bytes, (156u << 20) - 4000 * n);
+    for (int i = 0; i < 4000; i++) {
+        TW_ASSERT(((uint8_t *)b[i])[0] == (i & 0xff) && ((uint8_t *)b[i])[n - 1] == (i & 0xff));
+        TW_ASSERT_OK(tw__devslab_put(&s, b[i], n, 1));
+    }
+    /* All idle: beyond keep_max (64 MiB) they went back. */
+    TW_ASSERT(s.idle_bytes <= 64u << 20 && s.chunk_bytes == s.idle_bytes);
+    tw__devslab_destroy(&s);
+    TW_ASSERT_EQ(d.nlive, 0);
+
+    struct fake_dev small = {.capacity = 7u << 20};
+    tw__devslab_init(&s, &fake_ops, &small, 64u << 20);
+    int got = 0;
+    int rc;
+    while ((rc = tw__devslab_get(&s, n, &b[got], &t, err, sizeof(err))) == 0)
+        got++;
+    TW_ASSERT_EQ(rc, -ENOMEM);
+    TW_ASSERT(strstr(err, "out of memory") != NULL);
+    TW_ASSERT_EQ(got, 3 * 64); /* 2 + 2 MiB, then 2 MiB where 4 did not fit */
+    TW_ASSERT_EQ_U64(small.used, 6u << 20);
+    for (int i = 0; i < got; i++)
+        TW_ASSERT_OK(tw__devslab_put(&s, b[i], n, 1));
+    tw__devslab_destroy(&s);
+    TW_ASSERT_EQ(small.nlive, 0);
+}
+
 /* Random gets and puts of mixed sizes against a model: blocks never
  * overlap (each is filled with its owner's byte and checked when given
  * back), the byte counts add up, and every chunk goes back at the end. */
@@ -290,6 +338,7 @@ int main(void)
     TW_RUN(test_carve_and_reuse);
     TW_RUN(test_idle_and_trim);
     TW_RUN(test_out_of_memory);
+    TW_RUN(test_chunks_grow);
     TW_RUN(test_random);
     TW_DONE();
 }
