@@ -482,6 +482,16 @@ static uint64_t regs_made(tw_client *c)
     return st.mrs_made;
 }
 
+/* Deletes the n tensors, closes c, and checks that everything pinned
+ * since pins0 / unpins0 were read is unpinned. */
+static void delete_and_close(tw_client *c, char (*names)[32], int n, long pins0, long unpins0)
+{
+    for (int i = 0; i < n; i++)
+        TW_ASSERT_OK(tw_delete(c, names[i]));
+    tw_close(c);
+    TW_ASSERT_EQ(fake.pins - pins0, fake.unpins - unpins0);
+}
+
 static long slice_rounds(tw_client *c, int n, size_t blk, const char *prefix, int rounds,
                          uint32_t seed, int one_group)
 {
@@ -520,10 +530,7 @@ static long slice_rounds(tw_client *c, int n, size_t blk, const char *prefix, in
     for (int k = 0; k < TW__STAGE_CLASSES; k++)
         kept_bufs += c->nstage_kept[k];
     get_merged = c->stage_joined_gets - merged0;
-    for (int i = 0; i < n; i++)
-        TW_ASSERT_OK(tw_delete(c, names[i]));
-    tw_close(c);
-    TW_ASSERT_EQ(fake.pins - pins0, fake.unpins - unpins0);
+    delete_and_close(c, names, n, pins0, unpins0);
     free(items);
     free(names);
     free(src);
@@ -601,10 +608,7 @@ static void test_batch_wide_window(void)
         TW_ASSERT(c->nstage_kept[0] >= 1);
     }
     TW_ASSERT(fake.unpins - unpins0 >= 2 * (kept_bufs / 64 - 1));
-    for (int i = 0; i < N; i++)
-        TW_ASSERT_OK(tw_delete(c, names[i]));
-    tw_close(c);
-    TW_ASSERT_EQ(fake.pins - pins0, fake.unpins - unpins0);
+    delete_and_close(c, names, N, pins0, unpins0);
     free(src);
     free(back);
 }
