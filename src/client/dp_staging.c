@@ -69,7 +69,7 @@ struct tw__stage_slab;
 
 /* A library host buffer; pinned through `pin_dev`'s context when >= 0. */
 struct tw__stage_buf {
-    struct tw__stage_buf *next; /* kept: the next of its class (c->stage_kept) */
+    struct tw__stage_buf *next; /* kept, not a slab's: the next of its class (c->stage_kept) */
     void *p;
     size_t cap;
     int pin_dev;                            /* the device it was pinned for, or -1 */
