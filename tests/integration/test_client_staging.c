@@ -331,8 +331,10 @@ static void test_batch_of_slices(void)
     TW_ASSERT_OK(tw_batch_put(c, items, N));
     TW_ASSERT_EQ(copies_to_host, th);
     TW_ASSERT_EQ(batch_to_host_calls - bt, (unsigned)(N / TW__STAGE_AHEAD));
-    /* Adjacent slices into adjacent buffers of a slab: one copy a group. */
-    TW_ASSERT_EQ(fake.copies - copies0, (long)(N / TW__STAGE_AHEAD));
+    /* Adjacent slices into adjacent buffers of a slab share copies: one a
+     * group where its buffers are all in one slab and none was busy. */
+    TW_ASSERT(fake.copies - copies0 < N);
+    fprintf(stderr, "  small batch put: %ld copies for %d blocks\n", fake.copies - copies0, N);
     /* Slices of one allocation: the kind is asked for once per run (the
      * path decision may ask again for its own reasons, not per item). */
     TW_ASSERT(arena_queries - q0 < N / 4);
@@ -340,9 +342,10 @@ static void test_batch_of_slices(void)
     /* A group whose 6th copy is refused, or whose copies fail when they
      * run (the slices laid out backwards: no two copies join): the blocks
      * it did not copy go in the next group (the one being opened when a
-     * wait failed copies alone), and the batch is stored whole. A group of
-     * one joined copy refused: its first put copies alone, the next group
-     * starts at the second. */
+     * wait failed copies alone), and the batch is stored whole. A joined
+     * copy refused: the puts before it keep their copies, the one it
+     * starts with copies alone when it is the group's first (else it
+     * starts the next group), and the batch is stored whole. */
     for (int mode = 0; mode < 3; mode++) {
         int at_completion = mode == 1, joined = mode == 2;
         fill(src, (size_t)N * BLK, 90 + (uint32_t)mode);
@@ -350,6 +353,7 @@ static void test_batch_of_slices(void)
             items[i].buf = arena + (size_t)(joined ? i : N - 1 - i) * BLK;
             dev_write(items[i].buf, src + (size_t)i * BLK, BLK);
         }
+        long refusals0 = fake.len_refusals;
         if (at_completion)
             fake.fail_complete_at = fake.copies + 5;
         else if (joined)
@@ -361,7 +365,10 @@ static void test_batch_of_slices(void)
         TW_ASSERT_OK(tw_batch_put(c, items, N));
         fake.fail_submit_at = fake.fail_complete_at = -1;
         fake.fail_len_over = 0;
-        TW_ASSERT_EQ(copies_to_host - th, (unsigned)(at_completion || joined));
+        if (joined)
+            TW_ASSERT(copies_to_host - th <= 1 && fake.len_refusals - refusals0 == 1);
+        else
+            TW_ASSERT_EQ(copies_to_host - th, (unsigned)at_completion);
         TW_ASSERT_EQ(batch_to_host_calls - bt, 3u); /* 2 without the failure */
         get_slices_and_check(c, items, N, BLK, src, back);
     }
@@ -597,7 +604,9 @@ static void test_batch_wide_window(void)
     uint8_t *src = malloc((size_t)N * BLK), *back = malloc((size_t)N * BLK);
     TW_ASSERT(src && back);
     long pins0 = fake.pins, unpins0 = fake.unpins;
+    long round_pins[2];
     for (int round = 0; round < 2; round++) {
+        long p0 = fake.pins;
         fill(src, (size_t)N * BLK, 600 + (uint32_t)round);
         dev_write(arena, src, (size_t)N * BLK);
         slice_items(items, names, N, BLK, "st/t");
@@ -606,8 +615,11 @@ static void test_batch_wide_window(void)
         TW_ASSERT_EQ(fake.pins - pins0 - (fake.unpins - unpins0), 1); /* one slab left */
         TW_ASSERT((size_t)c->nstage_kept[0] * BLK <= c->stage_small_idle);
         TW_ASSERT(c->nstage_kept[0] >= 1);
+        round_pins[round] = fake.pins - p0;
     }
-    TW_ASSERT(fake.unpins - unpins0 >= 2 * (kept_bufs / 64 - 1));
+    /* Round 2 had more than one slab's buffers in flight at once (a window
+     * of 256): it pinned again what round 1's end had freed. */
+    TW_ASSERT(round_pins[0] >= 2 && round_pins[1] >= 1);
     delete_and_close(c, names, N, pins0, unpins0);
     free(src);
     free(back);
