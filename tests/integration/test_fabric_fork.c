@@ -241,7 +241,14 @@ static void stalled_then_dead_peer(void)
         xwrite(c.sock, "p", 1);
         TW_ASSERT_OK(xread(c.sock, &ack, 1));
     } else {
-        kill(c.pid, SIGSTOP);
+        /* kill() returns before the peer has stopped: a thread inside a
+         * system call (a send of megabytes) finishes it first, and on a
+         * loaded machine the whole 64 MiB read was seen served after
+         * kill() returned. Wait until every thread of it is stopped. */
+        int st = 0;
+        TW_ASSERT_OK(kill(c.pid, SIGSTOP));
+        TW_ASSERT_EQ(waitpid(c.pid, &st, WUNTRACED), c.pid);
+        TW_ASSERT(WIFSTOPPED(st));
     }
     uint64_t t0 = tw__now_ns();
     int ret = pull(&c, 300, &cc);
