@@ -328,12 +328,14 @@ static void test_batch_of_slices(void)
      * groups (one batched call and one wait each), none alone. */
     unsigned th = copies_to_host, bt = batch_to_host_calls, q0 = arena_queries;
     long copies0 = fake.copies;
+    uint64_t joined0 = c->stage_joined_puts;
     TW_ASSERT_OK(tw_batch_put(c, items, N));
     TW_ASSERT_EQ(copies_to_host, th);
     TW_ASSERT_EQ(batch_to_host_calls - bt, (unsigned)(N / TW__STAGE_AHEAD));
     /* Adjacent slices into adjacent buffers of a slab share copies: one a
      * group where its buffers are all in one slab and none was busy. */
     TW_ASSERT(fake.copies - copies0 < N);
+    TW_ASSERT_EQ_U64(c->stage_joined_puts - joined0, (uint64_t)(N - (fake.copies - copies0)));
     fprintf(stderr, "  small batch put: %ld copies for %d blocks\n", fake.copies - copies0, N);
     /* Slices of one allocation: the kind is asked for once per run (the
      * path decision may ask again for its own reasons, not per item). */
