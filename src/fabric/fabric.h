@@ -428,6 +428,8 @@ void tw__fabric_mr_release(struct tw_fabric_mr *mr, void (*on_idle)(void *arg), 
 
 /* Key, address and length to send in RDMA_REGISTER. */
 struct tw_fabric_rkey tw__fabric_mr_rkey(const struct tw_fabric_mr *mr);
+/* The access bits it was registered with (TW_FABRIC_*). */
+unsigned tw__fabric_mr_access(const struct tw_fabric_mr *mr);
 /* fi_mr_desc() of the registration (NULL for a 0-byte one). */
 void *tw__fabric_mr_desc(const struct tw_fabric_mr *mr);
 
@@ -619,6 +621,8 @@ struct tw_fabric_stats {
     uint64_t cma_calls;         /* the mover's process_vm_readv calls for them (batched) */
     uint64_t reads_now;         /* of those, whole transfers read by tw__fabric_peer_read_now */
     uint64_t mrs_made;          /* registrations made (monotonic; mrs_open: held now) */
+    uint64_t ops_joined;        /* operations posted inside another's (xfer.c, joined) */
+    uint64_t joins;             /* libfabric operations that carried two or more of ours */
 };
 void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st);
 

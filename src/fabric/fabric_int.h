@@ -182,6 +182,11 @@ struct tw_fabric_rma {
     uint64_t off, len;
     int busy;
     int fresh; /* reserved this round, not posted yet (xfer.c post_batch) */
+    /* Posted as part of one libfabric operation with others (xfer.c,
+     * "Joined operations"): the operation's context is the first one's
+     * ctx, and join_next links the rest in address order. */
+    int joined;
+    struct tw_fabric_rma *join_next;
 };
 
 struct tw_fabric_xfer {
@@ -237,6 +242,7 @@ struct tw_fabric {
     uint64_t drain_ns;
     uint64_t spin_ns; /* mover.c: polling after the last activity */
     int cma_reads;    /* tw_fabric_config.cma_reads */
+    int join_ops;     /* join adjacent operations of transfers (xfer.c); TW_FABRIC_JOIN=0: no */
     /* Reads done in the caller's thread (tw__fabric_xfer_read_now), which
      * takes no lock: __atomic, folded into the stats by tw__fabric_stats. */
     uint64_t now_reads, now_bytes;

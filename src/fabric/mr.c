@@ -394,6 +394,11 @@ struct tw_fabric_rkey tw__fabric_mr_rkey(const struct tw_fabric_mr *mr)
     return mr->rkey;
 }
 
+unsigned tw__fabric_mr_access(const struct tw_fabric_mr *mr)
+{
+    return mr->access;
+}
+
 void *tw__fabric_mr_desc(const struct tw_fabric_mr *mr)
 {
     return mr->desc;

@@ -121,6 +121,12 @@ int tw__fabric_open(const struct tw_fabric_config *cfg, struct tw_fabric **out, 
     fab->hmem_device = cfg->hmem_probe_device;
     fab->spin_ns = cfg->spin_ns ? cfg->spin_ns : spin_default();
     fab->cma_reads = cfg->cma_reads;
+    {
+        /* Joined operations (xfer.c) are on unless TW_FABRIC_JOIN=0 (for
+         * measuring them against their absence in one build). */
+        const char *v = getenv("TW_FABRIC_JOIN");
+        fab->join_ops = !(v && strcmp(v, "0") == 0);
+    }
     fab->wake_fd = fab->event_fd = -1;
     link_init(&fab->peers);
     link_init(&fab->mrs);

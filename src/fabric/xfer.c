@@ -208,7 +208,7 @@ static int cancel_ops(struct tw_fabric_xfer *x)
      * lock is dropped. */
     unsigned gen = call_begin(fab, r);
     for (unsigned i = 0; i < x->depth; i++)
-        if (x->ops[i].busy)
+        if (x->ops[i].busy && !x->ops[i].joined) /* joined: others' bytes ride in it */
             fi_cancel(&r->ep->fid, &x->ops[i].ctx);
     return call_end(fab, r, gen);
 }
@@ -744,6 +744,141 @@ static ssize_t post_fi(struct tw_fabric_rail *r, struct tw_fabric_rma *op)
     return ret;
 }
 
+/*
+ * Joined operations. Transfers that leave together are often neighbours
+ * on both sides: the blocks of a batch put, read from consecutive
+ * addresses of the client's arena under one key (the client registers a
+ * run of adjacent sources once, docs/protocol.md §10 "Shared keys") into
+ * consecutive slots of the store's slab. A provider that moves each
+ * operation at a fixed cost runs small ones far below its bandwidth
+ * (tcp;ofi_rxm on the H200: 32 KiB reads at ~50k ops/s, 1.6 GB/s, against
+ * 5 GB/s for 1 MiB ones; docs/performance.md). So post_batch() posts an
+ * operation that continues the previous one on both sides -- same peer,
+ * same direction, same remote key, the remote address where the previous
+ * one ends, host memory of ours where the previous one ends under the
+ * same descriptor (or none needed) -- as part of it: one libfabric
+ * operation of up to the first transfer's chunk size, whose completion
+ * completes each of them (join_next). Every byte still goes to the
+ * transfer it belongs to; only the number of provider operations
+ * changes. A joined operation that fails fails each transfer it carried
+ * (as one that failed alone fails its own); a transfer stopped while
+ * one of its operations rides in a joined one does not cancel it (that
+ * would cancel the others' bytes) and waits for its completion like
+ * any other (abandon_ops after drain_ns).
+ */
+struct fi_join {
+    struct tw_fabric_rma *head, *tail;
+    unsigned n;
+    uint64_t len, max;
+    const uint8_t *lend; /* our byte after the last one */
+    uint64_t rend;       /* the remote address after the last one */
+};
+
+static const uint8_t *op_local(const struct tw_fabric_rma *op)
+{
+    const struct tw_fabric_xfer *x = op->xfer;
+    return x->d.local->base + x->d.local_offset + op->off;
+}
+
+static int join_fits(const struct fi_join *j, const struct tw_fabric_rma *op)
+{
+    const struct tw_fabric_xfer *h = j->head->xfer, *x = op->xfer;
+    const struct tw_fabric_mr *hm = h->d.local, *m = x->d.local;
+    return x != h && x->d.op == h->d.op && x->d.peer == h->d.peer &&
+           x->d.remote.key == h->d.remote.key && m->cuda_device < 0 && hm->cuda_device < 0 &&
+           (m == hm || (m->desc == NULL && hm->desc == NULL)) && j->len + op->len <= j->max &&
+           x->d.remote.remote_addr + op->off == j->rend && op_local(op) == j->lend;
+}
+
+/* Posts the gathered operation: one op as itself (post_fi), more as one
+ * libfabric operation under the first one's context. Returns 0 or the
+ * provider's error (left in each carried transfer's post_ret). */
+static ssize_t join_flush(struct tw_fabric_rail *r, struct fi_join *j)
+{
+    struct tw_fabric_rma *head = j->head;
+    ssize_t ret = 0;
+    j->head = NULL;
+    if (!head)
+        return 0;
+    if (j->n == 1)
+        return post_fi(r, head);
+    struct tw_fabric_xfer *x = head->xfer;
+    struct tw_fabric_mr *m = x->d.local;
+    struct tw_fabric_peer *p = x->d.peer;
+    void *buf = m->base + x->d.local_offset + head->off;
+    uint64_t raddr = x->d.remote.remote_addr + head->off;
+    if (x->d.op == TW_FABRIC_PULL)
+        ret = fi_read(r->ep, buf, j->len, m->desc, p->fi_addr, raddr, x->d.remote.key, &head->ctx);
+    else
+        ret = fi_write(r->ep, buf, j->len, m->desc, p->fi_addr, raddr, x->d.remote.key, &head->ctx);
+    for (struct tw_fabric_rma *op = head, *next; op; op = next) {
+        next = op->join_next;
+        if (ret) {
+            op->join_next = NULL;
+            op->xfer->post_ret = ret;
+        } else {
+            op->joined = 1;
+            post_one_done(op);
+        }
+    }
+    if (!ret) {
+        x->fab->st.joins++;
+        x->fab->st.ops_joined += j->n - 1;
+    }
+    return ret;
+}
+
+/* Gathers op into j, posting what j held first when op does not continue
+ * it. Returns 0 or the error of that post (-FI_EAGAIN: the queue is full;
+ * op stays fresh, unposted). */
+static ssize_t join_add(struct tw_fabric_rail *r, struct fi_join *j, struct tw_fabric_rma *op)
+{
+    struct tw_fabric_xfer *x = op->xfer;
+    if (j->head && x->fab->join_ops && join_fits(j, op)) {
+        j->tail->join_next = op;
+        j->tail = op;
+        j->n++;
+        j->len += op->len;
+        j->lend += op->len;
+        j->rend += op->len;
+        return 0;
+    }
+    ssize_t ret = join_flush(r, j);
+    if (ret == -FI_EAGAIN)
+        return ret;
+    if (x->post_ret)
+        return x->post_ret; /* an earlier operation of x failed in that post */
+    op->join_next = NULL;
+    j->head = j->tail = op;
+    j->n = 1;
+    j->len = op->len;
+    j->max = x->chunk < r->max_msg || !r->max_msg ? x->chunk : r->max_msg;
+    j->lend = op_local(op) + op->len;
+    j->rend = x->d.remote.remote_addr + op->off + op->len;
+    return 0;
+}
+
+/* Completes op and every operation joined behind it. */
+static void op_done_chain(struct tw_fabric_rma *op, int err, const char *msg)
+{
+    char joined[448];
+    if (err && op && op->join_next) {
+        unsigned n = 0;
+        for (const struct tw_fabric_rma *o = op; o; o = o->join_next)
+            n++;
+        snprintf(joined, sizeof(joined), "%s (one of %u reads or writes joined into one operation)",
+                 msg ? msg : "", n);
+        msg = joined;
+    }
+    while (op) {
+        struct tw_fabric_rma *next = op->join_next;
+        op->join_next = NULL;
+        op->joined = 0;
+        op_done(op, err, msg); /* may free op's transfer */
+        op = next;
+    }
+}
+
 /* An operation of a batch on its own (after the call stopped at it or at
  * an earlier one of its transfer): cma_read copies it, fails it, or hands
  * it to libfabric, which takes the rest of its transfer too. */
@@ -854,9 +989,11 @@ static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
     int full = 0;
     struct cma_done cma[CMA_BATCH];
     struct cma_batch b;
+    struct fi_join join;
     unsigned ncma = 0, calls = 0, settled = 0;
     b.n = 0;
     b.peer = NULL;
+    join.head = NULL;
     unsigned gen = call_begin(fab, r);
     for (unsigned k = 0; k < n; k++) {
         struct tw_fabric_xfer *x = xs[k];
@@ -890,12 +1027,14 @@ static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
                     cma_flush(r, &b, cma, &ncma, &full, &calls);
                 continue;
             }
-            if (post_fi(r, op) == -FI_EAGAIN)
+            if (join_add(r, &join, op) == -FI_EAGAIN)
                 full = 1;
         }
         /* Enough copied for a group: complete it before copying more. */
         if (ncma + b.n >= TW_FABRIC_CMA_GROUP && k + 1 < n) {
             cma_flush(r, &b, cma, &ncma, &full, &calls);
+            if (join_flush(r, &join) == -FI_EAGAIN)
+                full = 1;
             if (call_end(fab, r, gen))
                 return -1;
             cma_publish(fab, cma, ncma, calls);
@@ -906,6 +1045,7 @@ static int post_batch(struct tw_fabric *fab, struct tw_fabric_rail *r,
         }
     }
     cma_flush(r, &b, cma, &ncma, &full, &calls);
+    (void)join_flush(r, &join); /* a refusal leaves its operations to the next round */
     if (call_end(fab, r, gen))
         return -1;
     cma_publish(fab, cma, ncma, calls);
@@ -952,12 +1092,12 @@ static int read_cq(struct tw_fabric *fab, struct tw_fabric_rail *r, int *n)
         return -1;
     for (size_t i = 0; i < got; i++)
         if (ent[i].op_context)
-            op_done(ent[i].op_context, 0, NULL);
+            op_done_chain(ent[i].op_context, 0, NULL);
     *n += (int)got;
     if (have_err) {
         (*n)++;
         if (e.op_context)
-            op_done(e.op_context, map_err(e.err), msg);
+            op_done_chain(e.op_context, map_err(e.err), msg);
     }
     return 0;
 }

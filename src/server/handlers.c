@@ -581,6 +581,11 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
          * that leave together share calls (fabric/xfer.c cma_flush). */
         {"rdma_cma_reads", fst.cma_reads - fst.reads_now},
         {"rdma_cma_calls", fst.cma_calls},
+        /* Operations posted inside another's (neighbours on both sides
+         * under one key: fabric/xfer.c "Joined operations"), and the
+         * libfabric operations that carried two or more. */
+        {"rdma_ops_joined", fst.ops_joined},
+        {"rdma_joins", fst.joins},
         {"rdma_xfers_active", fst.xfers_active},
         {"rdma_mrs_open", fst.mrs_open},
         {"rdma_peers", fst.peers},
