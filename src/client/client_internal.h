@@ -239,6 +239,10 @@ struct tw_client {
      * sides announced bit 2 and the server ACCEPTed our OFFER. */
     struct tw_fabric *fab;
     struct tw_fabric_peer *fpeer;
+    /* The registration of the run of adjacent put sources that the last
+     * RDMA put opened (dp_rdma.c put_span); NULL when none is open. */
+    struct tw__put_span *put_span;
+    uint64_t put_spans, put_span_users; /* spans registered, puts that used one (tests) */
     /* Requests of the run whose fabric transfer the plane holds, and those
      * whose completion was popped but not yet handled, in order (dp_rdma.c;
      * the engine waits on the plane's event fd while any is in flight). */
@@ -393,6 +397,9 @@ void tw__client_stage_ahead_drop(struct tw_client *c);
  * as it has requests in flight and copies pending, so it is called where a
  * run ends, after the fence and tw__client_stage_ahead_drop. */
 void tw__client_stage_trim(struct tw_client *c);
+/* Closes the run's open span of put sources (dp_rdma.c): at the end of a
+ * run and before the plane closes. */
+void tw__client_put_span_close(struct tw_client *c);
 
 /* A staged pull get's host buffer (a size class's or the spare, not the
  * pipeline's pool) registered on the plane for reads into it

@@ -63,6 +63,8 @@ struct tw__rdma_req {
     struct tw__creq *r;
     struct tw_fabric_mr *mr;   /* our registration of host r->buf, or NULL */
     int mr_lent;               /* mr is the staging buffer's (not ours to drop) */
+    struct tw__put_span *span; /* put: mr is this span's (a reference held) */
+    uint64_t mr_off;           /* r->buf's offset in mr */
     struct tw_fabric_mrc *mrc; /* gdr: our registration of GPU r->buf, or NULL */
     const void *gbuf;          /* gdr: the registered GPU range */
     size_t glen;
@@ -227,6 +229,7 @@ out_close:
 
 void tw__client_rdma_close(struct tw_client *c)
 {
+    tw__client_put_span_close(c);
     c->stage_pool_mr = NULL; /* closing the plane frees it (dp_staging.c) */
     c->rdma_gen++;           /* and the staging buffers' (tw__client_stage_lend_mr) */
     /* With a handle still out (a plane closed under an undrained transfer)
@@ -243,12 +246,122 @@ void tw__client_rdma_close(struct tw_client *c)
     c->target_watch = 0;
 }
 
+/*
+ * Shared keys for runs of adjacent put sources (docs/protocol.md §10,
+ * "Shared keys"). The puts of a batch are often the consecutive blocks of
+ * one arena (a KV cache's layers). Registered one by one, each has its own
+ * key and the server reads each with its own provider operation; a
+ * provider with a fixed cost per operation (tcp;ofi_rxm: ~50k 32 KiB reads
+ * a second on the H200, 1.6 GB/s, against 5 GB/s for 1 MiB ones) then
+ * moves small blocks at a third of its bandwidth, whatever the engine
+ * does. So the first put of such a run registers the whole run -- the
+ * puts after it in the call whose sources continue it, up to
+ * PUT_SPAN_MAX bytes and PUT_SPAN_ITEMS puts -- and every put of the run
+ * sends that key with its own address and length. The server's data
+ * mover then reads neighbours with one operation (fabric/xfer.c,
+ * "Joined operations"), and the client registers once per run instead of
+ * once per put. The span exposes, for remote read under that key, only
+ * bytes this call is putting to this server; it is revoked when the last
+ * put that used it ends, and the library never writes them (the caller
+ * may not touch a put's source before the call returns). A later put of
+ * the run that goes another way (another plane, its memory not host)
+ * does not use it; a span whose registration fails is not retried: the
+ * put registers its own source as before.
+ */
+#define PUT_SPAN_MAX (8u << 20)
+#define PUT_SPAN_ITEMS 256u
+
+struct tw__put_span {
+    struct tw_fabric_mr *mr;
+    const uint8_t *base;
+    size_t len;
+    unsigned refs;
+};
+
+static void span_put(struct tw_client *c, struct tw__put_span *s)
+{
+    if (--s->refs)
+        return;
+    tw__fabric_mr_deregister(s->mr); /* NULL once taken (settle_busy) or forgotten */
+    if (c->put_span == s)
+        c->put_span = NULL;
+    free(s);
+}
+
+/* Ends the run's open span (its puts keep theirs until they end). */
+void tw__client_put_span_close(struct tw_client *c)
+{
+    struct tw__put_span *s = c->put_span;
+    c->put_span = NULL;
+    if (s)
+        span_put(c, s);
+}
+
+/* How far the run of puts starting at r reaches: the end of the last one
+ * whose source continues the one before it (c->run order). r itself when
+ * none does. */
+static const uint8_t *span_end(const struct tw_client *c, const struct tw__creq *r)
+{
+    const uint8_t *end = r->buf + r->len;
+    unsigned n = 1;
+    if (!c->run || r->len >= PUT_SPAN_MAX)
+        return end;
+    for (size_t i = r->index + 1; i < c->run_n && n < PUT_SPAN_ITEMS; i++, n++) {
+        const struct tw__creq *o = &c->run[i];
+        if (o->op != TW__OP_PUT || o->finished || o->buf != end || !o->len ||
+            (size_t)(end + o->len - r->buf) > PUT_SPAN_MAX)
+            break;
+        end += o->len;
+    }
+    return end;
+}
+
+/* A put of host memory (REMOTE_READ): the open span's key where r->buf
+ * lies in it, else a new span over r's run when it has more than r. 1
+ * when q->mr is a span's, 0 when r registers alone. */
+static int span_get(struct tw_client *c, struct tw__creq *r, struct tw__rdma_req *q,
+                    unsigned access)
+{
+    struct tw__put_span *s = c->put_span;
+    if (!(s && s->mr && r->buf >= s->base && r->buf + r->len <= s->base + s->len &&
+          tw__fabric_mr_access(s->mr) == access)) {
+        const uint8_t *end = span_end(c, r);
+        if (end == r->buf + r->len)
+            return 0;
+        s = calloc(1, sizeof(*s));
+        if (!s)
+            return 0;
+        if (tw__fabric_mr_register(c->fpeer, r->buf, (size_t)(end - r->buf), access, TW_FABRIC_HOST,
+                                   0, &s->mr) < 0) {
+            free(s);
+            return 0;
+        }
+        s->base = r->buf;
+        s->len = (size_t)(end - r->buf);
+        tw__client_put_span_close(c); /* the open one: its puts keep it */
+        s->refs = 1;                  /* open: held until the next span or the end of the run */
+        c->put_span = s;
+        c->put_spans++;
+    }
+    s->refs++;
+    q->span = s;
+    q->mr = s->mr;
+    q->mr_lent = 1;
+    q->mr_off = (uint64_t)(r->buf - s->base);
+    c->put_span_users++;
+    return 1;
+}
+
 /* Drops our registration of r->buf (revokes its key), keeping the state.
  * A GPU registration's cached region goes too (see the top). */
 static void drop_mr(struct tw_client *c, struct tw__rdma_req *q)
 {
     if (!q->mr_lent)
         tw__fabric_mr_deregister(q->mr);
+    if (q->span)
+        span_put(c, q->span);
+    q->span = NULL;
+    q->mr_off = 0;
     q->mr = NULL;
     q->mr_lent = 0;
     if (q->mrc) {
@@ -271,6 +384,9 @@ static int reg_buf(struct tw_client *c, struct tw__creq *r, size_t len, unsigned
         q->mr_lent = 1;
         return 0;
     }
+    if (!r->path.gdr && r->op == TW__OP_PUT && r->dp == &tw__client_dp_rdma &&
+        (access & TW_FABRIC_REMOTE_READ) && len == r->len && span_get(c, r, q, access))
+        return 0;
     if (!r->path.gdr) {
         int rc = tw__fabric_mr_register(c->fpeer, r->buf, len, access, TW_FABRIC_HOST, 0, &q->mr);
         if (rc < 0)
@@ -344,6 +460,8 @@ static void forget_plane(struct tw_client *c)
             struct tw__rdma_req *q = req_state(o);
             q->mr = NULL;
             q->mr_lent = 0;
+            if (q->span)
+                q->span->mr = NULL; /* closing the plane frees it */
             q->mrc = NULL;
             q->fx = NULL;
             q->ready = 0;
@@ -405,7 +523,7 @@ static int queue_register(struct tw_client *c, struct tw__creq *r, uint64_t leng
     struct tw_msg m = {
         .hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_RDMA_REGISTER, .request_id = r->id}};
     m.u.rdma_register.rkey = k.key;
-    m.u.rdma_register.remote_addr = k.remote_addr;
+    m.u.rdma_register.remote_addr = k.remote_addr + q->mr_off;
     m.u.rdma_register.length = length;
     return tw__client_conn_queue(c, &m);
 }
@@ -444,7 +562,17 @@ static int settle_busy(struct tw_client *c, struct tw__creq *r,
     struct tw__rdma_req *q = req_state(r);
     /* A lent registration: the buffer gives it up to us (it cannot be
      * reused before the reads drain; the buffer registers anew). */
-    struct tw_fabric_mr *mr = q->mr_lent ? tw__client_stage_take_mr(c, r) : q->mr;
+    struct tw_fabric_mr *mr;
+    if (q->span) {
+        /* A span's registration: taken from the span (its other puts'
+         * key is revoked with it; their reads fail) and waited for. */
+        mr = q->span->mr;
+        q->span->mr = NULL;
+        span_put(c, q->span);
+        q->span = NULL;
+    } else {
+        mr = q->mr_lent ? tw__client_stage_take_mr(c, r) : q->mr;
+    }
     struct tw_fabric_mrc *mrc = q->mrc;
     q->mr = NULL;
     q->mr_lent = 0;
@@ -490,6 +618,7 @@ static void start_xfer(struct tw_client *c, struct tw__creq *r, enum tw_fabric_o
         d.local_offset = tw__fabric_mrc_offset(q->mrc);
     } else {
         d.local = q->mr;
+        d.local_offset = q->mr_off;
     }
     d.local_offset += off;
     d.remote = q->remote;

@@ -911,6 +911,7 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     (void)tw__client_stage_fence(c); /* a failed copy fails its own request */
     tw__client_stage_ahead_drop(c);
     tw__client_stage_trim(c);
+    tw__client_put_span_close(c);
     c->run = NULL;
     free(c->run_map);
     c->run_map = NULL;
@@ -960,6 +961,7 @@ out_fail:
     (void)tw__client_stage_fence(c);
     tw__client_stage_ahead_drop(c);
     tw__client_stage_trim(c);
+    tw__client_put_span_close(c);
     c->run = NULL;
     free(c->run_map);
     c->run_map = NULL;

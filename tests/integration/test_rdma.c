@@ -525,6 +525,99 @@ static void test_batch_small_wide_window(void)
     batch_small("never", 1024);
 }
 
+/* The puts of a batch whose sources continue each other (a KV cache's
+ * blocks in one arena) share one registration per run (dp_rdma.c, "Shared
+ * keys"; docs/protocol.md §10): 200 puts of 1 B to 40 KB in two runs (a
+ * gap before the 120th) register 2 spans and every put uses one; then
+ * 256 puts of 32 KiB from one arena, read by the server, register 1, and
+ * over tcp the server's mover read neighbours with one operation
+ * (STATS rdma_ops_joined; over shm it copies them by cross-memory attach
+ * instead). Every byte lands, and once the calls return the client's
+ * plane holds no registration of theirs. */
+static void test_batch_adjacent_spans(void)
+{
+    struct itest_server s;
+    enum { N = 200, GAP_AT = 120, M = 256, BLOCK = 32 << 10 };
+    start_server(&s, TW_TEST_PROVIDER, "never");
+    tw_client *c = connect_client(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO);
+    struct tw_client *ci = (struct tw_client *)c;
+    struct tw_batch_item *items = calloc(M, sizeof(*items));
+    char(*names)[24] = calloc(M, 24);
+    uint8_t *src = malloc((size_t)M * BLOCK + 64), *dst = malloc((size_t)M * BLOCK + 64);
+    TW_ASSERT(items && names && src && dst);
+    struct tw_fabric_stats f0, f1;
+    size_t off = 0;
+    for (int i = 0; i < N; i++) {
+        size_t len = 1 + (size_t)(i * 7919) % 40000;
+        if (i == GAP_AT)
+            off += 64;
+        snprintf(names[i], 24, "span/%d", i);
+        itest_fill(src + off, len, (uint32_t)(300 + i));
+        batch_item_u8(&items[i], names[i], src + off, len);
+        off += len;
+    }
+    tw__fabric_stats(ci->fab, &f0);
+    uint64_t spans0 = ci->put_spans, users0 = ci->put_span_users;
+    int rc = tw_batch_put(c, items, N);
+    if (rc)
+        fprintf(stderr, "batch put: %s\n", tw_client_last_error_message(c));
+    TW_ASSERT_EQ(rc, 0);
+    tw__fabric_stats(ci->fab, &f1);
+    fprintf(stderr,
+            "  %d puts in two runs: %llu spans, %llu puts used one, %u registrations open\n", N,
+            (unsigned long long)(ci->put_spans - spans0),
+            (unsigned long long)(ci->put_span_users - users0), f1.mrs_open);
+    TW_ASSERT_EQ_U64(ci->put_spans - spans0, 2);
+    TW_ASSERT_EQ_U64(ci->put_span_users - users0, N);
+    TW_ASSERT_EQ(f1.mrs_open, f0.mrs_open);
+    TW_ASSERT(strncmp(tw_client_data_plane(c), "rdma pull", 9) == 0);
+    off = 0;
+    for (int i = 0; i < N; i++) {
+        TW_ASSERT_EQ(items[i].status, 0);
+        void *buf = NULL;
+        size_t len = 0;
+        TW_ASSERT_EQ(tw_get_alloc(c, names[i], &buf, &len, NULL), 0);
+        if (i == GAP_AT)
+            off += 64;
+        TW_ASSERT_EQ(len, items[i].len);
+        TW_ASSERT(memcmp(buf, src + off, len) == 0);
+        off += len;
+        tw_free(buf);
+    }
+
+    for (int i = 0; i < M; i++) {
+        snprintf(names[i], 24, "kv/%d", i);
+        itest_fill(src + (size_t)i * BLOCK, BLOCK, (uint32_t)(900 + i));
+        batch_item_u8(&items[i], names[i], src + (size_t)i * BLOCK, BLOCK);
+    }
+    uint64_t joined0 = stat_of(c, "rdma_ops_joined");
+    spans0 = ci->put_spans;
+    TW_ASSERT_EQ(tw_batch_put(c, items, M), 0);
+    uint64_t joined = stat_of(c, "rdma_ops_joined") - joined0;
+    fprintf(stderr,
+            "  %d puts of %d B from one arena: %llu spans, %llu read inside another's "
+            "operation by the server\n",
+            M, BLOCK, (unsigned long long)(ci->put_spans - spans0), (unsigned long long)joined);
+    TW_ASSERT_EQ_U64(ci->put_spans - spans0, 1);
+    if (strcmp(TW_TEST_PROVIDER, "tcp") == 0)
+        TW_ASSERT(joined > 0);
+    tw__fabric_stats(ci->fab, &f1);
+    TW_ASSERT_EQ(f1.mrs_open, f0.mrs_open);
+    memset(dst, 0, (size_t)M * BLOCK);
+    for (int i = 0; i < M; i++) {
+        TW_ASSERT_EQ(items[i].status, 0);
+        items[i].buf = dst + (size_t)i * BLOCK;
+    }
+    TW_ASSERT_EQ(tw_batch_get(c, items, M), 0);
+    TW_ASSERT(memcmp(dst, src, (size_t)M * BLOCK) == 0);
+    free(names);
+    free(items);
+    free(src);
+    free(dst);
+    tw_close(c);
+    TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
+}
+
 /* One item of a batch that fails (a missing tensor, a buffer too small for
  * its tensor) fails alone: the RDMA transfers of the others, in flight
  * around it, complete byte-exact, each item keeps its own status, and the
@@ -1612,6 +1705,7 @@ int main(void)
     TW_RUN(test_batch_small_client_writes);
     TW_RUN(test_batch_small_wide_window);
     TW_RUN(test_batch_one_item_fails);
+    TW_RUN(test_batch_adjacent_spans);
     TW_RUN(test_fallback_and_mixed);
     TW_RUN(test_threshold);
     TW_RUN(test_threshold_default);
