@@ -14,6 +14,13 @@
  * times `iters` back-to-back transfers; the median repetition is reported,
  * with the ratio engine/raw throughput (>1: engine faster).
  * --sweep runs the engine over chunk x depth for the largest size (tuning).
+ *
+ * --adjacent W: many small transfers whose regions continue each other
+ * on both sides (a batch of KV blocks from one arena into one slab), W in
+ * flight, on an unthreaded plane progressed by this thread: the engine
+ * with joined operations (src/fabric/xfer.c) against the same engine with
+ * TW_FABRIC_JOIN=0 and against the raw loop at the same size and window
+ * (and at 1 MiB, what joining can reach), interleaved, medians.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -113,6 +120,50 @@ static double engine_rep_once(struct engine *e, int write, size_t size, struct t
     return (double)(tw__now_ns() - t0);
 }
 
+/* Transfers of `size` bytes each, window in flight, over consecutive
+ * regions of span bytes (wrapping), for span bytes in all; ns per
+ * transfer. */
+static double engine_window(struct engine *e, int write, size_t size, unsigned window, size_t span,
+                            struct tw_fabric_rkey rk)
+{
+    size_t n = span / size, next = 0, done = 0;
+    unsigned inflight = 0;
+    uint64_t t0 = tw__now_ns();
+    while (done < n) {
+        for (; inflight < window && next < n; next++, inflight++) {
+            struct tw_fabric_xfer_desc d = {.op = write ? TW_FABRIC_PUSH : TW_FABRIC_PULL,
+                                            .peer = e->peer,
+                                            .local = e->mr,
+                                            .local_offset = (uint64_t)next * size,
+                                            .remote = rk,
+                                            .length = size,
+                                            .deadline_ns = tw__now_ns() + 60ull * 1000000000ull};
+            d.remote.remote_addr += (uint64_t)next * size;
+            d.remote.length = size;
+            if (tw__fabric_xfer_submit(e->plane, &d, NULL))
+                DIE("engine submit: %s", tw__fabric_errmsg(e->plane));
+        }
+        tw__fabric_progress(e->plane);
+        struct tw_fabric_completion c[64];
+        size_t k = tw__fabric_done_pop_many(e->plane, c, 64);
+        for (size_t i = 0; i < k; i++)
+            if (c[i].status)
+                DIE("engine transfer: %s", c[i].msg);
+        done += k;
+        inflight -= (unsigned)k;
+    }
+    return (double)(tw__now_ns() - t0) / (double)n;
+}
+
+static double raw_window(struct tw_raw_fabric *r, int write, size_t size, unsigned window,
+                         size_t span)
+{
+    uint64_t elapsed, n = span / size;
+    if (tw_raw_fabric_loop(r, write, size, n, window, NULL, &elapsed))
+        DIE("raw loop: %s", tw_raw_fabric_errmsg(r));
+    return (double)elapsed / (double)n;
+}
+
 /* The raw loop (tools/raw_fabric.c), one operation at a time like the
  * engine's blocking path. */
 static double raw_rep(struct tw_raw_fabric *r, int write, size_t size)
@@ -139,8 +190,10 @@ int main(int argc, char **argv)
     const char *prov = "tcp";
     int write = 0, reps = 5, sweep = 0;
     size_t chunk = 0, sizes[MAX_SIZES];
-    unsigned depth = 0, nsizes = 0;
-    static const struct option longopts[] = {{"sweep", no_argument, NULL, 'S'}, {0, 0, 0, 0}};
+    unsigned depth = 0, nsizes = 0, adjacent = 0;
+    static const struct option longopts[] = {{"sweep", no_argument, NULL, 'S'},
+                                             {"adjacent", required_argument, NULL, 'A'},
+                                             {0, 0, 0, 0}};
     int opt;
     while ((opt = getopt_long(argc, argv, "p:o:r:c:d:s:", longopts, NULL)) != -1) {
         switch (opt) {
@@ -166,14 +219,21 @@ int main(int argc, char **argv)
         case 'S':
             sweep = 1;
             break;
+        case 'A':
+            adjacent = (unsigned)atoi(optarg);
+            if (adjacent < 1 || adjacent > 1024)
+                DIE("--adjacent takes a window of 1..1024");
+            break;
         default:
             DIE("usage: bench_fabric [-p prov] [-o read|write] [-r reps] [-c chunk] [-d depth] [-s "
-                "size]... [--sweep]");
+                "size]... [--sweep] [--adjacent WINDOW]");
         }
     }
     if (reps < 1 || reps > 101)
         DIE("reps must be 1..101");
-    if (nsizes == 0) {
+    if (nsizes == 0 && adjacent) {
+        sizes[nsizes++] = 32u << 10;
+    } else if (nsizes == 0) {
         sizes[nsizes++] = 4096;
         sizes[nsizes++] = 1u << 20;
         sizes[nsizes++] = 256u << 20;
@@ -181,6 +241,8 @@ int main(int argc, char **argv)
     size_t max = 0;
     for (unsigned i = 0; i < nsizes; i++)
         max = sizes[i] > max ? sizes[i] : max;
+    if (adjacent && max < (64u << 20))
+        max = 64u << 20; /* the span the transfers walk through */
 
     uint8_t *remote = malloc(max), *local = malloc(max);
     if (!remote || !local)
@@ -213,7 +275,55 @@ int main(int argc, char **argv)
            tw__fabric_peer_provider(e.peer), prov, write ? "fi_write" : "fi_read", reps,
            chunk ? chunk : (size_t)TW_FABRIC_DEFAULT_CHUNK, depth ? depth : def_depth);
 
-    if (sweep) {
+    if (adjacent) {
+        struct engine off;
+        setenv("TW_FABRIC_JOIN", "0", 1);
+        engine_open(&off, prov, chunk, depth, local, max, target, NULL);
+        unsetenv("TW_FABRIC_JOIN");
+        struct tw_raw_fabric *r;
+        const struct tw_fabric_addr *taddr;
+        tw__fabric_local_addrs(target, &taddr);
+        if (tw_raw_fabric_open(prov, local, max, NULL, &r, err, sizeof(err)))
+            DIE("raw endpoint: %s", err);
+        struct tw_raw_fabric_target rt = {.addr = taddr[0].addr,
+                                          .addr_len = taddr[0].addr_len,
+                                          .remote_addr = rk.remote_addr,
+                                          .key = rk.key};
+        if (tw_raw_fabric_set_target(r, &rt))
+            DIE("raw target: %s", tw_raw_fabric_errmsg(r));
+        printf("adjacent transfers, %u in flight, %zu MiB walked per repetition; GB/s (medians)\n",
+               adjacent, max >> 20);
+        printf("%-8s %10s %10s %10s %12s %8s %8s\n", "size", "joined", "not", "raw", "raw 1 MiB",
+               "j/not", "j/raw");
+        for (unsigned i = 0; i < nsizes; i++) {
+            double vj[101], vn[101], vr[101], vm[101];
+            struct tw_fabric_stats s0, s1;
+            tw__fabric_stats(e.plane, &s0);
+            for (int k = 0; k < reps; k++) {
+                vj[k] = engine_window(&e, write, sizes[i], adjacent, max, rk);
+                vn[k] = engine_window(&off, write, sizes[i], adjacent, max, rk);
+                vr[k] = raw_window(r, write, sizes[i], adjacent, max);
+                vm[k] = raw_window(r, write, 1u << 20, adjacent < 16 ? adjacent : 16, max);
+            }
+            tw__fabric_stats(e.plane, &s1);
+            double j = (double)sizes[i] / tw_bench_median(vj, reps),
+                   nj = (double)sizes[i] / tw_bench_median(vn, reps),
+                   rw = (double)sizes[i] / tw_bench_median(vr, reps),
+                   mb = (double)(1u << 20) / tw_bench_median(vm, reps);
+            char ss[32];
+            fmt_size(sizes[i], ss, sizeof(ss));
+            printf("%-8s %10.3f %10.3f %10.3f %12.3f %8.2f %8.2f   (%.1f transfers per "
+                   "operation)\n",
+                   ss, j, nj, rw, mb, j / nj, j / rw,
+                   s1.joins - s0.joins
+                       ? (double)(s1.ops_joined - s0.ops_joined + (s1.joins - s0.joins)) /
+                             (double)(s1.joins - s0.joins)
+                       : 1.0);
+        }
+        tw_raw_fabric_close(r);
+        engine_close(&off);
+        engine_close(&e);
+    } else if (sweep) {
         engine_close(&e);
         static const size_t chunks[] = {256u << 10, 1u << 20, 4u << 20, 16u << 20};
         static const unsigned depths[] = {1, 2, 4, 8, 16};
