@@ -243,6 +243,7 @@ struct tw_client {
      * RDMA put opened (dp_rdma.c put_span); NULL when none is open. */
     struct tw__put_span *put_span;
     uint64_t put_spans, put_span_users; /* spans registered, puts that used one (tests) */
+    unsigned put_spans_live;            /* spans registered and not yet revoked */
     /* Requests of the run whose fabric transfer the plane holds, and those
      * whose completion was popped but not yet handled, in order (dp_rdma.c;
      * the engine waits on the plane's event fd while any is in flight). */
@@ -397,8 +398,15 @@ void tw__client_stage_ahead_drop(struct tw_client *c);
  * as it has requests in flight and copies pending, so it is called where a
  * run ends, after the fence and tw__client_stage_ahead_drop. */
 void tw__client_stage_trim(struct tw_client *c);
+/* A staged put's run of adjacent staging buffers (dp_staging.c): the end
+ * of the bytes of r and of the puts after it in the call whose buffers
+ * (taken, or copied ahead for them) continue r's in its slab, at most
+ * max bytes and items puts from r->buf; r->buf + r->len when none does. */
+const uint8_t *tw__client_stage_span_end(const struct tw_client *c, const struct tw__creq *r,
+                                         size_t max, unsigned items);
 /* Closes the run's open span of put sources (dp_rdma.c): at the end of a
- * run and before the plane closes. */
+ * run (before the staging slabs may be freed) and before the plane
+ * closes. */
 void tw__client_put_span_close(struct tw_client *c);
 
 /* A staged pull get's host buffer (a size class's or the spare, not the

@@ -262,11 +262,17 @@ void tw__client_rdma_close(struct tw_client *c)
  * "Joined operations"), and the client registers once per run instead of
  * once per put. The span exposes, for remote read under that key, only
  * bytes this call is putting to this server; it is revoked when the last
- * put that used it ends, and the library never writes them (the caller
- * may not touch a put's source before the call returns). A later put of
- * the run that goes another way (another plane, its memory not host)
- * does not use it; a span whose registration fails is not retried: the
- * put registers its own source as before.
+ * put that used it ends (the open span also when the next one opens and
+ * at the end of the call), and the library never writes them (the caller
+ * may not touch a put's source before the call returns). Staged puts from
+ * GPU memory do the same over their staging buffers: the buffers a
+ * put-ahead group's copies filled, adjacent in one slab
+ * (tw__client_stage_span_end); there a buffer whose put ended may take
+ * another transfer's bytes of this connection while the key lives, and
+ * the span is closed before the slabs can be freed (engine.c, at the end
+ * of the call). A later put of the run that goes another way (another
+ * plane, its memory not host) does not use it; a span whose registration
+ * fails is not retried: the put registers its own source as before.
  */
 #define PUT_SPAN_MAX (8u << 20)
 #define PUT_SPAN_ITEMS 256u
@@ -285,6 +291,7 @@ static void span_put(struct tw_client *c, struct tw__put_span *s)
     tw__fabric_mr_deregister(s->mr); /* NULL once taken (settle_busy) or forgotten */
     if (c->put_span == s)
         c->put_span = NULL;
+    c->put_spans_live--;
     free(s);
 }
 
@@ -306,6 +313,8 @@ static const uint8_t *span_end(const struct tw_client *c, const struct tw__creq 
     unsigned n = 1;
     if (!c->run || r->len >= PUT_SPAN_MAX)
         return end;
+    if (r->dp == tw__client_dp_rdma_staged)
+        return tw__client_stage_span_end(c, r, PUT_SPAN_MAX, PUT_SPAN_ITEMS);
     for (size_t i = r->index + 1; i < c->run_n && n < PUT_SPAN_ITEMS; i++, n++) {
         const struct tw__creq *o = &c->run[i];
         if (o->op != TW__OP_PUT || o->finished || o->buf != end || !o->len ||
@@ -342,6 +351,7 @@ static int span_get(struct tw_client *c, struct tw__creq *r, struct tw__rdma_req
         s->refs = 1;                  /* open: held until the next span or the end of the run */
         c->put_span = s;
         c->put_spans++;
+        c->put_spans_live++;
     }
     s->refs++;
     q->span = s;
@@ -384,7 +394,8 @@ static int reg_buf(struct tw_client *c, struct tw__creq *r, size_t len, unsigned
         q->mr_lent = 1;
         return 0;
     }
-    if (!r->path.gdr && r->op == TW__OP_PUT && r->dp == &tw__client_dp_rdma &&
+    if (!r->path.gdr && r->op == TW__OP_PUT &&
+        (r->dp == &tw__client_dp_rdma || r->dp == tw__client_dp_rdma_staged) &&
         (access & TW_FABRIC_REMOTE_READ) && len == r->len && span_get(c, r, q, access))
         return 0;
     if (!r->path.gdr) {

@@ -987,6 +987,33 @@ static struct tw__stage_buf *ahead_take(struct tw_client *c, size_t index)
     return NULL;
 }
 
+const uint8_t *tw__client_stage_span_end(const struct tw_client *c, const struct tw__creq *r,
+                                         size_t max, unsigned items)
+{
+    const struct stage *st = r->stage;
+    const uint8_t *end = r->buf + r->len;
+    if (!st || !st->buf || !st->buf->slab || !c->run || r->buf != st->buf->p)
+        return end;
+    const struct tw__stage_slab *slab = st->buf->slab;
+    unsigned n = 1;
+    for (size_t i = r->index + 1; i < c->run_n && n < items; i++, n++) {
+        const struct tw__creq *q = &c->run[i];
+        const struct tw__stage_buf *b = NULL;
+        if (q->finished || q->op != TW__OP_PUT || !q->len || (size_t)(end + q->len - r->buf) > max)
+            break;
+        if (q->dp == tw__client_dp_rdma_staged && q->stage) /* prepared: took its buffer */
+            b = ((const struct stage *)q->stage)->buf;
+        else
+            for (unsigned k = 0; k < c->nstage_ahead && !b; k++)
+                if (c->stage_ahead[k].index == i)
+                    b = c->stage_ahead[k].buf;
+        if (!b || b->slab != slab || (const uint8_t *)b->p != end)
+            break;
+        end += q->len;
+    }
+    return end;
+}
+
 void tw__client_stage_ahead_drop(struct tw_client *c)
 {
     while (c->nstage_ahead)

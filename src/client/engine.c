@@ -908,10 +908,11 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     rc = tw__client_conn_flush(c, c->request_timeout_ms); /* pending cancels */
     if (rc)
         goto out_fail;
+    tw__client_put_span_close(c);    /* before the slabs it may cover can go */
     (void)tw__client_stage_fence(c); /* a failed copy fails its own request */
     tw__client_stage_ahead_drop(c);
-    tw__client_stage_trim(c);
-    tw__client_put_span_close(c);
+    if (!c->put_spans_live) /* a span still registered may cover a slab */
+        tw__client_stage_trim(c);
     c->run = NULL;
     free(c->run_map);
     c->run_map = NULL;
@@ -958,10 +959,11 @@ out_fail:
     c->tlen = 0;
     c->nsegs = 0;
     tw__client_conn_fail(c, rc, 0);
+    tw__client_put_span_close(c);
     (void)tw__client_stage_fence(c);
     tw__client_stage_ahead_drop(c);
-    tw__client_stage_trim(c);
-    tw__client_put_span_close(c);
+    if (!c->put_spans_live) /* a span still registered may cover a slab */
+        tw__client_stage_trim(c);
     c->run = NULL;
     free(c->run_map);
     c->run_map = NULL;

@@ -314,6 +314,8 @@ static void get_slices_and_check(tw_client *c, struct tw_batch_item *items, int 
     check_pool_idle(c);
 }
 
+static uint64_t regs_made(tw_client *c);
+
 static void test_batch_of_slices(void)
 {
     tw_client *c = connect_fake(0);
@@ -328,8 +330,23 @@ static void test_batch_of_slices(void)
      * groups (one batched call and one wait each), none alone. */
     unsigned th = copies_to_host, bt = batch_to_host_calls, q0 = arena_queries;
     long copies0 = fake.copies;
-    uint64_t joined0 = c->stage_joined_puts;
+    uint64_t joined0 = c->stage_joined_puts, regs0 = regs_made(c), spans0 = c->put_spans,
+             users0 = c->put_span_users;
     TW_ASSERT_OK(tw_batch_put(c, items, N));
+    /* Over RDMA a group's buffers, adjacent in a slab, are registered once
+     * and share that key (dp_rdma.c, "Shared keys"): at most two spans a
+     * group (one where its buffers cross into another slab), one
+     * registration each, where each put registered its own before. */
+    if (on_rdma(c)) {
+        fprintf(stderr, "  small batch put: %llu registrations, %llu spans used by %llu puts\n",
+                (unsigned long long)(regs_made(c) - regs0),
+                (unsigned long long)(c->put_spans - spans0),
+                (unsigned long long)(c->put_span_users - users0));
+        TW_ASSERT(c->put_spans - spans0 <= 2 * (N / TW__STAGE_AHEAD));
+        TW_ASSERT_EQ_U64(regs_made(c) - regs0, c->put_spans - spans0);
+        TW_ASSERT(c->put_span_users - users0 >= N - 2 * (N / TW__STAGE_AHEAD));
+        TW_ASSERT_EQ(c->put_spans_live, 0); /* all revoked when the call returned */
+    }
     TW_ASSERT_EQ(copies_to_host, th);
     TW_ASSERT_EQ(batch_to_host_calls - bt, (unsigned)(N / TW__STAGE_AHEAD));
     /* Adjacent slices into adjacent buffers of a slab share copies: one a

@@ -599,6 +599,7 @@ static void test_batch_adjacent_spans(void)
             "operation by the server\n",
             M, BLOCK, (unsigned long long)(ci->put_spans - spans0), (unsigned long long)joined);
     TW_ASSERT_EQ_U64(ci->put_spans - spans0, 1);
+    TW_ASSERT_EQ(ci->put_spans_live, 0);
     if (strcmp(TW_TEST_PROVIDER, "tcp") == 0)
         TW_ASSERT(joined > 0);
     tw__fabric_stats(ci->fab, &f1);
