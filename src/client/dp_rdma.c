@@ -588,6 +588,8 @@ static int settle_busy(struct tw_client *c, struct tw__creq *r,
     q->mr = NULL;
     q->mr_lent = 0;
     q->mrc = NULL;
+    if (!mr && !mrc)
+        return 0; /* a span another put took and waited for: every operation on it drained */
     if (mrc)
         tw__fabric_mrcache_release_busy(c->mrc, mrc, idle_flag, &idle);
     else
@@ -628,7 +630,9 @@ static void start_xfer(struct tw_client *c, struct tw__creq *r, enum tw_fabric_o
         d.local = tw__fabric_mrc_mr(q->mrc);
         d.local_offset = tw__fabric_mrc_offset(q->mrc);
     } else {
-        d.local = q->mr;
+        /* A span's registration may have been taken by another put of the
+         * run (settle_busy): then this one has none left. */
+        d.local = q->span ? q->span->mr : q->mr;
         d.local_offset = q->mr_off;
     }
     d.local_offset += off;
@@ -640,14 +644,20 @@ static void start_xfer(struct tw_client *c, struct tw__creq *r, enum tw_fabric_o
     d.cookie = (uint64_t)(uintptr_t)q;
     d.attach_only = r->attach && op == TW_FABRIC_PULL;
     c->rdma_inflight++;
-    int rc = tw__fabric_xfer_submit(c->fab, &d, &q->fx);
+    int span_gone = !q->mrc && q->span && !d.local;
+    int rc = span_gone ? -ECONNABORTED : tw__fabric_xfer_submit(c->fab, &d, &q->fx);
     if (rc == 0)
         return;
     struct tw_fabric_completion fc;
     memset(&fc, 0, sizeof(fc));
     fc.cookie = d.cookie;
     fc.status = rc;
-    snprintf(fc.msg, sizeof(fc.msg), "%s", tw__fabric_errmsg(c->fab));
+    if (span_gone)
+        snprintf(fc.msg, sizeof(fc.msg),
+                 "the registration it shared with other puts was revoked "
+                 "when one of them could not drain");
+    else
+        snprintf(fc.msg, sizeof(fc.msg), "%s", tw__fabric_errmsg(c->fab));
     if (!fc.msg[0])
         snprintf(fc.msg, sizeof(fc.msg), "%s", tw_strerror(rc));
     record(c, &fc);

@@ -836,6 +836,7 @@ static ssize_t join_add(struct tw_fabric_rail *r, struct fi_join *j, struct tw_f
     struct tw_fabric_xfer *x = op->xfer;
     if (j->head && x->fab->join_ops && join_fits(j, op)) {
         j->tail->join_next = op;
+        op->join_next = NULL;
         j->tail = op;
         j->n++;
         j->len += op->len;
