@@ -332,7 +332,8 @@ static int span_get(struct tw_client *c, struct tw__creq *r, struct tw__rdma_req
                     unsigned access)
 {
     struct tw__put_span *s = c->put_span;
-    if (!(s && s->mr && r->buf >= s->base && r->buf + r->len <= s->base + s->len &&
+    uintptr_t at = (uintptr_t)r->buf, base = s ? (uintptr_t)s->base : 0;
+    if (!(s && s->mr && at >= base && at - base + r->len <= s->len &&
           tw__fabric_mr_access(s->mr) == access)) {
         const uint8_t *end = span_end(c, r);
         if (end == r->buf + r->len)
@@ -394,7 +395,7 @@ static int reg_buf(struct tw_client *c, struct tw__creq *r, size_t len, unsigned
         q->mr_lent = 1;
         return 0;
     }
-    if (!r->path.gdr && r->op == TW__OP_PUT &&
+    if (!r->path.gdr && r->op == TW__OP_PUT && r->buf && r->len &&
         (r->dp == &tw__client_dp_rdma || r->dp == tw__client_dp_rdma_staged) &&
         (access & TW_FABRIC_REMOTE_READ) && len == r->len && span_get(c, r, q, access))
         return 0;
