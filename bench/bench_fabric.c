@@ -175,6 +175,26 @@ static double raw_rep(struct tw_raw_fabric *r, int write, size_t size)
     return (double)elapsed / iters;
 }
 
+/* The raw loop's endpoint over local[0..len), aimed at the target's
+ * region rk. */
+static struct tw_raw_fabric *raw_open(const char *prov, void *local, size_t len,
+                                      struct tw_fabric *target, struct tw_fabric_rkey rk)
+{
+    struct tw_raw_fabric *r;
+    const struct tw_fabric_addr *taddr;
+    char err[512];
+    tw__fabric_local_addrs(target, &taddr);
+    if (tw_raw_fabric_open(prov, local, len, NULL, &r, err, sizeof(err)))
+        DIE("raw endpoint: %s", err);
+    struct tw_raw_fabric_target rt = {.addr = taddr[0].addr,
+                                      .addr_len = taddr[0].addr_len,
+                                      .remote_addr = rk.remote_addr,
+                                      .key = rk.key};
+    if (tw_raw_fabric_set_target(r, &rt))
+        DIE("raw target: %s", tw_raw_fabric_errmsg(r));
+    return r;
+}
+
 static void fmt_size(size_t s, char *out, size_t len)
 {
     if (s >= (1u << 20))
@@ -280,17 +300,7 @@ int main(int argc, char **argv)
         setenv("TW_FABRIC_JOIN", "0", 1);
         engine_open(&off, prov, chunk, depth, local, max, target, NULL);
         unsetenv("TW_FABRIC_JOIN");
-        struct tw_raw_fabric *r;
-        const struct tw_fabric_addr *taddr;
-        tw__fabric_local_addrs(target, &taddr);
-        if (tw_raw_fabric_open(prov, local, max, NULL, &r, err, sizeof(err)))
-            DIE("raw endpoint: %s", err);
-        struct tw_raw_fabric_target rt = {.addr = taddr[0].addr,
-                                          .addr_len = taddr[0].addr_len,
-                                          .remote_addr = rk.remote_addr,
-                                          .key = rk.key};
-        if (tw_raw_fabric_set_target(r, &rt))
-            DIE("raw target: %s", tw_raw_fabric_errmsg(r));
+        struct tw_raw_fabric *r = raw_open(prov, local, max, target, rk);
         printf("adjacent transfers, %u in flight, %zu MiB walked per repetition; GB/s (medians)\n",
                adjacent, max >> 20);
         printf("%-8s %10s %10s %10s %12s %8s %8s\n", "size", "joined", "not", "raw", "raw 1 MiB",
@@ -341,17 +351,7 @@ int main(int argc, char **argv)
                 engine_close(&e);
             }
     } else {
-        struct tw_raw_fabric *r;
-        const struct tw_fabric_addr *taddr;
-        tw__fabric_local_addrs(target, &taddr);
-        if (tw_raw_fabric_open(prov, local, max, NULL, &r, err, sizeof(err)))
-            DIE("raw endpoint: %s", err);
-        struct tw_raw_fabric_target rt = {.addr = taddr[0].addr,
-                                          .addr_len = taddr[0].addr_len,
-                                          .remote_addr = rk.remote_addr,
-                                          .key = rk.key};
-        if (tw_raw_fabric_set_target(r, &rt))
-            DIE("raw target: %s", tw_raw_fabric_errmsg(r));
+        struct tw_raw_fabric *r = raw_open(prov, local, max, target, rk);
         printf("%-8s %14s %14s %14s %14s %8s\n", "size", "raw us/op", "raw GB/s", "engine us/op",
                "engine GB/s", "ratio");
         for (unsigned i = 0; i < nsizes; i++) {

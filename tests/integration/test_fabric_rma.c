@@ -1533,6 +1533,42 @@ static int pulls_one_window(struct tw_fabric *f, struct tw_fabric_peer *p,
     return failed;
 }
 
+/* n pulls of `each` bytes in one window, none failing, byte-exact;
+ * *st0 / *st1: f's counters before and after. */
+static void whole_window(struct tw_fabric *f, struct tw_fabric_peer *cp, struct tw_fabric_mr *ldst,
+                         struct tw_fabric_mr *rsrc, const uint8_t *src, const uint8_t *dst, int n,
+                         size_t each, struct tw_fabric_stats *st0, struct tw_fabric_stats *st1)
+{
+    tw__fabric_stats(f, st0);
+    TW_ASSERT_EQ(pulls_one_window(f, cp, ldst, rsrc, NULL, n, each, n), 0);
+    TW_ASSERT_MEM_EQ(dst, src, (size_t)n * each);
+    tw__fabric_stats(f, st1);
+}
+
+/* 40 pulls of `each` bytes in one window, the 14th (index 13) from
+ * "page 1" of the peer into a sink of ours instead of dst (dst[13] keeps
+ * zeros): returns the failures among them; the other 39 land byte-exact.
+ * *st0 / *st1: f's counters before and after. */
+static int forty_with_sink(struct tw_fabric *f, struct tw_fabric_peer *cp,
+                           struct tw_fabric_mr *ldst, struct tw_fabric_mr *rsrc, const uint8_t *src,
+                           uint8_t *dst, size_t n, size_t each, struct tw_fabric_stats *st0,
+                           struct tw_fabric_stats *st1)
+{
+    static uint8_t sink[32u << 10];
+    struct tw_fabric_mr *lsink;
+    TW_ASSERT(each <= sizeof(sink) && 40 * each <= n);
+    TW_ASSERT_OK(tw__fabric_mr_register(cp, sink, sizeof(sink), TW_FABRIC_LOCAL_READ,
+                                        TW_FABRIC_HOST, 0, &lsink));
+    memset(dst, 0, n);
+    tw__fabric_stats(f, st0);
+    int failed = pulls_one_window(f, cp, ldst, rsrc, lsink, 40, each, 13);
+    TW_ASSERT_MEM_EQ(dst, src, 13 * each);
+    TW_ASSERT_MEM_EQ(dst + 14 * each, src + 14 * each, 26 * each);
+    tw__fabric_stats(f, st1);
+    tw__fabric_mr_deregister(lsink);
+    return failed;
+}
+
 /* Reads by cross-memory attach that leave in one window share
  * process_vm_readv calls (xfer.c cma_flush), in groups of
  * TW_FABRIC_CMA_GROUP that complete one after the other. On a plane whose
@@ -1555,10 +1591,7 @@ static void cma_batched(void)
     struct tw_fabric_mr *rsrc, *ldst;
     pull_regions(sp, cp, n, 35, &src, &dst, &rsrc, &ldst);
     struct tw_fabric_stats st0, st1;
-    tw__fabric_stats(c4, &st0);
-    TW_ASSERT_EQ(pulls_one_window(c4, cp, ldst, rsrc, NULL, N, each, N), 0);
-    TW_ASSERT_MEM_EQ(dst, src, n);
-    tw__fabric_stats(c4, &st1);
+    whole_window(c4, cp, ldst, rsrc, src, dst, N, each, &st0, &st1);
     fprintf(stderr,
             "  %d reads of %zu bytes in one window: %llu by cross-memory attach, %llu calls\n", N,
             each, (unsigned long long)(st1.cma_reads - st0.cma_reads),
@@ -1571,24 +1604,13 @@ static void cma_batched(void)
     TW_ASSERT_EQ_U64(st1.ops_joined - st0.ops_joined, is_shm ? 0 : N - 2);
 
     if (is_shm) {
-        /* dst[13] keeps zeros: its read goes to the static sink. */
-        static uint8_t sink[32u << 10];
-        struct tw_fabric_mr *lsink;
-        TW_ASSERT_OK(tw__fabric_mr_register(cp, sink, sizeof(sink), TW_FABRIC_LOCAL_READ,
-                                            TW_FABRIC_HOST, 0, &lsink));
-        memset(dst, 0, n);
-        tw__fabric_stats(c4, &st0);
-        TW_ASSERT_EQ(pulls_one_window(c4, cp, ldst, rsrc, lsink, 40, each, 13), 1);
-        TW_ASSERT_MEM_EQ(dst, src, 13 * each);
-        TW_ASSERT_MEM_EQ(dst + 14 * each, src + 14 * each, 26 * each);
-        tw__fabric_stats(c4, &st1);
+        TW_ASSERT_EQ(forty_with_sink(c4, cp, ldst, rsrc, src, dst, n, each, &st0, &st1), 1);
         fprintf(stderr, "  40 reads, the 14th unmapped: %llu by cross-memory attach, %llu calls\n",
                 (unsigned long long)(st1.cma_reads - st0.cma_reads),
                 (unsigned long long)(st1.cma_calls - st0.cma_calls));
         TW_ASSERT_EQ_U64(st1.cma_reads - st0.cma_reads, 39);
         TW_ASSERT_EQ_U64(st1.cma_calls - st0.cma_calls, 5);
         TW_ASSERT_EQ(cp->cma, 1); /* the peer stays readable that way */
-        tw__fabric_mr_deregister(lsink);
     }
     pull_regions_drop(sp, cp, src, dst, rsrc, ldst);
     close_client(c4);
@@ -1619,10 +1641,7 @@ static void joined_reads(void)
     struct tw_fabric_mr *rsrc, *ldst;
     pull_regions(sp, cp, n, 41, &src, &dst, &rsrc, &ldst);
     struct tw_fabric_stats st0, st1;
-    tw__fabric_stats(c5, &st0);
-    TW_ASSERT_EQ(pulls_one_window(c5, cp, ldst, rsrc, NULL, N, each, N), 0);
-    TW_ASSERT_MEM_EQ(dst, src, n);
-    tw__fabric_stats(c5, &st1);
+    whole_window(c5, cp, ldst, rsrc, src, dst, N, each, &st0, &st1);
     fprintf(stderr, "  %d reads of %zu bytes: %llu libfabric operations carried %llu of them\n", N,
             each, (unsigned long long)(st1.joins - st0.joins),
             (unsigned long long)(st1.ops_joined - st0.ops_joined + (st1.joins - st0.joins)));
@@ -1636,21 +1655,11 @@ static void joined_reads(void)
         close_client(c5);
         return;
     }
-    static uint8_t sink[32u << 10];
-    struct tw_fabric_mr *lsink;
-    TW_ASSERT_OK(tw__fabric_mr_register(cp, sink, sizeof(sink), TW_FABRIC_LOCAL_READ,
-                                        TW_FABRIC_HOST, 0, &lsink));
-    memset(dst, 0, n);
-    tw__fabric_stats(c5, &st0);
     /* (tcp addresses a region by offset: "page 1" is inside it there, and
      * that read lands in the sink.) */
-    TW_ASSERT_EQ(pulls_one_window(c5, cp, ldst, rsrc, lsink, 40, each, 13), 0);
-    TW_ASSERT_MEM_EQ(dst, src, 13 * each);
-    TW_ASSERT_MEM_EQ(dst + 14 * each, src + 14 * each, 26 * each);
-    tw__fabric_stats(c5, &st1);
+    TW_ASSERT_EQ(forty_with_sink(c5, cp, ldst, rsrc, src, dst, n, each, &st0, &st1), 0);
     TW_ASSERT_EQ_U64(st1.joins - st0.joins, 2);
     TW_ASSERT_EQ_U64(st1.ops_joined - st0.ops_joined, 12 + 25);
-    tw__fabric_mr_deregister(lsink);
 
     /* The key's region ends half a block before the last transfer does. */
     struct tw_fabric_mr *rshort;
