@@ -63,8 +63,8 @@ struct tw__rdma_req {
     struct tw__creq *r;
     struct tw_fabric_mr *mr;   /* our registration of host r->buf, or NULL */
     int mr_lent;               /* mr is the staging buffer's (not ours to drop) */
-    struct tw__put_span *span; /* put: mr is this span's (a reference held) */
-    uint64_t mr_off;           /* r->buf's offset in mr */
+    struct tw__put_span *span; /* put: registered by this span instead (a reference held) */
+    uint64_t mr_off;           /* r->buf's offset in the span's registration */
     struct tw_fabric_mrc *mrc; /* gdr: our registration of GPU r->buf, or NULL */
     const void *gbuf;          /* gdr: the registered GPU range */
     size_t glen;
@@ -327,7 +327,7 @@ static const uint8_t *span_end(const struct tw_client *c, const struct tw__creq 
 
 /* A put of host memory (REMOTE_READ): the open span's key where r->buf
  * lies in it, else a new span over r's run when it has more than r. 1
- * when q->mr is a span's, 0 when r registers alone. */
+ * when q uses a span (q->span), 0 when r registers alone. */
 static int span_get(struct tw_client *c, struct tw__creq *r, struct tw__rdma_req *q,
                     unsigned access)
 {
@@ -356,11 +356,16 @@ static int span_get(struct tw_client *c, struct tw__creq *r, struct tw__rdma_req
     }
     s->refs++;
     q->span = s;
-    q->mr = s->mr;
-    q->mr_lent = 1;
     q->mr_off = (uint64_t)(r->buf - s->base);
     c->put_span_users++;
     return 1;
+}
+
+/* The registration r->buf is in: its own, or its span's (NULL once
+ * another put of the span took it, settle_busy). */
+static struct tw_fabric_mr *req_mr(const struct tw__rdma_req *q)
+{
+    return q->span ? q->span->mr : q->mr;
 }
 
 /* Drops our registration of r->buf (revokes its key), keeping the state.
@@ -511,7 +516,7 @@ static void rdma_release(struct tw_client *c, struct tw__creq *r)
         wait_own(c, q);
     unready(c, q);
     watch_target(c, q, 0);
-    if ((q->mr || q->mrc) && q->fc.buffer_busy)
+    if ((q->mr || q->span || q->mrc) && q->fc.buffer_busy)
         (void)settle_busy(c, r, &q->fc); /* may close the plane */
     q = req_state(r);
     if (q)
@@ -531,7 +536,7 @@ static int queue_simple(struct tw_client *c, struct tw__creq *r, uint32_t tag)
 static int queue_register(struct tw_client *c, struct tw__creq *r, uint64_t length)
 {
     struct tw__rdma_req *q = req_state(r);
-    struct tw_fabric_rkey k = q->mrc ? tw__fabric_mrc_rkey(q->mrc) : tw__fabric_mr_rkey(q->mr);
+    struct tw_fabric_rkey k = q->mrc ? tw__fabric_mrc_rkey(q->mrc) : tw__fabric_mr_rkey(req_mr(q));
     struct tw_msg m = {
         .hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_RDMA_REGISTER, .request_id = r->id}};
     m.u.rdma_register.rkey = k.key;
@@ -631,9 +636,7 @@ static void start_xfer(struct tw_client *c, struct tw__creq *r, enum tw_fabric_o
         d.local = tw__fabric_mrc_mr(q->mrc);
         d.local_offset = tw__fabric_mrc_offset(q->mrc);
     } else {
-        /* A span's registration may have been taken by another put of the
-         * run (settle_busy): then this one has none left. */
-        d.local = q->span ? q->span->mr : q->mr;
+        d.local = req_mr(q);
         d.local_offset = q->mr_off;
     }
     d.local_offset += off;
@@ -645,6 +648,8 @@ static void start_xfer(struct tw_client *c, struct tw__creq *r, enum tw_fabric_o
     d.cookie = (uint64_t)(uintptr_t)q;
     d.attach_only = r->attach && op == TW_FABRIC_PULL;
     c->rdma_inflight++;
+    /* A span whose registration another put took (settle_busy) leaves
+     * this one none: fail it saying why rather than submit without. */
     int span_gone = !q->mrc && q->span && !d.local;
     int rc = span_gone ? -ECONNABORTED : tw__fabric_xfer_submit(c->fab, &d, &q->fx);
     if (rc == 0)

@@ -722,21 +722,27 @@ static void post_one_done(struct tw_fabric_rma *op)
     op->xfer->post_posted++;
 }
 
+/* fi_read (pull) or fi_write (push) of len bytes at offset off of
+ * transfer x, under context ctx. Returns 0 or the provider's error. */
+static ssize_t post_rma(struct tw_fabric_rail *r, struct tw_fabric_xfer *x, uint64_t off,
+                        uint64_t len, void *ctx)
+{
+    struct tw_fabric_mr *m = x->d.local;
+    struct tw_fabric_peer *p = x->d.peer;
+    void *buf = m->base + x->d.local_offset + off;
+    uint64_t raddr = x->d.remote.remote_addr + off;
+    if (x->d.op == TW_FABRIC_PULL)
+        return fi_read(r->ep, buf, len, m->desc, p->fi_addr, raddr, x->d.remote.key, ctx);
+    return fi_write(r->ep, buf, len, m->desc, p->fi_addr, raddr, x->d.remote.key, ctx);
+}
+
 /* Posts op through libfabric. Returns 0 or the provider's error (also
  * left in the transfer's post_ret; the transfer posts nothing more this
  * round). */
 static ssize_t post_fi(struct tw_fabric_rail *r, struct tw_fabric_rma *op)
 {
     struct tw_fabric_xfer *x = op->xfer;
-    struct tw_fabric_mr *m = x->d.local;
-    struct tw_fabric_peer *p = x->d.peer;
-    void *buf = m->base + x->d.local_offset + op->off;
-    uint64_t raddr = x->d.remote.remote_addr + op->off;
-    ssize_t ret;
-    if (x->d.op == TW_FABRIC_PULL)
-        ret = fi_read(r->ep, buf, op->len, m->desc, p->fi_addr, raddr, x->d.remote.key, &op->ctx);
-    else
-        ret = fi_write(r->ep, buf, op->len, m->desc, p->fi_addr, raddr, x->d.remote.key, &op->ctx);
+    ssize_t ret = post_rma(r, x, op->off, op->len, &op->ctx);
     if (ret)
         x->post_ret = ret;
     else
@@ -796,21 +802,13 @@ static int join_fits(const struct fi_join *j, const struct tw_fabric_rma *op)
 static ssize_t join_flush(struct tw_fabric_rail *r, struct fi_join *j)
 {
     struct tw_fabric_rma *head = j->head;
-    ssize_t ret = 0;
     j->head = NULL;
     if (!head)
         return 0;
     if (j->n == 1)
         return post_fi(r, head);
     struct tw_fabric_xfer *x = head->xfer;
-    struct tw_fabric_mr *m = x->d.local;
-    struct tw_fabric_peer *p = x->d.peer;
-    void *buf = m->base + x->d.local_offset + head->off;
-    uint64_t raddr = x->d.remote.remote_addr + head->off;
-    if (x->d.op == TW_FABRIC_PULL)
-        ret = fi_read(r->ep, buf, j->len, m->desc, p->fi_addr, raddr, x->d.remote.key, &head->ctx);
-    else
-        ret = fi_write(r->ep, buf, j->len, m->desc, p->fi_addr, raddr, x->d.remote.key, &head->ctx);
+    ssize_t ret = post_rma(r, x, head->off, j->len, &head->ctx);
     for (struct tw_fabric_rma *op = head, *next; op; op = next) {
         next = op->join_next;
         if (ret) {
@@ -1136,15 +1134,8 @@ static int probe_zombies(struct tw_fabric *fab, uint64_t now)
         x->inflight++;
         r->stuck_ops++;
         x->probe_ns = now;
-        void *buf = m->base + x->d.local_offset;
-        ssize_t ret;
         unsigned gen = call_begin(fab, r);
-        if (x->d.op == TW_FABRIC_PULL)
-            ret = fi_read(r->ep, buf, 1, m->desc, p->fi_addr, x->d.remote.remote_addr,
-                          x->d.remote.key, &x->probe.ctx);
-        else
-            ret = fi_write(r->ep, buf, 1, m->desc, p->fi_addr, x->d.remote.remote_addr,
-                           x->d.remote.key, &x->probe.ctx);
+        ssize_t ret = post_rma(r, x, 0, 1, &x->probe.ctx);
         if (call_end(fab, r, gen))
             return -1;
         if (ret) {
