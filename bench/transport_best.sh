@@ -8,24 +8,33 @@
 # redis-server, redis-benchmark and iperf3 are taken from PATH when present
 # (Debian: redis-server, redis-tools, iperf3; bench only, not dependencies).
 # SRVCPU / CLICPU (taskset lists, default none) pin the server and clients
-# to separate cores, as in docs/performance.md.
+# to separate cores, as in docs/performance.md. Both ends of the raw socket
+# and libfabric loops run inside the tensorwire process, so CLICPU confines
+# them to the client's cores: on the 2-core VM leave both unset.
 set -u
 B=${1:-build}
 out=$(mktemp -d)
 srv=
 pin() { local cpus=$1; shift; if [ -n "$cpus" ]; then taskset -c "$cpus" "$@"; else "$@"; fi; }
+# For a process started with &: exec, so that $! is the process itself and
+# stop() ends it (a function run with & is a subshell that forks it, and
+# killing the subshell left the server running beside the next one).
+pin_exec() { local cpus=$1; shift; if [ -n "$cpus" ]; then exec taskset -c "$cpus" "$@"; else exec "$@"; fi; }
+# Each tensorwire command's limit (seconds): its raw libfabric sweep alone
+# took more than 120 s for 256 MiB over tcp on a slow hour of the 2-core VM.
+TMO=${TMO:-600}
 stop() { [ -z "$srv" ] || { kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null; }; srv=; }
 trap 'stop; rm -rf "$out"' EXIT
 start() {
   stop
-  pin "${SRVCPU:-}" "$B/tensorwired" --listen 127.0.0.1:0 --fabric tcp,shm --log-level warn "$@" \
-    > "$out/srv.out" 2> "$out/srv.err" &
+  (pin_exec "${SRVCPU:-}" "$B/tensorwired" --listen 127.0.0.1:0 --fabric tcp,shm --log-level warn \
+    "$@" > "$out/srv.out" 2> "$out/srv.err") &
   srv=$!
   for _ in $(seq 100); do grep -q listening "$out/srv.out" && break; sleep 0.1; done
   addr=$(sed -n 's/^listening on //p' "$out/srv.out")
   [ -n "$addr" ] || { cat "$out/srv.err"; exit 1; }
 }
-tw() { echo "== tensorwire $*"; pin "${CLICPU:-}" timeout 120 "$B/tensorwire" -s "$addr" "$@"; }
+tw() { echo "== tensorwire $*"; pin "${CLICPU:-}" timeout "$TMO" "$B/tensorwire" -s "$addr" "$@"; }
 start
 for op in get put; do tw bench --op $op --size 256Mi --count 4 --rounds 3; done
 for op in get put; do
@@ -42,7 +51,7 @@ done
 stop
 if command -v redis-server > /dev/null && command -v redis-benchmark > /dev/null; then
   echo "== redis-benchmark -t get,set -d 4096 -c 16 -P 16"
-  pin "${SRVCPU:-}" redis-server --port 6390 --save "" --appendonly no > "$out/redis.log" 2>&1 &
+  (pin_exec "${SRVCPU:-}" redis-server --port 6390 --save "" --appendonly no > "$out/redis.log" 2>&1) &
   r=$!
   sleep 0.5
   pin "${CLICPU:-}" timeout 60 redis-benchmark -p 6390 -t get,set -d 4096 -c 16 -P 16 \
@@ -51,7 +60,7 @@ if command -v redis-server > /dev/null && command -v redis-benchmark > /dev/null
 fi
 if command -v iperf3 > /dev/null; then
   echo "== iperf3 -l 1M"
-  pin "${SRVCPU:-}" iperf3 -s -1 -p 5299 > "$out/iperf.log" 2>&1 &
+  (pin_exec "${SRVCPU:-}" iperf3 -s -1 -p 5299 > "$out/iperf.log" 2>&1) &
   i=$!
   sleep 0.3
   pin "${CLICPU:-}" timeout 30 iperf3 -c 127.0.0.1 -p 5299 -l 1M -t 4 | grep -E "sender|receiver"
