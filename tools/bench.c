@@ -63,6 +63,9 @@ static const char usage_bench[] =
     "  Default COUNT: as many as make 1 GiB (at least 8, at most 100000).\n"
     "  Client buffers are capped at 1 GiB: beyond that, in-flight requests share\n"
     "  buffers (contents are not verified here; the integration tests do that).\n"
+    "  They come from tw_device_alloc, and the raw loops' buffers likewise from\n"
+    "  memory advised for transparent huge pages from 2 MiB, as tensorwired keeps\n"
+    "  its tensors.\n"
     "  --fabric / --push (also global options): RDMA data plane through libfabric.\n"
     "  When the connection uses RDMA, each round also runs a raw libfabric loop\n"
     "  (fi_read for pull, fi_write for push, same size, depth and provider, two\n"
@@ -441,8 +444,8 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
         size_t flen = (size_t)(size * slots);
         if (!o_nosweep && flen < SWEEP_BUFFER)
             flen = SWEEP_BUFFER; /* the sweep cycles through 256 MiB */
-        if (posix_memalign((void **)&fab_buf, 4096, flen) != 0 ||
-            posix_memalign((void **)&fab_tgt, 4096, flen) != 0) {
+        if (tw_device_alloc("cpu", flen, (void **)&fab_buf) != 0 ||
+            tw_device_alloc("cpu", flen, (void **)&fab_tgt) != 0) {
             fprintf(stderr, "tensorwire bench: cannot allocate the raw fabric loop's buffers\n");
             goto out_cleanup;
         }
@@ -671,8 +674,8 @@ out_free:
     free(stream_rate);
     free(best_rate);
     tw_raw_fabric_close(rf);
-    free(fab_buf);
-    free(fab_tgt);
+    tw_device_free(fab_buf);
+    tw_device_free(fab_tgt);
     for (uint64_t k = 0; k < nextra; k++)
         extra_close(&extra[k]);
     free(extra);

@@ -339,7 +339,11 @@ TW_EXTERN int tw_get(tw_client *c, const char *name, void *buf, size_t cap,
 
 /* Like tw_get into a buffer the library allocates: page-aligned, at least one
  * byte even for an empty tensor, owned by the caller, freed with tw_free().
- * On failure *out_buf is NULL. out_len and out_desc may be NULL. */
+ * One of 2 MiB or more is 2 MiB-aligned and advised for transparent huge
+ * pages (madvise(MADV_HUGEPAGE); with THP in "madvise" mode, memory from
+ * malloc is not, and sockets copy 4 KiB pages markedly slower on some
+ * hosts: docs/performance.md). On failure *out_buf is NULL. out_len and
+ * out_desc may be NULL. */
 TW_EXTERN int tw_get_alloc(tw_client *c, const char *name, void **out_buf, size_t *out_len,
                            struct tw_tensor_desc *out_desc);
 /* Frees a buffer from tw_get_alloc. NULL is accepted. */
@@ -359,7 +363,9 @@ TW_EXTERN void tw_free(void *buf);
 TW_EXTERN int tw_get_alloc_device(tw_client *c, const char *name, const char *device,
                                   void **out_buf, size_t *out_len, struct tw_tensor_desc *out_desc);
 /* len bytes (at least 1) of memory on device ("cpu" or "cuda:N"), freed
- * with tw_device_free(). Returns 0, TW_EINVAL (bad tag), TW_EDEVICE, -ENOMEM. */
+ * with tw_device_free(). "cpu" memory is allocated as tw_get_alloc's (huge
+ * pages advised from 2 MiB). Returns 0, TW_EINVAL (bad tag), TW_EDEVICE,
+ * -ENOMEM. */
 TW_EXTERN int tw_device_alloc(const char *device, size_t len, void **out);
 /* Frees memory from tw_device_alloc / tw_get_alloc_device. NULL is accepted. */
 TW_EXTERN void tw_device_free(void *p);

@@ -45,7 +45,13 @@
  * wait, so a refused put (capacity, device) does not cost its bytes on
  * the wire. */
 #define TW__EAGER_PUT_MAX (1u << 20)
-#define TW__CLIENT_PAGE 4096u /* tw_get_alloc alignment */
+#define TW__CLIENT_PAGE 4096u      /* tw_get_alloc alignment */
+#define TW__CLIENT_HUGE (2u << 20) /* huge-page alignment from here */
+
+/* Host memory the library hands out (tw_get_alloc, tw_device_alloc("cpu"),
+ * freed with free()): page aligned; from TW__CLIENT_HUGE bytes up,
+ * aligned to and advised for huge pages (device.c). 0 or -ENOMEM. */
+int tw__client_host_alloc(size_t len, void **out);
 
 enum tw__op {
     TW__OP_GET = 1,

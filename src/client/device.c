@@ -7,10 +7,26 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "client/client_internal.h"
 #include "gpu/cuda.h"
 #include "proto/device.h"
+
+int tw__client_host_alloc(size_t len, void **out)
+{
+    /* 2 MiB or more: 2 MiB-aligned and advised for transparent huge
+     * pages, as tensorwired keeps its tensors. On the 2-core VM a 256 MiB
+     * inline put from 4 KiB pages ran at 0.58x the raw socket loop (both
+     * of its ends in huge pages), from huge pages at 1.02-1.10x.
+     * Advisory: a kernel without THP (or with it off) ignores it. */
+    size_t align = len >= TW__CLIENT_HUGE ? TW__CLIENT_HUGE : TW__CLIENT_PAGE;
+    if (posix_memalign(out, align, len ? len : 1) != 0)
+        return -ENOMEM;
+    if (align == TW__CLIENT_HUGE)
+        (void)madvise(*out, len & ~(size_t)(TW__CLIENT_PAGE - 1), MADV_HUGEPAGE);
+    return 0;
+}
 
 int tw_device_alloc(const char *device, size_t len, void **out)
 {
@@ -20,11 +36,8 @@ int tw_device_alloc(const char *device, size_t len, void **out)
     *out = NULL;
     if (!len)
         len = 1;
-    if (d.type == TW_DEVICE_CPU) {
-        if (posix_memalign(out, TW__CLIENT_PAGE, len) != 0)
-            return -ENOMEM;
-        return 0;
-    }
+    if (d.type == TW_DEVICE_CPU)
+        return tw__client_host_alloc(len, out);
     const struct tw_cuda_api *cu;
     int rc = tw__cuda_enter(d.ordinal, &cu, NULL, 0);
     if (rc)

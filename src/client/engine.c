@@ -406,7 +406,7 @@ static int on_tensor_info(struct tw_client *c, struct tw__creq *r, const struct 
         size_t want = w->byte_length ? (size_t)w->byte_length : 1;
         void *p = NULL;
         if ((uint64_t)(size_t)w->byte_length != w->byte_length ||
-            posix_memalign(&p, TW__CLIENT_PAGE, want) != 0) {
+            tw__client_host_alloc(want, &p) != 0) {
             int rc = cancel_request(c, r, "client out of memory");
             if (rc)
                 return rc;
