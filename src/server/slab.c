@@ -145,7 +145,7 @@ static struct tw_slab_arena *reclaim_arena(struct tw_slab *sl)
         return NULL;
     for (size_t i = 0; i < sl->nclasses; i++) {
         const struct tw_slab_class *c = &sl->classes[i];
-        for (size_t k = 0; k < c->nfree; k++) {
+        for (size_t k = c->head; k < c->nfree; k++) {
             size_t j;
             if (arena_of(sl, (uintptr_t)c->free[k] & ~FLAG_BITS, &j))
                 free_bytes[j] += (i + 1) * sl->page;
@@ -160,7 +160,7 @@ static struct tw_slab_arena *reclaim_arena(struct tw_slab *sl)
     for (size_t i = 0; i < sl->nclasses; i++) {
         struct tw_slab_class *c = &sl->classes[i];
         size_t kept = 0;
-        for (size_t k = 0; k < c->nfree; k++) {
+        for (size_t k = c->head; k < c->nfree; k++) {
             uintptr_t v = (uintptr_t)c->free[k];
             size_t j;
             if (arena_of(sl, v & ~FLAG_BITS, &j) != a)
@@ -168,6 +168,7 @@ static struct tw_slab_arena *reclaim_arena(struct tw_slab *sl)
             else if (!(v & COLD_BIT))
                 sl->kept_bytes -= (i + 1) * sl->page;
         }
+        c->head = 0;
         c->nfree = kept;
     }
     a->bump = 0;
@@ -184,8 +185,10 @@ void *tw__slab_alloc(struct tw_slab *sl, size_t len)
     if (len == 0 || len >= sl->max_block || len % sl->page != 0 || sl->dead)
         return NULL;
     struct tw_slab_class *c = &sl->classes[len / sl->page - 1];
-    if (c->nfree > 0) {
-        uintptr_t v = (uintptr_t)c->free[--c->nfree];
+    if (c->nfree > c->head) {
+        uintptr_t v = (uintptr_t)c->free[c->head++];
+        if (c->head == c->nfree)
+            c->head = c->nfree = 0;
         if (!(v & COLD_BIT))
             sl->kept_bytes -= len;
         sl->live_bytes += len;
@@ -226,6 +229,13 @@ void tw__slab_free(struct tw_slab *sl, void *p, size_t len)
     }
     struct tw_slab_class *c = &sl->classes[len / sl->page - 1];
     sl->freed_since_look += len;
+    if (c->nfree == c->cap && c->head >= c->cap / 2 && c->head > 0) {
+        /* Half the queue was taken from its front: move the rest down
+         * rather than grow (each entry moves at most once per doubling). */
+        memmove(c->free, c->free + c->head, (c->nfree - c->head) * sizeof(*c->free));
+        c->nfree -= c->head;
+        c->head = 0;
+    }
     if (c->nfree == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 64;
         void **f = realloc(c->free, cap * sizeof(*f));
@@ -255,7 +265,7 @@ uint64_t tw__slab_trim(struct tw_slab *sl)
     for (size_t i = 0; !sl->dead && !sl->pin && i < sl->nclasses; i++) {
         struct tw_slab_class *c = &sl->classes[i];
         size_t len = (i + 1) * sl->page;
-        for (size_t k = 0; k < c->nfree; k++) {
+        for (size_t k = c->head; k < c->nfree; k++) {
             uintptr_t v = (uintptr_t)c->free[k];
             if (v & COLD_BIT)
                 continue;

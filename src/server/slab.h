@@ -10,9 +10,14 @@
  *   one 2 MiB step at a time (MADV_POPULATE_WRITE, or a touch per page on
  *   kernels without it), so the fault cost is paid per huge page, not per
  *   4 KiB page of each tensor.
- * - Freed blocks go to a stack per size (in pages) and are reused exactly by
- *   the next allocation of that size: an overwrite of a batch, or a new batch
- *   of the same shapes, reuses faulted memory. Freed blocks beyond keep_max
+ * - Freed blocks go to a queue per size (in pages) and are reused exactly by
+ *   the next allocation of that size, oldest first: an overwrite of a batch,
+ *   or a new batch of the same shapes, reuses faulted memory, and blocks
+ *   freed in address order (the previous versions of a batch, committed
+ *   in order) are handed out in that order, so the new versions continue
+ *   each other in memory as the old ones did (a stack handed each group of
+ *   blocks freed together out backwards; the RDMA planes move neighbours
+ *   with one operation: docs/protocol.md §10 "Shared keys"). Freed blocks beyond keep_max
  *   bytes are handed back to the kernel with MADV_DONTNEED (the addresses
  *   stay reserved for the same size; a reuse faults them again), so an idle
  *   server holds at most keep_max bytes of free small-tensor memory, and
@@ -39,10 +44,10 @@
 
 struct tw_slab_arena;
 
-/* Free blocks of one size (a stack of addresses). */
+/* Free blocks of one size: a queue of addresses, free[head, nfree). */
 struct tw_slab_class {
     void **free;
-    size_t nfree, cap;
+    size_t head, nfree, cap;
 };
 
 struct tw_slab {

@@ -73,6 +73,59 @@ static void test_blocks_distinct_and_reused(void)
     TW_ASSERT_EQ_U64(sl.arena_bytes, 0);
 }
 
+/* Blocks freed in address order (a batch's previous versions, committed
+ * in order) come back in that order, so the next versions continue each
+ * other in memory as the old did (a stack gave them out backwards); the
+ * queue keeps every block through its front being taken while it grows
+ * (a full queue with a taken front moves down instead of growing). */
+static void test_reuse_in_order(void)
+{
+    struct tw_slab sl;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    enum { N = 300 };
+    static uint8_t *b[N], *again[N];
+    size_t len = 8 * page;
+    TW_ASSERT_OK(tw__slab_init(&sl, 1u << 30));
+    for (int i = 0; i < N; i++) {
+        b[i] = tw__slab_alloc(&sl, len);
+        TW_ASSERT(b[i] != NULL);
+        if (i > 0)
+            TW_ASSERT(b[i] == b[i - 1] + len); /* bump: in order */
+    }
+    /* Freed in order in groups of 32, the next batch taking each group
+     * as it is freed (a window of puts behind their commits). */
+    int got = 0;
+    for (int i = 0; i < N; i += 32) {
+        for (int k = i; k < i + 32 && k < N; k++)
+            tw__slab_free(&sl, b[k], len);
+        for (int k = i; k < i + 32 && k < N; k++)
+            again[got++] = tw__slab_alloc(&sl, len);
+    }
+    for (int i = 0; i < N; i++)
+        TW_ASSERT(again[i] == b[i]);
+    /* Free all, take a few from the front, free more than the queue's
+     * room: every block comes back exactly once. */
+    for (int i = 0; i < N; i++)
+        tw__slab_free(&sl, again[i], len);
+    for (int i = 0; i < 280; i++) /* the queue holds 512: 280 taken from its front */
+        again[i] = tw__slab_alloc(&sl, len);
+    for (int i = 0; i < 280; i++) /* the 213th finds it full: moved down */
+        tw__slab_free(&sl, again[i], len);
+    for (int i = 0; i < N; i++)
+        again[i] = tw__slab_alloc(&sl, len);
+    static struct span sorted[N];
+    for (int i = 0; i < N; i++)
+        sorted[i] = (struct span){(uintptr_t)again[i], len};
+    qsort(sorted, N, sizeof(sorted[0]), span_cmp);
+    for (int i = 0; i < N; i++)
+        TW_ASSERT(sorted[i].p == (uintptr_t)b[i]);
+    TW_ASSERT_EQ_U64(sl.live_bytes, (uint64_t)N * len);
+    TW_ASSERT(tw__slab_alloc(&sl, len) == b[N - 1] + len); /* the queue is empty */
+    for (int i = 0; i < N; i++)
+        tw__slab_free(&sl, again[i], len);
+    tw__slab_destroy(&sl);
+}
+
 /* A slab sized for larger blocks (the store's page-locked one: 8 MiB):
  * blocks up to max_block - page, eight of the largest per arena, reuse by
  * size; sizes beyond an eighth of an arena are refused at init. */
@@ -318,6 +371,7 @@ static void test_pinned_reclaim(void)
 int main(void)
 {
     TW_RUN(test_blocks_distinct_and_reused);
+    TW_RUN(test_reuse_in_order);
     TW_RUN(test_sized);
     TW_RUN(test_keep_bound);
     TW_RUN(test_trim);
