@@ -1152,8 +1152,14 @@ static void conn_on_io(struct tw_loop *loop, struct tw_io *io, uint32_t events)
         /* Small staged puts completed by this read queue their copies into
          * the GPU and are published together at its end (xfer.h). */
         c->defer_commits = 1;
+        c->keys_defer = 1;
         conn_read(c);
         c->defer_commits = 0;
+        c->keys_defer = 0;
+        /* The gets of this read whose key waited: one key for those that
+         * continue each other (xfer_rdma.c). */
+        if (c->keys_head)
+            tw__srv_rdma_key_pending(c);
         (void)tw__xfer_commits_advance(c);
     }
     if ((events & (EPOLLERR | EPOLLHUP)) && !(events & EPOLLIN))

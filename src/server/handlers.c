@@ -554,6 +554,8 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"staged_async_copies", srv->stats.staged_async_copies},
         {"staged_async_commits", srv->stats.staged_async_commits},
         {"rdma_attach_gets", srv->stats.rdma_attach_gets},
+        {"rdma_get_spans", srv->stats.rdma_get_spans},
+        {"rdma_get_span_gets", srv->stats.rdma_get_span_gets},
         {"staged_progressive_gets", srv->stats.staged_progressive_gets},
         {"staged_copy_waits", srv->stats.staged_copy_waits},
         {"staged_copy_wait_ns", srv->stats.staged_copy_wait_ns},

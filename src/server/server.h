@@ -152,6 +152,11 @@ struct tw_srv_conn {
      * plane's completions: the only times a commit may be queued. */
     struct tw_xfer *commit_head, *commit_tail;
     int defer_commits;
+    /* Gets whose source key waits for the end of this read (xfer_rdma.c,
+     * "Shared source keys"): keys_defer is set while the connection reads;
+     * tw__srv_rdma_key_pending() keys them before the I/O callback ends. */
+    struct tw_rdma_st *keys_head, *keys_tail;
+    int keys_defer;
 
     /* Transfers by request id, and the sources waiting to produce. */
     struct tw_xfer **xtab;
@@ -191,6 +196,9 @@ struct tw_srv_stats {
     /* RDMA gets asked with ATTACH_READ (bit 7) whose source was sent
      * without a key: nothing registered (xfer_rdma.c). */
     uint64_t rdma_attach_gets;
+    /* Source registrations shared by gets of adjacent slab tensors, and
+     * the gets sent such a key (xfer_rdma.c, docs/protocol.md §10). */
+    uint64_t rdma_get_spans, rdma_get_span_gets;
     /* Transfers that moved all their bytes, by path (tw__path_format's
      * words): every transfer records its path here and in the log. */
     uint64_t path_inline, path_inline_staged, path_rdma_pull, path_rdma_push, path_rdma_staged,
@@ -447,6 +455,10 @@ void tw__srv_rdma_on_completion(struct tw_srv *srv, const struct tw_fabric_compl
 /* Frees the transfer states whose busy registrations went idle (srv->idle_efd
  * became readable). Loop thread. */
 void tw__srv_rdma_drain_idle(struct tw_srv *srv);
+/* Registers the source of every get of c that waits for its key (read
+ * while c->keys_defer was set) and sends their RDMA_REGISTERs: the gets of
+ * tensors that continue each other in the store's slab share one key. */
+void tw__srv_rdma_key_pending(struct tw_srv_conn *c);
 /* Shutdown, plane still open: drops the cache handles every live transfer
  * state holds, so the cache can be destroyed before the plane. */
 void tw__srv_rdma_drop_handles(struct tw_srv *srv);

@@ -34,6 +34,19 @@
  * (store.on_recycle -> tw__fabric_mrcache_invalidate) or is freed
  * (tw__hostmem_free), i.e. after the last reader (§10). Push destinations
  * (REMOTE_WRITE) are never cached: their key is revoked by the release.
+ *
+ * Shared source keys (docs/protocol.md §10, "Shared keys"). A get of a
+ * small host tensor (one of the store's slab) that arrives while its
+ * connection reads waits for the end of that read for its key
+ * (c->keys_head): tw__srv_rdma_key_pending() then registers each run of
+ * such gets whose tensors continue each other in the slab (a batch of a
+ * KV cache's blocks, put in order) once, over exactly their bytes, and
+ * sends each get that key with its own remote_addr, so that the client
+ * can read neighbours with one RMA operation (fabric/xfer.c, joined
+ * operations; over tcp a 32 KiB read costs what a 1 MiB one does). The
+ * span holds a reference to each version it covers and is revoked when
+ * the last get that was sent its key ended: no version under the key is
+ * freed or recycled while the key lives.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -57,9 +70,40 @@ struct tw_rdma_st {
     unsigned test_parts, test_next;
     struct tw_timer test_timer;
     int busy; /* the last completion had buffer_busy */
+    /* A get keyed by a span shared with others (span, span_off: where its
+     * bytes start in it), st->mr NULL; a get waiting for its key on
+     * conn->keys_head (pending, knext/kprev); span_dead: the span this
+     * state revoked last, freed with the state (after on_idle). */
+    struct tw_get_span *span;
+    uint64_t span_off;
+    int pending;
+    struct tw_rdma_st *knext, *kprev;
+    struct tw_get_span *span_dead;
     struct tw_rdma_st *idle_next;
     struct tw_rdma_st *lnext, *lprev; /* srv->rdma_live (loop thread only) */
 };
+
+/* One source registration over the bytes of several adjacent slab
+ * tensors, shared by the gets that were sent its key. */
+struct tw_get_span {
+    struct tw_fabric_mrc *mr; /* NULL once the plane dropped it */
+    unsigned refs;            /* states using it */
+    int busy;                 /* a user's last completion had buffer_busy */
+    unsigned nheld;
+    struct tw_tensor *held[]; /* a reference to each version it covers */
+};
+
+/* A run keyed together: at most this many bytes and gets (the client's
+ * put spans' bounds, dp_rdma.c). */
+#define TW_GET_SPAN_MAX (8u << 20)
+#define TW_GET_SPAN_ITEMS 256u
+
+static void span_free(struct tw_get_span *sp)
+{
+    for (unsigned i = 0; i < sp->nheld; i++)
+        tw__tensor_unref(sp->held[i]);
+    free(sp);
+}
 
 /* ---- deferred release ---- */
 
@@ -87,6 +131,14 @@ static void st_free(struct tw_rdma_st *st)
         srv->rdma_live = st->lnext;
     if (st->lnext)
         st->lnext->lprev = st->lprev;
+    if (st->span_dead)
+        span_free(st->span_dead);
+    if (st->span && --st->span->refs == 0) {
+        /* The plane is gone (tw__srv_rdma_free_all): its handles were
+         * dropped, so only the references are left. */
+        tw__fabric_mrcache_release(srv->mrc, st->span->mr);
+        span_free(st->span);
+    }
     if (st->hold)
         tw__tensor_unref(st->hold);
     free(st);
@@ -110,6 +162,28 @@ void tw__srv_rdma_drain_idle(struct tw_srv *srv)
  * memory). The caller has made st->hold the reference to keep, if any. */
 static void st_finish(struct tw_rdma_st *st)
 {
+    struct tw_get_span *sp = st->span;
+    if (sp) {
+        /* The span's key goes with its last user (then it is revoked, and
+         * after an abandoned operation drained, the versions go). */
+        st->span = NULL;
+        sp->busy |= st->busy;
+        if (--sp->refs > 0) {
+            st_free(st);
+            return;
+        }
+        if (sp->mr && sp->busy) {
+            struct tw_fabric_mrc *mr = sp->mr;
+            sp->mr = NULL;
+            st->span_dead = sp;
+            tw__fabric_mrcache_release_busy(st->srv->mrc, mr, st_on_idle, st);
+            return;
+        }
+        tw__fabric_mrcache_release(st->srv->mrc, sp->mr);
+        span_free(sp);
+        st_free(st);
+        return;
+    }
     if (st->mr && st->busy) {
         struct tw_fabric_mrc *mr = st->mr;
         st->mr = NULL;
@@ -152,14 +226,20 @@ static int put_bytes_settled(struct tw_xfer *x)
     return rc;
 }
 
-/* Sends the source's RDMA_REGISTER: mr's key, or with mr NULL (a get asked
- * with ATTACH_READ, nothing registered) rkey 0 and the bytes' virtual
- * address in this process (§4.5). */
+/* Sends the source's RDMA_REGISTER: mr's key (or the key of x's span, at
+ * x's bytes), or with mr NULL (a get asked with ATTACH_READ, nothing
+ * registered) rkey 0 and the bytes' virtual address in this process
+ * (§4.5). */
 static int send_register(struct tw_xfer *x, const struct tw_fabric_mrc *mr)
 {
+    struct tw_rdma_st *st = x->dp;
     struct tw_fabric_rkey k = {.key = 0, .remote_addr = (uint64_t)(uintptr_t)x->t->data};
-    if (mr)
+    if (st && st->span) {
+        k = tw__fabric_mrc_rkey(st->span->mr);
+        k.remote_addr += st->span_off; /* this get's bytes inside the span */
+    } else if (mr) {
         k = tw__fabric_mrc_rkey(mr);
+    }
     struct tw_msg m;
     memset(&m, 0, sizeof(m));
     m.hdr.tag = TW_TAG_RDMA_REGISTER;
@@ -287,8 +367,13 @@ static int submit(struct tw_xfer *x, enum tw_fabric_op op)
     memset(&d, 0, sizeof(d));
     d.op = op;
     d.peer = c->fpeer;
-    d.local = tw__fabric_mrc_mr(st->mr);
-    d.local_offset = tw__fabric_mrc_offset(st->mr);
+    if (st->span) {
+        d.local = tw__fabric_mrc_mr(st->span->mr);
+        d.local_offset = tw__fabric_mrc_offset(st->span->mr) + st->span_off;
+    } else {
+        d.local = tw__fabric_mrc_mr(st->mr);
+        d.local_offset = tw__fabric_mrc_offset(st->mr);
+    }
     d.remote = st->remote;
     d.length = x->t->byte_length;
     if (c->srv->cfg.transfer_timeout_ms) {
@@ -365,6 +450,135 @@ void tw__srv_rdma_on_completion(struct tw_srv *srv, const struct tw_fabric_compl
 
 /* ---- the ops table ---- */
 
+/* TW_GET_SPANS=0 (for measuring): every get keyed alone, as before. */
+static int get_spans_enabled(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("TW_GET_SPANS");
+        v = !(e && strcmp(e, "0") == 0);
+    }
+    return v;
+}
+
+/* Whether get x may wait for the end of its connection's read to share a
+ * key: a host version of the slab (memory of the store's own, exactly its
+ * bytes adjacent to the next block's) with a key to send, and no parts to
+ * announce. */
+static int span_candidate(const struct tw_xfer *x)
+{
+    return x->conn->keys_defer && x->dir == TW_XFER_GET && !x->dev_t && !x->attach &&
+           !x->progressive && x->t->in_slab && x->t->gpu < 0 && x->t->byte_length > 0 &&
+           !test_progressive_chunks() && get_spans_enabled();
+}
+
+static void keys_unlink(struct tw_srv_conn *c, struct tw_rdma_st *st)
+{
+    if (st->kprev)
+        st->kprev->knext = st->knext;
+    else
+        c->keys_head = st->knext;
+    if (st->knext)
+        st->knext->kprev = st->kprev;
+    else
+        c->keys_tail = st->kprev;
+    st->knext = st->kprev = NULL;
+    st->pending = 0;
+}
+
+static unsigned source_access(const struct tw_srv_conn *c)
+{
+    unsigned access = TW_FABRIC_REMOTE_READ | TW_FABRIC_ONCE;
+    if (c->caps & TW_CAP_RDMA_GPUDIRECT)
+        access |= TW_FABRIC_LOCAL_WRITE; /* the client may ask us to push */
+    return access;
+}
+
+/* Keys one waiting get alone (what rdma_start does for any other). */
+static void key_alone(struct tw_xfer *x)
+{
+    struct tw_rdma_st *st = x->dp;
+    struct tw_srv_conn *c = x->conn;
+    char err[TW_FABRIC_ERRMSG_LEN];
+    int rc = tw__fabric_mrcache_acquire_peer(c->srv->mrc, c->fpeer, x->t->data,
+                                             (size_t)x->t->byte_length, source_access(c),
+                                             TW_MEMKIND_HOST, &st->mr, err, sizeof(err));
+    if (rc < 0) {
+        st->mr = NULL;
+        fail_xfer(x, TW_WIRE_INTERNAL, "cannot register it", err);
+        return;
+    }
+    (void)send_register(x, st->mr);
+}
+
+/* Keys the first n waiting gets of c (each tensor continuing the previous
+ * one's bytes, len bytes in all) with one registration, which holds a
+ * reference to each of their versions; alone where that fails. */
+static void key_run(struct tw_srv_conn *c, unsigned n, uint64_t len)
+{
+    struct tw_srv *srv = c->srv;
+    struct tw_get_span *sp = NULL;
+    uint8_t *base = c->keys_head->x->t->data;
+    if (n > 1)
+        sp = calloc(1, sizeof(*sp) + n * sizeof(sp->held[0]));
+    if (sp) {
+        struct tw_rdma_st *st = c->keys_head;
+        for (unsigned i = 0; i < n; i++, st = st->knext) {
+            tw__tensor_ref(st->x->t);
+            sp->held[sp->nheld++] = st->x->t;
+        }
+        char err[TW_FABRIC_ERRMSG_LEN];
+        if (tw__fabric_mrcache_acquire_peer(srv->mrc, c->fpeer, base, (size_t)len, source_access(c),
+                                            TW_MEMKIND_HOST, &sp->mr, err, sizeof(err)) < 0) {
+            TW_LOGD("conn %llu %s: cannot register %u adjacent gets (%llu B) together: %s",
+                    (unsigned long long)c->id, c->peer, n, (unsigned long long)len, err);
+            span_free(sp);
+            sp = NULL;
+        } else {
+            srv->stats.rdma_get_spans++;
+        }
+    }
+    for (unsigned i = 0; i < n && c->keys_head; i++) {
+        struct tw_rdma_st *st = c->keys_head;
+        struct tw_xfer *x = st->x;
+        keys_unlink(c, st);
+        if (!sp || x->t != sp->held[i]) {
+            key_alone(x);
+            continue;
+        }
+        sp->refs++;
+        st->span = sp;
+        st->span_off = (uint64_t)((uintptr_t)x->t->data - (uintptr_t)base);
+        srv->stats.rdma_get_span_gets++;
+        (void)send_register(x, NULL);
+    }
+    if (sp && sp->refs == 0) { /* none of its gets was left to take it */
+        tw__fabric_mrcache_release(srv->mrc, sp->mr);
+        span_free(sp);
+    }
+}
+
+void tw__srv_rdma_key_pending(struct tw_srv_conn *c)
+{
+    /* A connection on its way out: its transfers go with the teardown,
+     * which takes them off the list (rdma_release). */
+    while (c->keys_head && c->state == TW_CONN_OPEN) {
+        struct tw_rdma_st *last = c->keys_head;
+        uint64_t len = last->x->t->byte_length;
+        unsigned n = 1;
+        while (last->knext && n < TW_GET_SPAN_ITEMS) {
+            const struct tw_tensor *a = last->x->t, *b = last->knext->x->t;
+            if ((uintptr_t)b->data != (uintptr_t)a->data + a->byte_length ||
+                len + b->byte_length > TW_GET_SPAN_MAX)
+                break;
+            len += b->byte_length;
+            last = last->knext;
+            n++;
+        }
+        key_run(c, n, len);
+    }
+}
+
 static int rdma_start(struct tw_xfer *x)
 {
     struct tw_srv_conn *c = x->conn;
@@ -392,6 +606,17 @@ static int rdma_start(struct tw_xfer *x)
      * round trips per get, ~25% of the loop's work for a 32 KiB get). */
     if (x->dev_t || x->t->in_slab)
         access |= TW_FABRIC_ONCE;
+    if (span_candidate(x)) {
+        /* Keyed at the end of this read, with its neighbours. */
+        st->pending = 1;
+        st->kprev = c->keys_tail;
+        if (c->keys_tail)
+            c->keys_tail->knext = st;
+        else
+            c->keys_head = st;
+        c->keys_tail = st;
+        return 0;
+    }
     char err[TW_FABRIC_ERRMSG_LEN];
     int rc = 0;
     /* Bit 7: the client reads host memory of ours by cross-memory attach
@@ -608,6 +833,8 @@ static void rdma_release(struct tw_xfer *x)
         return;
     x->dp = NULL;
     st->x = NULL;
+    if (st->pending)
+        keys_unlink(x->conn, st); /* ended before its key was sent */
     if (st->test_parts)
         tw__loop_timer_stop(&st->srv->loop, &st->test_timer);
     if (st->mr || st->fx) {
@@ -640,6 +867,10 @@ void tw__srv_rdma_drop_handles(struct tw_srv *srv)
     for (struct tw_rdma_st *l = srv->rdma_live; l; l = l->lnext) {
         tw__fabric_mrcache_release(srv->mrc, l->mr);
         l->mr = NULL;
+        if (l->span) {
+            tw__fabric_mrcache_release(srv->mrc, l->span->mr);
+            l->span->mr = NULL;
+        }
     }
 }
 

@@ -609,8 +609,32 @@ static void test_batch_adjacent_spans(void)
         TW_ASSERT_EQ(items[i].status, 0);
         items[i].buf = dst + (size_t)i * BLOCK;
     }
+    /* The batch get: the 256 blocks continue each other in the server's
+     * slab (put in order above) and in dst. Over tcp the server keys the
+     * gets of each read's run once (STATS rdma_get_spans) and the client's
+     * mover reads neighbours with one operation; the spans are revoked
+     * when their last get ended (the STATS after the call is answered
+     * after the batch's RDMA_DONEs). Over shm the gets carry no key
+     * (ATTACH_READ, bit 7) beyond the connection's first. */
+    uint64_t gspans0 = stat_of(c, "rdma_get_spans"), gusers0 = stat_of(c, "rdma_get_span_gets");
+    uint64_t smrs0 = stat_of(c, "rdma_mrs_open");
+    tw__fabric_stats(ci->fab, &f0);
     TW_ASSERT_EQ(tw_batch_get(c, items, M), 0);
+    tw__fabric_stats(ci->fab, &f1);
+    uint64_t gspans = stat_of(c, "rdma_get_spans") - gspans0;
+    uint64_t gusers = stat_of(c, "rdma_get_span_gets") - gusers0;
+    fprintf(stderr,
+            "  %d gets of adjacent blocks: %llu keys shared by %llu gets, %llu read inside "
+            "another's operation by the client\n",
+            M, (unsigned long long)gspans, (unsigned long long)gusers,
+            (unsigned long long)(f1.ops_joined - f0.ops_joined));
     TW_ASSERT(memcmp(dst, src, (size_t)M * BLOCK) == 0);
+    TW_ASSERT_EQ_U64(stat_of(c, "rdma_mrs_open"), smrs0);
+    if (strcmp(TW_TEST_PROVIDER, "tcp") == 0) {
+        TW_ASSERT(gspans >= 1);
+        TW_ASSERT(gusers >= 2 * gspans);
+        TW_ASSERT(f1.ops_joined > f0.ops_joined);
+    }
     free(names);
     free(items);
     free(src);
