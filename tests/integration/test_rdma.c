@@ -643,6 +643,88 @@ static void test_batch_adjacent_spans(void)
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
 }
 
+/* A client killed in the middle of a batch get of adjacent blocks (over
+ * tcp the server shares one key among each run of them, xfer_rdma.c): the
+ * connection's teardown ends every get, so each shared key is revoked and
+ * the versions it held are let go. The server's registrations go back to
+ * where they were, and once the blocks are overwritten and deleted no byte
+ * stays reserved (a span left holding a version would keep it). */
+static void test_batch_get_spans_client_killed(void)
+{
+    struct itest_server s;
+    enum { M = 256, BLOCK = 32 << 10, ROUNDS = 3 };
+    start_server(&s, TW_TEST_PROVIDER, "never");
+    tw_client *c = connect_client(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO);
+    struct tw_batch_item *items = calloc(M, sizeof(*items));
+    char(*names)[24] = calloc(M, 24);
+    uint8_t *src = malloc((size_t)M * BLOCK);
+    TW_ASSERT(items && names && src);
+    for (int i = 0; i < M; i++) {
+        snprintf(names[i], 24, "gone/%d", i);
+        itest_fill(src + (size_t)i * BLOCK, BLOCK, (uint32_t)(700 + i));
+        batch_item_u8(&items[i], names[i], src + (size_t)i * BLOCK, BLOCK);
+    }
+    TW_ASSERT_EQ(tw_batch_put(c, items, M), 0);
+    uint64_t mrs0 = stat_of(c, "rdma_mrs_open"), spans0 = stat_of(c, "rdma_get_spans");
+    for (int round = 0; round < ROUNDS; round++) {
+        int p[2];
+        TW_ASSERT_EQ(pipe(p), 0);
+        pid_t pid = fork();
+        TW_ASSERT(pid >= 0);
+        if (pid == 0) {
+            /* One whole batch, then the parent is told, then more until
+             * killed: the kill lands in some batch's gets. */
+            close(p[0]);
+            struct tw_client_options o;
+            tw_client *cc;
+            tw_client_options_init(&o);
+            o.fabric = TW_TEST_PROVIDER;
+            if (tw_client_connect(s.addr, &o, &cc) != 0)
+                _exit(3);
+            for (int i = 0; i < M; i++)
+                items[i].buf = src + (size_t)i * BLOCK;
+            if (tw_batch_get(cc, items, M) != 0 || write(p[1], "g", 1) != 1)
+                _exit(4);
+            for (;;)
+                if (tw_batch_get(cc, items, M) != 0)
+                    _exit(5);
+        }
+        close(p[1]);
+        char ch;
+        TW_ASSERT_EQ(read(p[0], &ch, 1), 1);
+        close(p[0]);
+        usleep(500 + 1500 * (unsigned)round);
+        kill(pid, SIGKILL);
+        int st;
+        TW_ASSERT_EQ(waitpid(pid, &st, 0), pid);
+        uint64_t t0 = itest_now_ms();
+        while ((stat_of(c, "rdma_xfers_active") != 0 || stat_of(c, "rdma_mrs_open") != mrs0) &&
+               itest_now_ms() - t0 < 20000)
+            usleep(20000);
+        fprintf(stderr, "  round %d: registrations %llu (before %llu), keys shared so far %llu\n",
+                round, (unsigned long long)stat_of(c, "rdma_mrs_open"), (unsigned long long)mrs0,
+                (unsigned long long)(stat_of(c, "rdma_get_spans") - spans0));
+        TW_ASSERT_EQ_U64(stat_of(c, "rdma_mrs_open"), mrs0);
+    }
+    if (strcmp(TW_TEST_PROVIDER, "tcp") == 0)
+        TW_ASSERT(stat_of(c, "rdma_get_spans") > spans0);
+    /* Overwritten, then deleted: nothing of the old versions is held. */
+    TW_ASSERT_EQ(tw_batch_put(c, items, M), 0);
+    for (int i = 0; i < M; i++)
+        TW_ASSERT_EQ(tw_delete(c, names[i]), 0);
+    uint64_t t0 = itest_now_ms(), extra;
+    while ((extra = stat_of(c, "reserved_bytes") - stat_of(c, "stored_bytes")) != 0 &&
+           itest_now_ms() - t0 < 10000)
+        usleep(20000);
+    TW_ASSERT_EQ_U64(extra, 0);
+    TW_ASSERT(itest_server_alive(&s));
+    free(names);
+    free(items);
+    free(src);
+    tw_close(c);
+    TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
+}
+
 /* One item of a batch that fails (a missing tensor, a buffer too small for
  * its tensor) fails alone: the RDMA transfers of the others, in flight
  * around it, complete byte-exact, each item keeps its own status, and the
@@ -1731,6 +1813,7 @@ int main(void)
     TW_RUN(test_batch_small_wide_window);
     TW_RUN(test_batch_one_item_fails);
     TW_RUN(test_batch_adjacent_spans);
+    TW_RUN(test_batch_get_spans_client_killed);
     TW_RUN(test_fallback_and_mixed);
     TW_RUN(test_threshold);
     TW_RUN(test_threshold_default);
