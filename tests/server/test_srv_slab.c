@@ -120,9 +120,12 @@ static void test_reuse_in_order(void)
     for (int i = 0; i < N; i++)
         TW_ASSERT(sorted[i].p == (uintptr_t)b[i]);
     TW_ASSERT_EQ_U64(sl.live_bytes, (uint64_t)N * len);
-    TW_ASSERT(tw__slab_alloc(&sl, len) == b[N - 1] + len); /* the queue is empty */
+    uint8_t *next = tw__slab_alloc(&sl, len);
+    TW_ASSERT(next == b[N - 1] + len); /* the queue is empty: from the arena */
+    tw__slab_free(&sl, next, len);
     for (int i = 0; i < N; i++)
         tw__slab_free(&sl, again[i], len);
+    TW_ASSERT_EQ_U64(sl.live_bytes, 0);
     tw__slab_destroy(&sl);
 }
 
