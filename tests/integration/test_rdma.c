@@ -643,6 +643,55 @@ static void test_batch_adjacent_spans(void)
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
 }
 
+/* Forks a child for a transfer to be killed: in the child returns 0 with
+ * *ready_fd, on which the child writes one byte once its transfer is under
+ * way; in the parent returns the child's pid after that byte arrived. No
+ * client of the parent may be alive (its threads would be the child's
+ * too; TSan refuses a multi-threaded fork). */
+static pid_t fork_ready(int *ready_fd)
+{
+    int p[2];
+    TW_ASSERT_EQ(pipe(p), 0);
+    pid_t pid = fork();
+    TW_ASSERT(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        *ready_fd = p[1];
+        return 0;
+    }
+    close(p[1]);
+    char ch;
+    TW_ASSERT_EQ(read(p[0], &ch, 1), 1);
+    close(p[0]);
+    return pid;
+}
+
+static void kill_child(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    int st;
+    TW_ASSERT_EQ(waitpid(pid, &st, 0), pid);
+}
+
+/* The child of batch_get_spans_client_killed: one whole batch get, then
+ * the parent is told, then more until killed (the kill lands in some
+ * batch's gets). */
+static void child_batch_gets(const struct itest_server *s, struct tw_batch_item *items, size_t n,
+                             int ready_fd)
+{
+    struct tw_client_options o;
+    tw_client *c;
+    tw_client_options_init(&o);
+    o.fabric = TW_TEST_PROVIDER;
+    if (tw_client_connect(s->addr, &o, &c) != 0)
+        _exit(3);
+    if (tw_batch_get(c, items, n) != 0 || write(ready_fd, "g", 1) != 1)
+        _exit(4);
+    for (;;)
+        if (tw_batch_get(c, items, n) != 0)
+            _exit(5);
+}
+
 /* A client killed in the middle of a batch get of adjacent blocks (over
  * tcp the server shares one key among each run of them, xfer_rdma.c): the
  * connection's teardown ends every get, so each shared key is revoked and
@@ -673,36 +722,12 @@ static void test_batch_get_spans_client_killed(void)
     uint64_t mrs0 = stat_of(probe, "rdma_mrs_open"), spans0 = stat_of(probe, "rdma_get_spans");
     tw_close(probe);
     for (int round = 0; round < ROUNDS; round++) {
-        int p[2];
-        TW_ASSERT_EQ(pipe(p), 0);
-        pid_t pid = fork();
-        TW_ASSERT(pid >= 0);
-        if (pid == 0) {
-            /* One whole batch, then the parent is told, then more until
-             * killed: the kill lands in some batch's gets. */
-            close(p[0]);
-            struct tw_client_options o;
-            tw_client *cc;
-            tw_client_options_init(&o);
-            o.fabric = TW_TEST_PROVIDER;
-            if (tw_client_connect(s.addr, &o, &cc) != 0)
-                _exit(3);
-            for (int i = 0; i < M; i++)
-                items[i].buf = src + (size_t)i * BLOCK;
-            if (tw_batch_get(cc, items, M) != 0 || write(p[1], "g", 1) != 1)
-                _exit(4);
-            for (;;)
-                if (tw_batch_get(cc, items, M) != 0)
-                    _exit(5);
-        }
-        close(p[1]);
-        char ch;
-        TW_ASSERT_EQ(read(p[0], &ch, 1), 1);
-        close(p[0]);
+        int ready;
+        pid_t pid = fork_ready(&ready);
+        if (pid == 0)
+            child_batch_gets(&s, items, M, ready);
         usleep(500 + 1500 * (unsigned)round);
-        kill(pid, SIGKILL);
-        int st;
-        TW_ASSERT_EQ(waitpid(pid, &st, 0), pid);
+        kill_child(pid);
         probe = connect_client(&s, "none", TW_PUSH_AUTO);
         uint64_t t0 = itest_now_ms();
         while (
@@ -1165,22 +1190,12 @@ static void client_killed(const char *push, int rounds)
     }
     for (int round = 0; round < rounds; round++) {
         int put = round % 2 == 0;
-        int p[2];
-        TW_ASSERT_EQ(pipe(p), 0);
-        pid_t pid = fork();
-        TW_ASSERT(pid >= 0);
-        if (pid == 0) {
-            close(p[0]);
-            child_transfer(&s, put, p[1]);
-        }
-        close(p[1]);
-        char ch;
-        TW_ASSERT_EQ(read(p[0], &ch, 1), 1);
-        close(p[0]);
+        int ready;
+        pid_t pid = fork_ready(&ready);
+        if (pid == 0)
+            child_transfer(&s, put, ready);
         usleep(1000 + 1500 * (unsigned)round);
-        kill(pid, SIGKILL);
-        int st;
-        TW_ASSERT_EQ(waitpid(pid, &st, 0), pid);
+        kill_child(pid);
 
         /* The server answers a new connection at once, whatever the plane
          * is doing. */
