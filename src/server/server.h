@@ -459,6 +459,9 @@ void tw__srv_rdma_drain_idle(struct tw_srv *srv);
  * while c->keys_defer was set) and sends their RDMA_REGISTERs: the gets of
  * tensors that continue each other in the store's slab share one key. */
 void tw__srv_rdma_key_pending(struct tw_srv_conn *c);
+/* Whether get x (on the RDMA plane, started) waits for that keying: its
+ * RDMA_REGISTER is not queued yet. */
+int tw__srv_rdma_key_waits(const struct tw_xfer *x);
 /* Shutdown, plane still open: drops the cache handles every live transfer
  * state holds, so the cache can be destroyed before the plane. */
 void tw__srv_rdma_drop_handles(struct tw_srv *srv);

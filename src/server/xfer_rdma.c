@@ -46,7 +46,10 @@
  * operations; over tcp a 32 KiB read costs what a 1 MiB one does). The
  * span holds a reference to each version it covers and is revoked when
  * the last get that was sent its key ended: no version under the key is
- * freed or recycled while the key lives.
+ * freed or recycled while the key lives. A staged get of a small GPU
+ * tensor joins such a run by its host copy in the pinned slab; its
+ * RDMA_REGISTER still leaves only once its own queued copy from the GPU
+ * is done (send_register_copied).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -464,12 +467,19 @@ static int get_spans_enabled(void)
 /* Whether get x may wait for the end of its connection's read to share a
  * key: a host version of the slab (memory of the store's own, exactly its
  * bytes adjacent to the next block's) with a key to send, and no parts to
- * announce. */
+ * announce. A staged get's host copy in the pinned slab qualifies too (its
+ * copy from the GPU may still run: send_register_copied). */
 static int span_candidate(const struct tw_xfer *x)
 {
-    return x->conn->keys_defer && x->dir == TW_XFER_GET && !x->dev_t && !x->attach &&
-           !x->progressive && x->t->in_slab && x->t->gpu < 0 && x->t->byte_length > 0 &&
-           !test_progressive_chunks() && get_spans_enabled();
+    return x->conn->keys_defer && x->dir == TW_XFER_GET && (!x->dev_t || x->t->pinned) &&
+           !x->attach && !x->progressive && x->t->in_slab && x->t->gpu < 0 &&
+           x->t->byte_length > 0 && !test_progressive_chunks() && get_spans_enabled();
+}
+
+int tw__srv_rdma_key_waits(const struct tw_xfer *x)
+{
+    const struct tw_rdma_st *st = x->dp;
+    return st && st->pending;
 }
 
 static void keys_unlink(struct tw_srv_conn *c, struct tw_rdma_st *st)
@@ -494,6 +504,22 @@ static unsigned source_access(const struct tw_srv_conn *c)
     return access;
 }
 
+/* send_register for a get that waited for its key. A staged get's host
+ * copy may still be filling (its copy queued in xfer_staged.c's
+ * staged_start, x->prog_gpu / prog_ticket): conn_flush sends the frame once
+ * that copy is done, as staged_start arranges for a get keyed at once. */
+static int send_register_copied(struct tw_xfer *x, const struct tw_fabric_mrc *mr)
+{
+    struct tw_srv_conn *c = x->conn;
+    struct tw_out_chunk *tail = c->out_tail;
+    int rc = send_register(x, mr);
+    if (rc == 0 && x->dev_t && x->prog_gpu >= 0 && c->out_tail && c->out_tail != tail) {
+        c->out_tail->dev_gpu = x->prog_gpu;
+        c->out_tail->dev_ticket = x->prog_ticket;
+    }
+    return rc;
+}
+
 /* Keys one waiting get alone (what rdma_start does for any other). */
 static void key_alone(struct tw_xfer *x)
 {
@@ -508,7 +534,7 @@ static void key_alone(struct tw_xfer *x)
         fail_xfer(x, TW_WIRE_INTERNAL, "cannot register it", err);
         return;
     }
-    (void)send_register(x, st->mr);
+    (void)send_register_copied(x, st->mr);
 }
 
 /* Keys the first n waiting gets of c (each tensor continuing the previous
@@ -550,7 +576,7 @@ static void key_run(struct tw_srv_conn *c, unsigned n, uint64_t len)
         st->span = sp;
         st->span_off = (uint64_t)((uintptr_t)x->t->data - (uintptr_t)base);
         srv->stats.rdma_get_span_gets++;
-        (void)send_register(x, NULL);
+        (void)send_register_copied(x, NULL);
     }
     if (sp && sp->refs == 0) { /* none of its gets was left to take it */
         tw__fabric_mrcache_release(srv->mrc, sp->mr);

@@ -713,7 +713,11 @@ static int staged_start(struct tw_xfer *x)
          * copy: conn_flush sends it once the copy is done, so the client
          * reads (or has us write) only bytes in place. */
         struct tw_out_chunk *ch = c->out_tail;
-        if (rc == 0 && ch && ch != tail && ch->dev_gpu < 0) {
+        if (rc == 0 && tw__srv_rdma_key_waits(x)) {
+            /* Keyed with its neighbours at the end of this read (one key
+             * for a run of adjacent host copies): the frame, queued then,
+             * waits for this copy likewise (xfer_rdma.c). */
+        } else if (rc == 0 && ch && ch != tail && ch->dev_gpu < 0) {
             ch->dev_gpu = x->dev_t->gpu;
             ch->dev_ticket = ticket;
         } else if (tw__srv_stage_prog_wait(x, err, sizeof(err)) < 0 && rc == 0) {

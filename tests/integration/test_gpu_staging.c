@@ -177,6 +177,8 @@ static void test_device_batch(void)
         items[i].status = 1;
     }
     uint64_t w0 = stat_of(c, "staged_copy_waits");
+    uint64_t sp0 = stat_of(c, "rdma_get_spans"), su0 = stat_of(c, "rdma_get_span_gets");
+    uint64_t mrs0 = stat_of(c, "rdma_mrs_open");
     rc = tw_batch_get(c, items, n);
     if (rc)
         TW_FAIL("batch get: %s: %s", tw_strerror_name(rc), tw_client_last_error_message(c));
@@ -185,8 +187,26 @@ static void test_device_batch(void)
      * whose copy still runs waits in its queue while the loop goes on
      * (it blocked for ~4% of them before, 1/6 of its time). */
     uint64_t waits = stat_of(c, "staged_copy_waits") - w0;
-    fprintf(stderr, "  batch get: the server blocked on %llu copies\n", (unsigned long long)waits);
+    uint64_t spans = stat_of(c, "rdma_get_spans") - sp0;
+    uint64_t span_gets = stat_of(c, "rdma_get_span_gets") - su0;
+    fprintf(stderr,
+            "  batch get: the server blocked on %llu copies; %llu keys shared by %llu gets\n",
+            (unsigned long long)waits, (unsigned long long)spans, (unsigned long long)span_gets);
     TW_ASSERT_EQ_U64(waits, 0);
+    /* Over tcp the host copies of the blocks lie side by side in the
+     * server's pinned slab, and the gets of each run share one key (their
+     * RDMA_REGISTERs each wait for their own copy); every key is revoked
+     * once its last get ended (STATS answers after the batch's
+     * RDMA_DONEs). Over shm the client reads host copies by cross-memory
+     * attach: no keys. */
+    const char *fabric = getenv("TW_TEST_FABRIC");
+    if (fabric && strcmp(fabric, "tcp") == 0) {
+        TW_ASSERT(spans >= 1);
+        TW_ASSERT(span_gets >= n / 2);
+        TW_ASSERT(span_gets >= 2 * spans);
+    }
+    if (fabric && *fabric)
+        TW_ASSERT_EQ_U64(stat_of(c, "rdma_mrs_open"), mrs0);
     for (size_t i = 0; i < n; i++)
         TW_ASSERT_EQ(items[i].status, 0);
     TW_ASSERT_OK(tw_mem_copy(back, ddst, blk * n));
