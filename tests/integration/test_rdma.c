@@ -673,11 +673,9 @@ static void kill_child(pid_t pid)
     TW_ASSERT_EQ(waitpid(pid, &st, 0), pid);
 }
 
-/* The child of batch_get_spans_client_killed: one whole batch get, then
- * the parent is told, then more until killed (the kill lands in some
- * batch's gets). */
-static void child_batch_gets(const struct itest_server *s, struct tw_batch_item *items, size_t n,
-                             int ready_fd)
+/* A forked child's RDMA client of s (connect_client's assertions are the
+ * parent's): exits 3 when it cannot connect. */
+static tw_client *child_connect(const struct itest_server *s)
 {
     struct tw_client_options o;
     tw_client *c;
@@ -685,6 +683,16 @@ static void child_batch_gets(const struct itest_server *s, struct tw_batch_item 
     o.fabric = TW_TEST_PROVIDER;
     if (tw_client_connect(s->addr, &o, &c) != 0)
         _exit(3);
+    return c;
+}
+
+/* The child of batch_get_spans_client_killed: one whole batch get, then
+ * the parent is told, then more until killed (the kill lands in some
+ * batch's gets). */
+static void child_batch_gets(const struct itest_server *s, struct tw_batch_item *items, size_t n,
+                             int ready_fd)
+{
+    tw_client *c = child_connect(s);
     if (tw_batch_get(c, items, n) != 0 || write(ready_fd, "g", 1) != 1)
         _exit(4);
     for (;;)
@@ -1154,12 +1162,7 @@ static void child_transfer(const struct itest_server *s, int put, int ready_fd)
     size_t n = 64u << 20;
     uint8_t *big = malloc(n);
     memset(big, 0x5a, n);
-    struct tw_client_options o;
-    tw_client *c;
-    tw_client_options_init(&o);
-    o.fabric = TW_TEST_PROVIDER;
-    if (tw_client_connect(s->addr, &o, &c) != 0)
-        _exit(3);
+    tw_client *c = child_connect(s);
     struct tw_tensor_desc d;
     memset(&d, 0, sizeof(d));
     d.dtype = TW_DTYPE_U8;
