@@ -422,6 +422,9 @@ TW_EXTERN void tw_stats_free(struct tw_stat_entry *stats);
  * Returns 0 when every item succeeded, otherwise the status of the first
  * failed item (by index). Argument errors (NULL items with n > 0) return
  * TW_EINVAL without touching the connection.
+ * Memory: the handle keeps the per-item state of its largest batch so far
+ * (about 260 bytes an item, for batches of up to 65,536 items; larger ones
+ * allocate it per call) for later calls, until tw_close.
  */
 struct tw_batch_item {
     const char *name;

@@ -86,6 +86,8 @@ static void client_free(struct tw_client *c)
     free(c->rbuf);
     free(c->tbuf);
     free(c->segs);
+    free(c->kept_reqs);
+    free(c->kept_map);
     free(c);
 }
 
@@ -576,14 +578,16 @@ void tw_stats_free(struct tw_stat_entry *stats)
 static int batch(tw_client *c, struct tw_batch_item *items, size_t n, enum tw__op op)
 {
     struct tw__creq *reqs;
-    int rc, first = 0;
+    int rc, first = 0, fresh;
     if (!c || (n && !items))
         return TW_EINVAL;
     if (n == 0)
         return 0;
-    reqs = calloc(n, sizeof(*reqs));
+    reqs = tw__client_scratch((void **)&c->kept_reqs, &c->kept_reqs_cap, n, sizeof(*reqs),
+                              TW__CLIENT_KEEP_ITEMS, &fresh);
     if (!reqs)
         return -ENOMEM;
+    memset(reqs, 0, n * sizeof(*reqs));
     for (size_t i = 0; i < n; i++) {
         reqs[i].op = op;
         reqs[i].name = items[i].name;
@@ -600,7 +604,8 @@ static int batch(tw_client *c, struct tw_batch_item *items, size_t n, enum tw__o
         if (reqs[i].status && !first)
             first = reqs[i].status;
     }
-    free(reqs);
+    if (fresh)
+        free(reqs);
     return first ? first : rc;
 }
 

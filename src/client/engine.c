@@ -813,6 +813,28 @@ static size_t batch_window(const struct tw_client *c, int over_shm)
     return window_of(c, over_shm && c->run_done_rdma > c->run_done_other);
 }
 
+void *tw__client_scratch(void **keep, size_t *cap, size_t n, size_t elem, size_t limit, int *fresh)
+{
+    *fresh = 0;
+    if (n <= *cap)
+        return *keep;
+    if (elem && n > SIZE_MAX / elem)
+        return NULL;
+    if (n > limit) {
+        *fresh = 1;
+        return malloc(n * elem);
+    }
+    /* Grown to n, not doubled: a batch size repeats, and what is kept
+     * should not exceed what was asked. The old contents need no copy. */
+    void *p = malloc(n * elem);
+    if (!p)
+        return NULL;
+    free(*keep);
+    *keep = p;
+    *cap = n;
+    return p;
+}
+
 int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
 {
     size_t next = 0, active = 0, window;
@@ -833,7 +855,9 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     c->sync_pending = 0;
     c->run_base = c->next_id;
     /* At most one id per request plus one sync PING per cancelled request. */
-    c->run_map = malloc(2 * n * sizeof(*c->run_map));
+    c->run_map =
+        tw__client_scratch((void **)&c->kept_map, &c->kept_map_cap, 2 * n, sizeof(*c->run_map),
+                           2 * (size_t)TW__CLIENT_KEEP_ITEMS, &c->run_map_fresh);
     if (!c->run_map) {
         c->run = NULL;
         for (size_t i = 0; i < n; i++)
@@ -914,7 +938,8 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     if (!c->put_spans_live) /* a span still registered may cover a slab */
         tw__client_stage_trim(c);
     c->run = NULL;
-    free(c->run_map);
+    if (c->run_map_fresh)
+        free(c->run_map);
     c->run_map = NULL;
     /* client.h: SHUTTING_DOWN with GOODBYE closes the connection. Once a
      * call has reported it, later calls fail with -ENOTCONN (a call that
@@ -965,7 +990,8 @@ out_fail:
     if (!c->put_spans_live) /* a span still registered may cover a slab */
         tw__client_stage_trim(c);
     c->run = NULL;
-    free(c->run_map);
+    if (c->run_map_fresh)
+        free(c->run_map);
     c->run_map = NULL;
     return rc;
 }
