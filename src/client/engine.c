@@ -816,6 +816,8 @@ static size_t batch_window(const struct tw_client *c, int over_shm)
 void *tw__client_scratch(void **keep, size_t *cap, size_t n, size_t elem, size_t limit, int *fresh)
 {
     *fresh = 0;
+    if (n == 0)
+        n = 1; /* a block all the same, as malloc(0) gave one */
     if (n <= *cap)
         return *keep;
     if (elem && n > SIZE_MAX / elem)
