@@ -578,13 +578,13 @@ void tw_stats_free(struct tw_stat_entry *stats)
 static int batch(tw_client *c, struct tw_batch_item *items, size_t n, enum tw__op op)
 {
     struct tw__creq *reqs;
-    int rc, first = 0, fresh;
+    int rc, first = 0;
     if (!c || (n && !items))
         return TW_EINVAL;
     if (n == 0)
         return 0;
     reqs = tw__client_scratch((void **)&c->kept_reqs, &c->kept_reqs_cap, n, sizeof(*reqs),
-                              TW__CLIENT_KEEP_ITEMS, &fresh);
+                              TW__CLIENT_KEEP_ITEMS);
     if (!reqs)
         return -ENOMEM;
     memset(reqs, 0, n * sizeof(*reqs));
@@ -604,7 +604,7 @@ static int batch(tw_client *c, struct tw_batch_item *items, size_t n, enum tw__o
         if (reqs[i].status && !first)
             first = reqs[i].status;
     }
-    if (fresh)
+    if (reqs != c->kept_reqs)
         free(reqs);
     return first ? first : rc;
 }

@@ -224,9 +224,9 @@ struct tw_client {
      * run_base; run_map[id - run_base] is the request's index in run, or
      * TW__RUN_SYNC for a PING sent after a cancel. */
     size_t *run_map;
-    int run_map_fresh; /* run_map was allocated for this run (not kept_map) */
     /* The batch calls' per-item state (api.c) and the run's id map, kept
-     * from one call for the next (tw__client_scratch): allocated per call,
+     * from one call for the next (tw__client_scratch; a block other than
+     * these is the call's own, freed at its end): allocated per call,
      * a threaded client's large blocks came back from the kernel each time
      * (16 threads of 20,000 4 KiB gets: 1,250 minor faults per thread in
      * each of its first two calls, 156 in each later one). Owned by the
@@ -507,9 +507,9 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n);
  * call. */
 #define TW__CLIENT_KEEP_ITEMS 65536u
 /* n elements of elem bytes: the kept block *keep (capacity *cap elements,
- * grown to n when n <= limit), or else a fresh allocation the caller
- * frees (*fresh = 1). Not zeroed. NULL when out of memory. */
-void *tw__client_scratch(void **keep, size_t *cap, size_t n, size_t elem, size_t limit, int *fresh);
+ * grown to n when n <= limit), or else a fresh allocation (not *keep)
+ * the caller frees. Not zeroed. NULL when out of memory. */
+void *tw__client_scratch(void **keep, size_t *cap, size_t n, size_t elem, size_t limit);
 /* Called by tw__client_conn_next for each DATA frame. */
 int tw__client_engine_on_data(struct tw_client *c, const struct tw_msg *msg);
 /* Ends request r with status (records the error message for the run). */

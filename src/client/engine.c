@@ -813,19 +813,16 @@ static size_t batch_window(const struct tw_client *c, int over_shm)
     return window_of(c, over_shm && c->run_done_rdma > c->run_done_other);
 }
 
-void *tw__client_scratch(void **keep, size_t *cap, size_t n, size_t elem, size_t limit, int *fresh)
+void *tw__client_scratch(void **keep, size_t *cap, size_t n, size_t elem, size_t limit)
 {
-    *fresh = 0;
     if (n == 0)
         n = 1; /* a block all the same, as malloc(0) gave one */
     if (n <= *cap)
         return *keep;
     if (elem && n > SIZE_MAX / elem)
         return NULL;
-    if (n > limit) {
-        *fresh = 1;
+    if (n > limit)
         return malloc(n * elem);
-    }
     /* Grown to n, not doubled: a batch size repeats, and what is kept
      * should not exceed what was asked. The old contents need no copy. */
     void *p = malloc(n * elem);
@@ -857,9 +854,8 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     c->sync_pending = 0;
     c->run_base = c->next_id;
     /* At most one id per request plus one sync PING per cancelled request. */
-    c->run_map =
-        tw__client_scratch((void **)&c->kept_map, &c->kept_map_cap, 2 * n, sizeof(*c->run_map),
-                           2 * (size_t)TW__CLIENT_KEEP_ITEMS, &c->run_map_fresh);
+    c->run_map = tw__client_scratch((void **)&c->kept_map, &c->kept_map_cap, 2 * n,
+                                    sizeof(*c->run_map), 2 * (size_t)TW__CLIENT_KEEP_ITEMS);
     if (!c->run_map) {
         c->run = NULL;
         for (size_t i = 0; i < n; i++)
@@ -940,7 +936,7 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     if (!c->put_spans_live) /* a span still registered may cover a slab */
         tw__client_stage_trim(c);
     c->run = NULL;
-    if (c->run_map_fresh)
+    if (c->run_map != c->kept_map)
         free(c->run_map);
     c->run_map = NULL;
     /* client.h: SHUTTING_DOWN with GOODBYE closes the connection. Once a
@@ -992,7 +988,7 @@ out_fail:
     if (!c->put_spans_live) /* a span still registered may cover a slab */
         tw__client_stage_trim(c);
     c->run = NULL;
-    if (c->run_map_fresh)
+    if (c->run_map != c->kept_map)
         free(c->run_map);
     c->run_map = NULL;
     return rc;
