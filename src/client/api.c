@@ -587,14 +587,13 @@ static int batch(tw_client *c, struct tw_batch_item *items, size_t n, enum tw__o
                               TW__CLIENT_KEEP_ITEMS);
     if (!reqs)
         return -ENOMEM;
-    memset(reqs, 0, n * sizeof(*reqs));
-    for (size_t i = 0; i < n; i++) {
-        reqs[i].op = op;
-        reqs[i].name = items[i].name;
-        reqs[i].buf = items[i].buf;
-        reqs[i].len = items[i].len;
-        reqs[i].desc = &items[i].desc;
-    }
+    /* One pass: each request zeroed and filled (the block is reused). */
+    for (size_t i = 0; i < n; i++)
+        reqs[i] = (struct tw__creq){.op = op,
+                                    .name = items[i].name,
+                                    .buf = items[i].buf,
+                                    .len = items[i].len,
+                                    .desc = &items[i].desc};
     rc = tw__client_engine_run(c, reqs, n);
     for (size_t i = 0; i < n; i++) {
         items[i].status = reqs[i].status;
