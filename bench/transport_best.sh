@@ -5,6 +5,10 @@
 # flight beside Redis 7 (redis-benchmark -t get,set -d 4096 -c 16 -P 16), and
 # iperf3 -l 1M as the cross-check of the streaming loop.
 #   bench/transport_best.sh BUILD_DIR
+# The 4 KiB rows and Redis alternate, REDIS_REPS times (default 3), so that
+# each ratio compares runs of the same minutes (on a shared host a Redis
+# run minutes after tensorwire's measured another machine); each rep prints
+# its ratios and the last line their medians.
 # redis-server, redis-benchmark and iperf3 are taken from PATH when present
 # (Debian: redis-server, redis-tools, iperf3; bench only, not dependencies).
 # SRVCPU / CLICPU (taskset lists, default none) pin the server and clients
@@ -37,9 +41,6 @@ start() {
 tw() { echo "== tensorwire $*"; pin "${CLICPU:-}" timeout "$TMO" "$B/tensorwire" -s "$addr" "$@"; }
 start
 for op in get put; do tw bench --op $op --size 256Mi --count 4 --rounds 3; done
-for op in get put; do
-  tw bench --op $op --size 4Ki --count 20000 --inflight 16 --connections 16 --rounds 3
-done
 start --rdma-min-bytes 0
 for p in tcp shm; do
   for op in get put; do
@@ -49,15 +50,41 @@ for p in tcp shm; do
   done
 done
 stop
+# 4 KiB ops on 16 connections x 16 in flight, beside Redis when present.
+small() {
+  echo "== tensorwire bench --op $1 --size 4Ki --count 20000 --inflight 16 --connections 16" >&2
+  pin "${CLICPU:-}" timeout "$TMO" "$B/tensorwire" -s "$addr" bench --op "$1" --size 4Ki \
+    --count 20000 --inflight 16 --connections 16 --rounds 3 --json |
+    sed -n 's/.*"ops_per_s":\([0-9.]*\).*/\1/p'
+}
+start
 if command -v redis-server > /dev/null && command -v redis-benchmark > /dev/null; then
-  echo "== redis-benchmark -t get,set -d 4096 -c 16 -P 16"
   (pin_exec "${SRVCPU:-}" redis-server --port 6390 --save "" --appendonly no > "$out/redis.log" 2>&1) &
   r=$!
   sleep 0.5
-  pin "${CLICPU:-}" timeout 60 redis-benchmark -p 6390 -t get,set -d 4096 -c 16 -P 16 \
-    -n 320000 -q | tr '\r' '\n' | grep "requests per second"
+  for rep in $(seq "${REDIS_REPS:-3}"); do
+    g=$(small get); p=$(small put)
+    echo "== redis-benchmark -t get,set -d 4096 -c 16 -P 16 -n 320000"
+    pin "${CLICPU:-}" timeout 60 redis-benchmark -p 6390 -t get,set -d 4096 -c 16 -P 16 \
+      -n 320000 -q | tr '\r' '\n' | grep "requests per second" > "$out/rb"
+    cat "$out/rb"
+    rg=$(sed -n 's/^GET: \([0-9.]*\) requests.*/\1/p' "$out/rb")
+    rs=$(sed -n 's/^SET: \([0-9.]*\) requests.*/\1/p' "$out/rb")
+    awk -v g="$g" -v p="$p" -v rg="$rg" -v rs="$rs" -v n="$rep" 'BEGIN {
+      printf "4 KiB rep %d: get %.0f ops/s, Redis GET %.0f: %.3f; put %.0f, Redis SET %.0f: %.3f\n",
+        n, g, rg, (rg > 0 ? g / rg : 0), p, rs, (rs > 0 ? p / rs : 0) }' | tee -a "$out/ratios"
+  done
   kill $r; wait $r 2>/dev/null
+  awk '{ gr[NR] = $(NF - 6) + 0; pr[NR] = $NF + 0 }
+    function med(a, n,   i, j, t) {
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    END { printf "4 KiB medians of %d reps: get / Redis GET %.3f, put / Redis SET %.3f\n",
+      NR, med(gr, NR), med(pr, NR) }' "$out/ratios"
+else
+  echo "4 KiB get $(small get) ops/s, put $(small put) ops/s (no redis-server / redis-benchmark)"
 fi
+stop
 if command -v iperf3 > /dev/null; then
   echo "== iperf3 -l 1M"
   (pin_exec "${SRVCPU:-}" iperf3 -s -1 -p 5299 > "$out/iperf.log" 2>&1) &
