@@ -19,6 +19,7 @@
  * bytes/s and as a ratio to the single tensor of the same bytes (put and
  * get separately). Each round checks a sample of the bytes it got back.
  */
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +119,19 @@ static int die(tw_client *c, const char *what, int rc)
     fprintf(stderr, "bench_kv: %s: %s: %s\n", what, tw_strerror_name(rc),
             c ? tw_client_last_error_message(c) : "");
     exit(1);
+}
+
+/* Appends to b (cap bytes, *used of them written); output beyond cap is
+ * cut, and b stays terminated. */
+static void appendf(char *b, size_t cap, size_t *used, const char *fmt, ...)
+{
+    if (*used >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(b + *used, cap - *used, fmt, ap);
+    va_end(ap);
+    *used = w < 0 ? cap : *used + (size_t)w;
 }
 
 int main(int argc, char **argv)
@@ -268,10 +282,22 @@ int main(int argc, char **argv)
     }
     unsigned window = tw_client_max_inflight(c);
     tw_close(c);
+    double gb = (double)total / 1e9;
+    /* Each round in order as well (before the medians sort the arrays): a
+     * first round on a fresh server, its memory allocated rather than
+     * reused, shows apart from the rest. */
+    char per_round[1024] = "";
+    const double *per[] = {tp_new, tp_over, tg, sp, sg};
+    const char *what[] = {"put new", "overwrite", "get", "single put", "single get"};
+    size_t used = 0;
+    for (int k = 0; k < 5; k++) {
+        appendf(per_round, sizeof(per_round), &used, "%s %s", k ? ";" : "", what[k]);
+        for (int r = 0; r < rounds; r++)
+            appendf(per_round, sizeof(per_round), &used, " %.3f", gb / per[k][r]);
+    }
     double mpn = tw_bench_median(tp_new, rounds), mpo = tw_bench_median(tp_over, rounds),
            mg = tw_bench_median(tg, rounds);
     double msp = tw_bench_median(sp, rounds), msg = tw_bench_median(sg, rounds);
-    double gb = (double)total / 1e9;
     if (json) {
         printf("{\"workload\":\"%s\",\"scale\":%g,\"tensors\":%zu,\"bytes\":%zu,\"rounds\":%d,"
                "\"fabric\":\"%s\",\"window\":%u,\"batch_plane\":\"%s\",\"single_plane\":\"%s\","
@@ -290,6 +316,7 @@ int main(int argc, char **argv)
         printf("  batch get              %7.3f GB/s  x%.2f of single get\n", gb / mg, msg / mg);
         printf("  single put / get       %7.3f / %.3f GB/s\n", gb / msp, gb / msg);
         printf("  planes: batch [%s], single [%s]\n", batch_plane, single_plane);
+        printf("  rounds (GB/s):%s\n", per_round);
     }
     free(src);
     free(dst);
