@@ -183,8 +183,6 @@ __attribute__((unused)) static void tw_test_write_file(char *path, size_t cap, c
     close(fd);
 }
 
-/* A connection to s with tw_test_client_options(); fails the test when it
- * cannot connect. */
 /* One of the server's STATS counters; `absent` when it has no such key. */
 static inline uint64_t tw_test_stat(tw_client *c, const char *key, uint64_t absent)
 {
@@ -199,16 +197,25 @@ static inline uint64_t tw_test_stat(tw_client *c, const char *key, uint64_t abse
     return v;
 }
 
-static inline tw_client *tw_test_connect(const struct tw_test_server *s)
+/* A connection to s with options o; fails the test when it cannot
+ * connect. */
+static inline tw_client *tw_test_connect_opts(const struct tw_test_server *s,
+                                              const struct tw_client_options *o)
 {
     tw_client *c = NULL;
     char err[256];
-    struct tw_client_options o;
-    tw_test_client_options(&o);
-    int rc = tw_client_connect_error(s->addr, &o, &c, err, sizeof(err));
+    int rc = tw_client_connect_error(s->addr, o, &c, err, sizeof(err));
     if (rc)
         TW_FAIL("connect %s: %s: %s", s->addr, tw_strerror_name(rc), err);
     return c;
+}
+
+/* A connection to s with tw_test_client_options(). */
+static inline tw_client *tw_test_connect(const struct tw_test_server *s)
+{
+    struct tw_client_options o;
+    tw_test_client_options(&o);
+    return tw_test_connect_opts(s, &o);
 }
 
 #endif

@@ -326,10 +326,7 @@ static void *kept_main(void *arg)
     struct tw_client_options o;
     tw_test_client_options(&o);
     o.fabric = NULL;
-    tw_client *c = NULL;
-    char err[256];
-    if (tw_client_connect_error(srv.addr, &o, &c, err, sizeof(err)))
-        TW_FAIL("connect %s: %s", srv.addr, err);
+    tw_client *c = tw_test_connect_opts(&srv, &o);
     char names[KEPT_NAMES][32];
     uint8_t src[KEPT_NAMES * KEPT_LEN];
     struct tw_batch_item *items = calloc(KEPT_BIG, sizeof(*items));
