@@ -70,12 +70,15 @@ if command -v redis-server > /dev/null && command -v redis-benchmark > /dev/null
     cat "$out/rb"
     rg=$(sed -n 's/^GET: \([0-9.]*\) requests.*/\1/p' "$out/rb")
     rs=$(sed -n 's/^SET: \([0-9.]*\) requests.*/\1/p' "$out/rb")
-    awk -v g="$g" -v p="$p" -v rg="$rg" -v rs="$rs" -v n="$rep" 'BEGIN {
-      printf "4 KiB rep %d: get %.0f ops/s, Redis GET %.0f: %.3f; put %.0f, Redis SET %.0f: %.3f\n",
-        n, g, rg, (rg > 0 ? g / rg : 0), p, rs, (rs > 0 ? p / rs : 0) }' | tee -a "$out/ratios"
+    # One line per rep: get ratio, put ratio (the medians below read them).
+    awk -v g="$g" -v p="$p" -v rg="$rg" -v rs="$rs" 'BEGIN {
+      printf "%.3f %.3f\n", (rg > 0 ? g / rg : 0), (rs > 0 ? p / rs : 0) }' >> "$out/ratios"
+    read -r gr pr < <(tail -n 1 "$out/ratios")
+    printf "4 KiB rep %d: get %.0f ops/s, Redis GET %.0f: %s; put %.0f, Redis SET %.0f: %s\n" \
+      "$rep" "${g:-0}" "${rg:-0}" "$gr" "${p:-0}" "${rs:-0}" "$pr"
   done
   kill $r; wait $r 2>/dev/null
-  awk '{ gr[NR] = $(NF - 6) + 0; pr[NR] = $NF + 0 }
+  awk '{ gr[NR] = $1; pr[NR] = $2 }
     function med(a, n,   i, j, t) {
       for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
       return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
