@@ -62,13 +62,33 @@ struct tw_sm_req {
 
 /* ---- request table ----------------------------------------------------- */
 
+/*
+ * Open addressing with linear probing from home slot id & mask, kept in
+ * Robin Hood order: along a probe run, no entry sits farther from its
+ * home than the one after it would allow (an insert takes the slot of
+ * the first entry closer to its home than the newcomer and moves that
+ * one on). Removal then shifts the run back only up to the first empty
+ * slot or entry at its home. Request ids rise, so the entries in flight
+ * are mostly each at their home: an insert or a removal touches a slot
+ * or two, where plain linear probing scanned the whole run of requests
+ * in flight on every removal (the server loop's top function in a
+ * 4,160-get batch over tcp RDMA, 15% of its samples).
+ */
+static uint32_t slot_dist(const struct tw_sm *sm, uint32_t i)
+{
+    uint32_t mask = sm->table_cap - 1;
+    return (i - ((uint32_t)sm->table[i].id & mask)) & mask;
+}
+
 static struct tw_sm_req *slot_find(const struct tw_sm *sm, uint64_t id)
 {
     uint32_t mask = sm->table_cap - 1;
-    for (uint32_t i = (uint32_t)id & mask, n = 0; n < sm->table_cap; i = (i + 1) & mask, n++) {
+    for (uint32_t i = (uint32_t)id & mask, d = 0; d < sm->table_cap; i = (i + 1) & mask, d++) {
         if (sm->table[i].id == id)
             return &sm->table[i];
-        if (sm->table[i].id == 0)
+        /* An empty slot, or one whose entry is nearer its home than id
+         * would be here: id would have taken that slot. */
+        if (sm->table[i].id == 0 || slot_dist(sm, i) < d)
             return NULL;
     }
     return NULL;
@@ -77,12 +97,25 @@ static struct tw_sm_req *slot_find(const struct tw_sm *sm, uint64_t id)
 static struct tw_sm_req *slot_insert(struct tw_sm *sm, uint64_t id)
 {
     uint32_t mask = sm->table_cap - 1;
-    for (uint32_t i = (uint32_t)id & mask, n = 0; n < sm->table_cap; i = (i + 1) & mask, n++) {
-        if (sm->table[i].id == 0) {
-            memset(&sm->table[i], 0, sizeof(sm->table[i]));
-            sm->table[i].id = id;
+    struct tw_sm_req carry, *mine = NULL;
+    memset(&carry, 0, sizeof(carry));
+    carry.id = id;
+    for (uint32_t i = (uint32_t)id & mask, d = 0, n = 0; n < sm->table_cap;
+         i = (i + 1) & mask, d++, n++) {
+        struct tw_sm_req *slot = &sm->table[i];
+        if (slot->id == 0) {
+            *slot = carry;
             sm->inflight++;
-            return &sm->table[i];
+            return mine ? mine : slot;
+        }
+        uint32_t sd = slot_dist(sm, i);
+        if (sd < d) { /* the newcomer (or the entry it moved) takes it */
+            struct tw_sm_req t = *slot;
+            *slot = carry;
+            carry = t;
+            if (!mine)
+                mine = slot;
+            d = sd;
         }
     }
     return NULL; /* unreachable: inflight <= max_inflight <= cap / 2 */
@@ -94,17 +127,13 @@ static void slot_remove(struct tw_sm *sm, struct tw_sm_req *r)
     uint32_t hole = (uint32_t)(r - sm->table);
     sm->table[hole].id = 0;
     sm->inflight--;
-    /* Backward shift: move later entries of the probe run into the hole when
-     * the hole lies between their home slot and where they sit. */
-    for (uint32_t i = (hole + 1) & mask; sm->table[i].id != 0; i = (i + 1) & mask) {
-        uint32_t home = (uint32_t)sm->table[i].id & mask;
-        uint32_t dist_cur = (i - home) & mask;
-        uint32_t dist_hole = (hole - home) & mask;
-        if (dist_hole < dist_cur) {
-            sm->table[hole] = sm->table[i];
-            sm->table[i].id = 0;
-            hole = i;
-        }
+    /* Backward shift: the rest of the run moves one slot nearer home, up
+     * to an empty slot or an entry already at its home. */
+    for (uint32_t i = (hole + 1) & mask; sm->table[i].id != 0 && slot_dist(sm, i) != 0;
+         i = (i + 1) & mask) {
+        sm->table[hole] = sm->table[i];
+        sm->table[i].id = 0;
+        hole = i;
     }
 }
 

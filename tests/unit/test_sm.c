@@ -1283,31 +1283,36 @@ static void fatal_error_kills_connection(void)
 static void table_churn(void)
 {
     /* Open up to 64 requests, end them in a scrambled order, and check the
-     * table against a plain array after every step (backward-shift
-     * deletion must never lose or invent an entry). */
+     * table against a plain array every few steps (Robin Hood insertion
+     * and backward-shift deletion must never lose or invent an entry; a
+     * lookup stops early where the order says the id cannot be). Ids
+     * run far past the table's 128 slots while old ones stay open, so
+     * their home slots collide. */
     struct sm_pair p;
     TW_ASSERT_OK(pair_init(&p, 64, 64));
     OK_SEND(&p, C, fx_hello(0x1, 1u << 20, 64, "c"));
     OK_SEND(&p, S, fx_hello_ack(0x1, 1u << 20, 64, 0, "s"));
-    static uint8_t open_[4096];
-    uint64_t next = 1;
-    uint32_t x = 1;
+    static uint8_t open_[4096 + 256]; /* ids up to 4095, then unused ones */
+    uint64_t next = 1, live[64];
+    uint32_t x = 1, nlive = 0;
     for (int step = 0; step < 3000; step++) {
         x = x * 1664525u + 1013904223u;
         if (p.c.inflight < 64 && ((x >> 16) & 1)) {
-            if (next >= sizeof(open_))
+            if (next >= 4096)
                 break;
             OK_SEND(&p, C, fx_name_msg(TW_TAG_STAT, next, "a"));
             open_[next++] = 1;
-        } else if (p.c.inflight > 0) {
-            uint64_t id = 1 + (x >> 8) % (next - 1);
-            while (!open_[id])
-                id = id % (next - 1) + 1;
+            live[nlive++] = next - 1;
+        } else if (nlive > 0) {
+            /* Any open one alike: old ids stay open beside new ones. */
+            uint32_t k = (x >> 8) % nlive;
+            uint64_t id = live[k];
+            live[k] = live[--nlive];
             OK_SEND(&p, S, fx_error(id, TW_WIRE_NOT_FOUND, ""));
             open_[id] = 0;
         }
-        if (step % 97 == 0)
-            for (uint64_t id = 1; id < next; id++) {
+        if (step % 7 == 0)
+            for (uint64_t id = 1; id < next + 130; id++) {
                 TW_ASSERT_EQ(tw__sm_request_active(&p.c, id), open_[id]);
                 TW_ASSERT_EQ(tw__sm_request_active(&p.s, id), open_[id]);
             }
