@@ -482,6 +482,13 @@ static void batch_small(const char *server_push, uint32_t window)
         fprintf(stderr, "batch get: %s\n", tw_client_last_error_message(c));
     TW_ASSERT_EQ(rc, 0);
     TW_ASSERT(strncmp(tw_client_data_plane(c), "rdma pull", 9) == 0);
+    /* Gets by RDMA open the wide window by default on every provider. */
+    peak = ((struct tw_client *)c)->run_peak;
+    fprintf(stderr, "  window %u: at most %zu gets in flight\n", (unsigned)window, peak);
+    if (window)
+        TW_ASSERT(peak > 256 && peak <= window);
+    else
+        TW_ASSERT(peak > TW__WINDOW_NARROW && peak <= TW__WINDOW_WIDE);
     for (int i = 0; i < N; i++) {
         size_t len = (size_t)items[i].desc.shape[0];
         TW_ASSERT_EQ(items[i].status, 0);
