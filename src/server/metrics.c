@@ -78,8 +78,10 @@ static const double bucket_le[TW_METRICS_BUCKETS] = {
 static const char *const plane_names[2] = {"inline", "rdma"};
 static const char *const op_names[2] = {"get", "put"};
 
-uint64_t tw__metrics_now_ns(void)
+uint64_t tw__metrics_now_ns(const struct tw_srv_metrics *m)
 {
+    if (!m->mhd)
+        return 0;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
@@ -96,6 +98,8 @@ void tw__metrics_xfer_end(struct tw_srv_metrics *m, const struct tw_xfer *x, uin
         return;
     }
     s->ok++;
+    if (!now_ns)
+        return;
     uint64_t ns = now_ns > x->started_ns ? now_ns - x->started_ns : 0;
     s->sum_ns += ns;
     unsigned b = 0;

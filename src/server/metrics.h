@@ -54,7 +54,8 @@ struct tw_srv_metrics {
 
 /* Records the end of transfer x (called by tw__xfer_destroy: every transfer
  * ends there exactly once). It counts as ok when it was not marked failed
- * and moved all byte_length bytes. */
+ * and moved all byte_length bytes; its duration goes into the histogram
+ * when now_ns is not 0 (tw__metrics_now_ns). */
 void tw__metrics_xfer_end(struct tw_srv_metrics *m, const struct tw_xfer *x, uint64_t now_ns);
 
 /*
@@ -78,7 +79,10 @@ struct tw_fabric_mrcache_stats;
 void tw__srv_plane_stats(const struct tw_srv *srv, struct tw_fabric_stats *fst,
                          struct tw_fabric_mrcache_stats *mst);
 
-/* Monotonic clock in nanoseconds. */
-uint64_t tw__metrics_now_ns(void);
+/* Monotonic clock in nanoseconds while /metrics is served (m->mhd), else 0:
+ * the duration histogram is shown nowhere else, and the two clock reads
+ * per transfer were 4% of the server's time in 4 KiB gets (perf, 2-core
+ * VM). */
+uint64_t tw__metrics_now_ns(const struct tw_srv_metrics *m);
 
 #endif

@@ -43,7 +43,7 @@ struct tw_xfer *tw__xfer_new(struct tw_srv_conn *c, uint64_t id, enum tw_xfer_di
     x->ops = ops;
     x->prog_gpu = -1;
     x->started_ms = tw__loop_now(&c->srv->loop);
-    x->started_ns = tw__metrics_now_ns();
+    x->started_ns = tw__metrics_now_ns(&c->srv->metrics);
     tw__timer_init(&x->deadline, on_deadline, x);
     if (c->srv->cfg.transfer_timeout_ms)
         tw__loop_timer_start(&c->srv->loop, &x->deadline, c->srv->cfg.transfer_timeout_ms);
@@ -105,7 +105,7 @@ void tw__xfer_destroy(struct tw_xfer *x)
         commits_unlink(c, x);
     }
     count_path(&c->srv->stats, x);
-    tw__metrics_xfer_end(&c->srv->metrics, x, tw__metrics_now_ns());
+    tw__metrics_xfer_end(&c->srv->metrics, x, tw__metrics_now_ns(&c->srv->metrics));
     tw__loop_timer_stop(&c->srv->loop, &x->deadline);
     tw__conn_remove_xfer(c, x);
     if (x->ops->release)

@@ -110,7 +110,7 @@ struct tw_xfer {
     uint64_t done; /* bytes moved so far */
     uint32_t crc;  /* running CRC32C of received bytes (PUT with a CRC) */
     uint64_t started_ms;
-    uint64_t started_ns; /* tw__metrics_now_ns(), for the duration histogram */
+    uint64_t started_ns; /* tw__metrics_now_ns(), for the duration histogram (0: not timed) */
     int failed;          /* ended with an error (metrics.h counts it failed) */
     /* Why start failed, for the ERROR the handler sends ("" when the code
      * says it all). */
