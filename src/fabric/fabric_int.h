@@ -363,8 +363,16 @@ static inline int tw__fabric_spin_trylock(pthread_mutex_t *m)
         tw__fabric_cpu_relax();
         if (pthread_mutex_trylock(m) == 0)
             return 0;
-        if (spins % 32 == 0 && tw__now_ns() - t0 >= TW_FABRIC_LOCK_SPIN_NS)
-            return -1;
+        if (spins % 32 == 0) {
+            uint64_t waited = tw__now_ns() - t0;
+            if (waited >= TW_FABRIC_LOCK_SPIN_NS)
+                return -1;
+            /* Past 2 us the holder may be off its CPU (more busy threads
+             * than cores: the holder preempted on this one), and spinning
+             * only delays it; yield as tw__fabric_relock does. */
+            if (waited >= 2000)
+                sched_yield();
+        }
     }
 }
 
