@@ -35,12 +35,14 @@
 /* The batch window with max_inflight 0 (engine.c batch_window). Measured on
  * the H200 host, 40,960 x 32 KiB (bench_kv --inflight): over shm RDMA,
  * 256 in flight moved 8-9% more than 64 (put 5.48-5.60 against 5.06-5.19
- * GB/s, get 6.13-6.26 against 5.67-5.75); inline and for puts over tcp
- * RDMA, 256 moved 8-18% less (inline get 4.84-5.14 against 5.37-6.14
- * GB/s, tcp put 2.39 against 2.83; again 2.16 / 2.57 against 2.44 / 2.65
- * on 2026-12-05); gets over tcp RDMA moved 1-12% more with 256 in four
- * pairs of four (3.07 / 3.08 against 2.81 / 2.73 GB/s, bench_kv 3.40 /
- * 3.04 against 3.27 / 3.00). docs/performance.md. */
+ * GB/s, get 6.13-6.26 against 5.67-5.75); inline, 256 moved 8-18% less
+ * (get 4.84-5.14 against 5.37-6.14 GB/s). Over tcp RDMA gets moved 1-12%
+ * more with 256 in four pairs of four (3.07 / 3.08 against 2.81 / 2.73
+ * GB/s); puts moved less with 256 (2.16 / 2.57 against 2.44 / 2.65) until
+ * the request table's removals stopped scanning the run of ids in flight
+ * (proto/sm.c, Robin Hood order): since then 2.90 / 2.84 against 2.76 /
+ * 2.59 on an H100 host and 2.24-2.80 against 1.86-2.51 on the 2-core VM
+ * (docs/performance.md). */
 #define TW__WINDOW_NARROW 64u
 #define TW__WINDOW_WIDE 256u
 /* Inline puts up to this size send their DATA right behind TENSOR_PUT when
@@ -242,9 +244,8 @@ struct tw_client {
     size_t run_n;
     size_t run_active; /* started and not finished, plus sync PINGs */
     /* Gets and puts of the run finished, by plane: direct RDMA (from or
-     * into the caller's host memory; of them gets) and any other
-     * (batch_window). */
-    size_t run_done_rdma, run_done_rdma_gets, run_done_other;
+     * into the caller's host memory) and any other (batch_window). */
+    size_t run_done_rdma, run_done_other;
     size_t run_peak;     /* most requests in flight at once in the last run (tests) */
     size_t sync_pending; /* PINGs sent after cancels, not yet answered */
     uint64_t run_base;

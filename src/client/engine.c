@@ -51,10 +51,9 @@ out_times:
         if (c->run_active > 0)
             c->run_active--;
         if (r->op == TW__OP_GET || r->op == TW__OP_PUT) {
-            if (r->dp == &tw__client_dp_rdma && !r->path.gdr) {
+            if (r->dp == &tw__client_dp_rdma && !r->path.gdr)
                 c->run_done_rdma++;
-                c->run_done_rdma_gets += r->op == TW__OP_GET;
-            } else
+            else
                 c->run_done_other++;
         }
     }
@@ -808,15 +807,11 @@ static size_t count_unfinished(const struct tw__creq *reqs, size_t n)
 }
 
 /* The window of the running call now (window_of): wide once most of its
- * finished transfers went by direct RDMA on an shm connection, or were
- * gets by direct RDMA on any other (client_internal.h: puts over tcp RDMA
- * measured faster with the narrow window, gets with the wide one). */
-static size_t batch_window(const struct tw_client *c, int over_shm)
+ * finished transfers went by direct RDMA, on any provider (client_internal.h:
+ * measured faster with the wide window over shm and tcp, slower inline). */
+static size_t batch_window(const struct tw_client *c)
 {
-    if (over_shm)
-        return window_of(c, c->run_done_rdma > c->run_done_other);
-    size_t other = c->run_done_other + (c->run_done_rdma - c->run_done_rdma_gets);
-    return window_of(c, c->run_done_rdma_gets > other);
+    return window_of(c, c->run_done_rdma > c->run_done_other);
 }
 
 void *tw__client_scratch(void **keep, size_t *cap, size_t n, size_t elem, size_t limit)
@@ -870,12 +865,11 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     }
     for (size_t i = 0; i < n; i++)
         reqs[i].index = i;
-    c->run_done_rdma = c->run_done_rdma_gets = c->run_done_other = c->run_peak = 0;
-    const int over_shm = conn_provider(c) == TW_PATH_PROV_SHM;
+    c->run_done_rdma = c->run_done_other = c->run_peak = 0;
 
     for (;;) {
         /* Open requests up to the window. */
-        window = batch_window(c, over_shm);
+        window = batch_window(c);
         while (next < n && active < window) {
             struct tw__creq *r = &reqs[next++];
             if (r->finished)

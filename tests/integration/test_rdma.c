@@ -458,16 +458,14 @@ static void batch_small(const char *server_push, uint32_t window)
         fprintf(stderr, "batch put: %s\n", tw_client_last_error_message(c));
     TW_ASSERT_EQ(rc, 0);
     /* The window that ran: the one asked for; by default (engine.c
-     * batch_window) the wide one once the puts go by RDMA over shm, the
-     * narrow one over tcp. */
+     * batch_window) the wide one once the puts go by RDMA, on every
+     * provider. */
     size_t peak = ((struct tw_client *)c)->run_peak;
     fprintf(stderr, "  window %u: at most %zu requests in flight\n", (unsigned)window, peak);
     if (window)
         TW_ASSERT(peak > 256 && peak <= window);
-    else if (strcmp(TW_TEST_PROVIDER, "shm") == 0)
-        TW_ASSERT(peak > TW__WINDOW_NARROW && peak <= TW__WINDOW_WIDE);
     else
-        TW_ASSERT(peak <= TW__WINDOW_NARROW);
+        TW_ASSERT(peak > TW__WINDOW_NARROW && peak <= TW__WINDOW_WIDE);
     for (int i = 0; i < N; i++) {
         TW_ASSERT_EQ(items[i].status, 0);
         items[i].buf = dst + (size_t)i * MAXLEN;
