@@ -171,10 +171,11 @@ struct tw_client_options {
                                 0..65536 (the server may lower it). 0
                                 (default): 64, or 256 once most of the
                                 batch's finished transfers moved by
-                                direct RDMA between host memory, over
-                                any provider (measured fastest there;
-                                docs/performance.md). N: N for every
-                                plane. */
+                                RDMA (from or into host memory directly,
+                                or GPU memory staged through host
+                                buffers), over any provider (measured
+                                fastest there; docs/performance.md). N:
+                                N for every plane. */
     uint32_t max_frame;      /* largest frame payload announced, 64 KiB..1 GiB;
                                 default 16 MiB (the server may lower it) */
     int checksum;            /* non-zero: CRC32C of every put is sent and the

@@ -41,7 +41,11 @@
  * GB/s); puts moved less with 256 (2.16 / 2.57 against 2.44 / 2.65) until
  * the request table's removals stopped scanning the run of ids in flight
  * (proto/sm.c, Robin Hood order): since then 2.90 / 2.84 against 2.76 /
- * 2.59 on an H100 host and 2.24-2.80 against 1.86-2.51 on the 2-core VM
+ * 2.59 on an H100 host and 2.24-2.80 against 1.86-2.51 on the 2-core VM.
+ * Device blocks of 32 KiB staged over RDMA (H100 host, bench_stage_e2e,
+ * three pairs): over shm gets 6481-7936 MiB/s with 256 against 5064-5815
+ * with 64, puts of new names 4221-5434 against 3189-3734; over tcp gets
+ * 2863-3550 against 2634-2823, puts 1968-3072 against 1991-2323
  * (docs/performance.md). */
 #define TW__WINDOW_NARROW 64u
 #define TW__WINDOW_WIDE 256u
@@ -243,8 +247,9 @@ struct tw_client {
     struct tw__creq *run;
     size_t run_n;
     size_t run_active; /* started and not finished, plus sync PINGs */
-    /* Gets and puts of the run finished, by plane: direct RDMA (from or
-     * into the caller's host memory) and any other (batch_window). */
+    /* Gets and puts of the run finished, by plane: RDMA (direct from or
+     * into the caller's host memory, or staged for its GPU memory; not
+     * GPUDirect) and any other (batch_window). */
     size_t run_done_rdma, run_done_other;
     size_t run_peak;     /* most requests in flight at once in the last run (tests) */
     size_t sync_pending; /* PINGs sent after cancels, not yet answered */

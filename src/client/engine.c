@@ -51,7 +51,8 @@ out_times:
         if (c->run_active > 0)
             c->run_active--;
         if (r->op == TW__OP_GET || r->op == TW__OP_PUT) {
-            if (r->dp == &tw__client_dp_rdma && !r->path.gdr)
+            if ((r->dp == &tw__client_dp_rdma || r->dp == tw__client_dp_rdma_staged) &&
+                !r->path.gdr)
                 c->run_done_rdma++;
             else
                 c->run_done_other++;
@@ -807,7 +808,8 @@ static size_t count_unfinished(const struct tw__creq *reqs, size_t n)
 }
 
 /* The window of the running call now (window_of): wide once most of its
- * finished transfers went by direct RDMA, on any provider (client_internal.h:
+ * finished transfers went by RDMA, directly from or into host memory or
+ * staged through it for GPU memory, on any provider (client_internal.h:
  * measured faster with the wide window over shm and tcp, slower inline). */
 static size_t batch_window(const struct tw_client *c)
 {

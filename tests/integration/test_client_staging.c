@@ -644,6 +644,40 @@ static void test_batch_wide_window(void)
     free(back);
 }
 
+/* The default window (max_inflight 0, engine.c batch_window) for device
+ * blocks: wide (more than 64 in flight) once most of a batch's blocks went
+ * by RDMA, staged through host buffers; narrow inline. */
+static void test_batch_default_window(void)
+{
+    enum { N = 384, BLK = 32 * 1024 };
+    tw_client *c = connect_fake(0);
+    static struct tw_batch_item items[N];
+    static char names[N][32];
+    uint8_t *src = malloc((size_t)N * BLK), *back = malloc((size_t)N * BLK);
+    TW_ASSERT(src && back);
+    long pins0 = fake.pins, unpins0 = fake.unpins;
+    fill(src, (size_t)N * BLK, 900);
+    dev_write(arena, src, (size_t)N * BLK);
+    slice_items(items, names, N, BLK, "st/d");
+    TW_ASSERT_OK(tw_batch_put(c, items, N));
+    size_t put_peak = c->run_peak;
+    get_slices_and_check(c, items, N, BLK, src, back);
+    size_t get_peak = c->run_peak;
+    fprintf(stderr,
+            "  %d device blocks (%s), default window: at most %zu puts, %zu gets in flight\n", N,
+            tw_client_data_plane(c), put_peak, get_peak);
+    if (on_rdma(c)) {
+        TW_ASSERT(put_peak > TW__WINDOW_NARROW && put_peak <= TW__WINDOW_WIDE);
+        TW_ASSERT(get_peak > TW__WINDOW_NARROW && get_peak <= TW__WINDOW_WIDE);
+    } else {
+        TW_ASSERT(put_peak <= TW__WINDOW_NARROW);
+        TW_ASSERT(get_peak <= TW__WINDOW_NARROW);
+    }
+    delete_and_close(c, names, N, pins0, unpins0);
+    free(src);
+    free(back);
+}
+
 /* A copy to the device failing at chunk k of a get: inline, the 6th
  * frame's copy (64 KiB frames); RDMA, the pipeline's copy of chunk k (16
  * chunks of 64 KiB), refused when queued or failing when it runs, for k at
@@ -790,6 +824,7 @@ int main(void)
     TW_RUN(test_batch_of_slices);
     TW_RUN(test_batch_of_medium_blocks);
     TW_RUN(test_batch_wide_window);
+    TW_RUN(test_batch_default_window);
     TW_RUN(test_copy_failures);
     TW_RUN(test_put_checksum);
     tw_test_server_stop(&srv);
