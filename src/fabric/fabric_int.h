@@ -325,15 +325,15 @@ struct tw_fabric {
  * ~11% + most of the kernel's 26% of the server's event loop,
  * docs/performance.md). So everyone but the progressing thread takes the
  * lock with tw__fabric_lock(), which counts itself in fab->lock_wanted
- * while it waits and spins on trylock for up to TW_FABRIC_LOCK_SPIN_NS
- * before it sleeps (the mover lets go within a poll round, and a waiter
- * already awake takes the lock without making the mover wait for its
- * wake-up), and the progressing thread retakes it with
- * tw__fabric_relock(), which first lets the counted waiters through:
- * it spins (trylock) until none is left and the lock is free, yielding
- * the CPU after the first 2 us (on an oversubscribed host the waiter
- * needs it), and after TW_FABRIC_HANDOFF_NS sleeps on the mutex like
- * anyone else.
+ * while it waits and spins on trylock for up to TW_FABRIC_LOCK_SPIN_NS,
+ * yielding the CPU after the first 2 us, before it sleeps (the mover lets
+ * go within a poll round, and a waiter already awake takes the lock
+ * without making the mover wait for its wake-up), and the progressing
+ * thread retakes it with tw__fabric_relock(), which first lets the
+ * counted waiters through: it spins (trylock) until none is left and the
+ * lock is free, yielding the CPU after the first 2 us (on an
+ * oversubscribed host the waiter needs it), and after
+ * TW_FABRIC_HANDOFF_NS sleeps on the mutex like anyone else.
  */
 #define TW_FABRIC_HANDOFF_NS 50000u
 #define TW_FABRIC_LOCK_SPIN_NS 20000u
