@@ -51,8 +51,7 @@ out_times:
         if (c->run_active > 0)
             c->run_active--;
         if (r->op == TW__OP_GET || r->op == TW__OP_PUT) {
-            if ((r->dp == &tw__client_dp_rdma || r->dp == tw__client_dp_rdma_staged) &&
-                !r->path.gdr)
+            if (r->dp && r->dp->wire_plane == TW_DP_RDMA && !r->path.gdr)
                 c->run_done_rdma++;
             else
                 c->run_done_other++;
