@@ -337,6 +337,8 @@ struct tw_fabric {
  */
 #define TW_FABRIC_HANDOFF_NS 50000u
 #define TW_FABRIC_LOCK_SPIN_NS 20000u
+/* A spinner past this yields its CPU (the holder may need it). */
+#define TW_FABRIC_SPIN_YIELD_NS 2000u
 
 static inline void tw__fabric_cpu_relax(void)
 {
@@ -370,7 +372,7 @@ static inline int tw__fabric_spin_trylock(pthread_mutex_t *m)
             /* Past 2 us the holder may be off its CPU (more busy threads
              * than cores: the holder preempted on this one), and spinning
              * only delays it; yield as tw__fabric_relock does. */
-            if (waited >= 2000)
+            if (waited >= TW_FABRIC_SPIN_YIELD_NS)
                 sched_yield();
         }
     }
@@ -416,7 +418,7 @@ static inline void tw__fabric_relock(struct tw_fabric *fab)
                 pthread_mutex_lock(&fab->lock);
                 return;
             }
-            if (waited >= 2000)
+            if (waited >= TW_FABRIC_SPIN_YIELD_NS)
                 sched_yield();
         }
     }
