@@ -4,6 +4,8 @@
 #include "server/slab.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -22,7 +24,20 @@ struct tw_slab_arena {
     struct tw_slab_arena *next;
     uint8_t *base;
     size_t bump;    /* bytes handed out from base */
-    size_t faulted; /* bytes from base already faulted in */
+    size_t faulted; /* bytes from base already faulted in (atomic: the
+                     * loop and the faulter both move it, only forward) */
+};
+
+/* The helper thread that faults arenas in ahead of the bump pointer
+ * (slab.h). Its request, under lock: fault arena through upto. */
+struct tw_slab_faulter {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    pthread_t thread;
+    struct tw_slab_arena *arena;
+    size_t upto;
+    int stop;
+    int failed; /* MADV_POPULATE_WRITE failed: the loop faults for itself */
 };
 
 int tw__slab_init(struct tw_slab *sl, uint64_t keep_max)
@@ -43,19 +58,154 @@ int tw__slab_init_sized(struct tw_slab *sl, uint64_t keep_max, size_t max_block)
     return sl->classes ? 0 : -ENOMEM;
 }
 
-/* Faults [a->faulted, upto) in. Advisory: on failure the pages fault on
- * first use instead. */
+static size_t faulted_of(struct tw_slab_arena *a)
+{
+    return __atomic_load_n(&a->faulted, __ATOMIC_ACQUIRE);
+}
+
+/* Moves a's faulted mark forward to upto (never back: the other thread may
+ * have moved it further meanwhile). */
+static void faulted_raise(struct tw_slab_arena *a, size_t upto)
+{
+    size_t cur = faulted_of(a);
+    while (cur < upto && !__atomic_compare_exchange_n(&a->faulted, &cur, upto, 0, __ATOMIC_RELEASE,
+                                                      __ATOMIC_ACQUIRE)) {
+    }
+}
+
+/* The loop's part: faults [a->faulted, upto) in. Advisory: on failure the
+ * pages fault on first use instead. Touching pages is safe here, not on
+ * the faulter: the range starts at or after the block just handed out,
+ * which no put has written yet, and the rest is not handed out. A range
+ * the faulter is faulting at the same time is faulted twice, harmlessly. */
 static void populate(struct tw_slab *sl, struct tw_slab_arena *a, size_t upto)
 {
-    if (upto <= a->faulted)
+    size_t from = faulted_of(a);
+    if (upto <= from)
         return;
-    uint8_t *p = a->base + a->faulted;
-    size_t n = upto - a->faulted;
+    uint8_t *p = a->base + from;
+    size_t n = upto - from;
     if (madvise(p, n, MADV_POPULATE_WRITE) != 0) {
         for (size_t off = 0; off < n; off += sl->page)
             ((volatile uint8_t *)p)[off] = 0; /* fresh anonymous memory is zero */
     }
-    a->faulted = upto;
+    faulted_raise(a, upto);
+}
+
+/* The faulter: one 2 MiB step per round, so a new request (the next arena)
+ * or a stop is seen within a step. MADV_POPULATE_WRITE only: it faults
+ * pages in without writing them, and by the time a step runs, a block in
+ * it may have been handed out and written. */
+static void *faulter_main(void *arg)
+{
+    struct tw_slab_faulter *f = arg;
+    pthread_mutex_lock(&f->lock);
+    for (;;) {
+        while (!f->stop && (!f->arena || faulted_of(f->arena) >= f->upto))
+            pthread_cond_wait(&f->cond, &f->lock);
+        if (f->stop)
+            break;
+        struct tw_slab_arena *a = f->arena;
+        size_t upto = f->upto;
+        pthread_mutex_unlock(&f->lock);
+        size_t from = faulted_of(a); /* the loop may have passed upto meanwhile */
+        int failed = 0;
+        if (from < upto) {
+            size_t to = upto - from > HUGE_STEP ? from + HUGE_STEP : upto;
+            failed = madvise(a->base + from, to - from, MADV_POPULATE_WRITE) != 0;
+            if (!failed)
+                faulted_raise(a, to);
+        }
+        pthread_mutex_lock(&f->lock);
+        if (failed) {
+            f->failed = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&f->lock);
+    return NULL;
+}
+
+/* Starts sl's faulter with its first arena. On any failure the loop goes
+ * on faulting for itself (faulter_off). */
+static void faulter_start(struct tw_slab *sl)
+{
+    struct tw_slab_faulter *f = calloc(1, sizeof(*f));
+    if (!f) {
+        sl->faulter_off = 1;
+        return;
+    }
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->cond, NULL);
+    /* No signal for this thread: the daemon takes SIGTERM through a
+     * signalfd that every thread must block (server.c). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&f->thread, NULL, faulter_main, f);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        pthread_cond_destroy(&f->cond);
+        pthread_mutex_destroy(&f->lock);
+        free(f);
+        sl->faulter_off = 1;
+        return;
+    }
+    sl->faulter = f;
+}
+
+static void faulter_stop(struct tw_slab *sl)
+{
+    struct tw_slab_faulter *f = sl->faulter;
+    if (!f)
+        return;
+    pthread_mutex_lock(&f->lock);
+    f->stop = 1;
+    pthread_cond_signal(&f->cond);
+    pthread_mutex_unlock(&f->lock);
+    pthread_join(f->thread, NULL);
+    pthread_cond_destroy(&f->cond);
+    pthread_mutex_destroy(&f->lock);
+    free(f);
+    sl->faulter = NULL;
+    sl->asked_arena = NULL;
+    sl->asked_upto = 0;
+}
+
+/* Asks the faulter to keep arena a faulted from `from` on, as far ahead as
+ * the slab has bytes in use (at most TW_SLAB_FAULT_AHEAD_MAX). Returns 0,
+ * or -1 when there is no faulter (any more): the loop faults ahead itself. */
+static int faulter_ask(struct tw_slab *sl, struct tw_slab_arena *a, size_t from)
+{
+    struct tw_slab_faulter *f = sl->faulter;
+    if (!f)
+        return -1;
+    size_t lead =
+        sl->live_bytes < TW_SLAB_FAULT_AHEAD_MAX ? (size_t)sl->live_bytes : TW_SLAB_FAULT_AHEAD_MAX;
+    if (lead < HUGE_STEP)
+        lead = HUGE_STEP;
+    size_t upto = (from + lead + HUGE_STEP - 1) & ~(size_t)(HUGE_STEP - 1);
+    if (upto > TW_SLAB_ARENA)
+        upto = TW_SLAB_ARENA;
+    if (a == sl->asked_arena && upto <= sl->asked_upto)
+        return 0;
+    int failed;
+    pthread_mutex_lock(&f->lock);
+    failed = f->failed;
+    if (!failed) {
+        f->arena = a;
+        f->upto = upto;
+        pthread_cond_signal(&f->cond);
+    }
+    pthread_mutex_unlock(&f->lock);
+    if (failed) {
+        faulter_stop(sl);
+        sl->faulter_off = 1;
+        return -1;
+    }
+    sl->asked_arena = a;
+    sl->asked_upto = upto;
+    return 0;
 }
 
 void tw__slab_set_pinned(struct tw_slab *sl, int (*pin)(void *ctx, void *p, size_t len),
@@ -207,11 +357,17 @@ void *tw__slab_alloc(struct tw_slab *sl, size_t len)
     }
     uint8_t *p = a->base + a->bump;
     a->bump += len;
-    /* Fault in through the end of this block's huge page, plus the next one,
-     * so the following puts find their pages present. */
-    size_t ahead = ((a->bump + HUGE_STEP - 1) & ~(size_t)(HUGE_STEP - 1)) + HUGE_STEP;
-    populate(sl, a, ahead < TW_SLAB_ARENA ? ahead : TW_SLAB_ARENA);
     sl->live_bytes += len;
+    /* This block through the end of its huge page must be present (unless
+     * the faulter got there first); the faulter takes the pages ahead.
+     * Without it, the next huge page too, so the following puts find
+     * their pages present. */
+    size_t need = (a->bump + HUGE_STEP - 1) & ~(size_t)(HUGE_STEP - 1);
+    if (!sl->faulter && !sl->faulter_off && !sl->pin)
+        faulter_start(sl);
+    if (faulter_ask(sl, a, need) != 0)
+        need += HUGE_STEP;
+    populate(sl, a, need < TW_SLAB_ARENA ? need : TW_SLAB_ARENA);
     return p;
 }
 
@@ -285,6 +441,7 @@ uint64_t tw__slab_trim(struct tw_slab *sl)
 
 void tw__slab_destroy(struct tw_slab *sl)
 {
+    faulter_stop(sl); /* before any arena can go */
     for (size_t i = 0; sl->classes && i < sl->nclasses; i++)
         free(sl->classes[i].free);
     free(sl->classes);

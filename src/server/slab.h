@@ -6,10 +6,24 @@
  * same bytes, the store's per-tensor allocation and first touch dominating).
  *
  * - Arenas are TW_SLAB_ARENA bytes of anonymous memory, aligned to 2 MiB and
- *   advised MADV_HUGEPAGE; pages are faulted in ahead of the bump pointer,
- *   one 2 MiB step at a time (MADV_POPULATE_WRITE, or a touch per page on
- *   kernels without it), so the fault cost is paid per huge page, not per
- *   4 KiB page of each tensor.
+ *   advised MADV_HUGEPAGE; pages are faulted in ahead of the bump pointer
+ *   in 2 MiB steps (MADV_POPULATE_WRITE, or a touch per page on kernels
+ *   without it), so the fault cost is paid per huge page, not per 4 KiB
+ *   page of each tensor.
+ * - Faulting ahead runs on a helper thread (the slab's faulter), so the
+ *   event loop does not clear pages itself: a fresh server's first batch
+ *   of small puts spent a third of its loop in the kernel's clear_page
+ *   (docs/performance.md, "Small-tensor memory faulted ahead on a helper
+ *   thread"). The faulter keeps the pages from the bump pointer on faulted
+ *   in, as far ahead as the slab has bytes in use, at most
+ *   TW_SLAB_FAULT_AHEAD_MAX (a slab holding little stays small); the loop
+ *   faults only what the faulter did not reach yet (the block it hands out
+ *   through the end of its huge page). It uses MADV_POPULATE_WRITE only
+ *   (which never writes the memory: a block may already hold a put's
+ *   bytes when the faulter gets to it); where that call is missing or
+ *   fails, or the thread cannot start, the loop faults one 2 MiB step
+ *   ahead itself, as before. Page-locked slabs (below) have no faulter:
+ *   pinning faults the whole arena.
  * - Freed blocks go to a queue per size (in pages) and are reused exactly by
  *   the next allocation of that size, oldest first: an overwrite of a batch,
  *   or a new batch of the same shapes, reuses faulted memory, and blocks
@@ -31,7 +45,9 @@
  * are visible until the caller overwrites them (the store fills every byte
  * of a version before publishing it and clears the tail of the last page).
  *
- * Single-threaded (the daemon's event loop), like the store.
+ * Single-threaded (the daemon's event loop), like the store; the faulter
+ * thread only faults pages in (an arena's faulted mark, atomic, and its
+ * request under its own lock) and is joined by tw__slab_destroy.
  */
 #ifndef TW_SERVER_SLAB_H
 #define TW_SERVER_SLAB_H
@@ -39,10 +55,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TW_SLAB_MAX (1u << 20)    /* blocks are smaller than this (tw__slab_init) */
-#define TW_SLAB_ARENA (64u << 20) /* bytes per arena */
+#define TW_SLAB_MAX (1u << 20)              /* blocks are smaller than this (tw__slab_init) */
+#define TW_SLAB_ARENA (64u << 20)           /* bytes per arena */
+#define TW_SLAB_FAULT_AHEAD_MAX (32u << 20) /* the faulter's lead on the bump pointer, at most */
 
 struct tw_slab_arena;
+struct tw_slab_faulter;
 
 /* Free blocks of one size: a queue of addresses, free[head, nfree). */
 struct tw_slab_class {
@@ -77,6 +95,15 @@ struct tw_slab {
     void *pin_ctx;
     uint64_t max_arena_bytes;
     uint64_t freed_since_look;
+    /* The faulter (slab.c), started with the first arena of a slab that is
+     * not page-locked; NULL before, and for good once it could not start
+     * or its MADV_POPULATE_WRITE failed (faulter_off). asked_arena and
+     * asked_upto: what it was last asked to fault (the loop's copy, so an
+     * allocation takes its lock only when that moves). */
+    struct tw_slab_faulter *faulter;
+    int faulter_off;
+    struct tw_slab_arena *asked_arena;
+    size_t asked_upto;
 };
 
 /* Prepares an empty slab (no memory yet) for blocks under TW_SLAB_MAX.
@@ -101,8 +128,9 @@ void tw__slab_free(struct tw_slab *sl, void *p, size_t len);
  * periodically, a free block stays faulted in 1 to 2 periods unused.
  * Returns the bytes given back. */
 uint64_t tw__slab_trim(struct tw_slab *sl);
-/* Unmaps the arenas now, or with the last tw__slab_free when blocks are
- * still in use (sl must then stay valid until that call). */
+/* Stops the faulter (joined), then unmaps the arenas now, or with the last
+ * tw__slab_free when blocks are still in use (sl must then stay valid
+ * until that call). */
 void tw__slab_destroy(struct tw_slab *sl);
 
 #endif
