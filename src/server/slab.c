@@ -28,14 +28,27 @@ struct tw_slab_arena {
                      * loop and the faulter both move it, only forward) */
 };
 
-/* The helper thread that faults arenas in ahead of the bump pointer
- * (slab.h). Its request, under lock: fault arena through upto. */
+#define FAULT_RANGES 16 /* other ranges queued at most (tw__slab_fault_range) */
+
+/* Memory outside the slab to fault in from its start: done bytes so far. */
+struct tw_slab_fault_range {
+    uint8_t *p;
+    size_t len, done;
+};
+
+/* The helper thread that faults arenas in ahead of the bump pointer, and
+ * then the ranges the store queues (slab.h). Its requests, under lock:
+ * fault arena through upto; fault each range. */
 struct tw_slab_faulter {
     pthread_mutex_t lock;
-    pthread_cond_t cond;
+    pthread_cond_t cond;    /* work or stop for the thread */
+    pthread_cond_t stepped; /* a range's step ended (tw__slab_fault_forget waits) */
     pthread_t thread;
     struct tw_slab_arena *arena;
     size_t upto;
+    struct tw_slab_fault_range ranges[FAULT_RANGES]; /* first come, first faulted */
+    unsigned nranges;
+    uint8_t *busy; /* the range a step is faulting now, outside the lock */
     int stop;
     int failed; /* MADV_POPULATE_WRITE failed: the loop faults for itself */
 };
@@ -93,18 +106,52 @@ static void populate(struct tw_slab *sl, struct tw_slab_arena *a, size_t upto)
 }
 
 /* The faulter: one 2 MiB step per round, so a new request (the next arena)
- * or a stop is seen within a step. MADV_POPULATE_WRITE only: it faults
+ * or a stop is seen within a step; the slab's arena first, then the other
+ * ranges in the order they came. MADV_POPULATE_WRITE only: it faults
  * pages in without writing them, and by the time a step runs, a block in
- * it may have been handed out and written. */
+ * it may have been handed out and written (a range: received into). */
+static int arena_pending(struct tw_slab_faulter *f)
+{
+    return f->arena && faulted_of(f->arena) < f->upto;
+}
+
+static void range_drop(struct tw_slab_faulter *f, unsigned i)
+{
+    memmove(&f->ranges[i], &f->ranges[i + 1], (f->nranges - i - 1) * sizeof(f->ranges[0]));
+    f->nranges--;
+}
+
 static void *faulter_main(void *arg)
 {
     struct tw_slab_faulter *f = arg;
     pthread_mutex_lock(&f->lock);
     for (;;) {
-        while (!f->stop && (!f->arena || faulted_of(f->arena) >= f->upto))
+        while (!f->stop && !arena_pending(f) && f->nranges == 0)
             pthread_cond_wait(&f->cond, &f->lock);
         if (f->stop)
             break;
+        if (!arena_pending(f)) {
+            /* The first range's next step. It stays queued meanwhile, and
+             * busy keeps tw__slab_fault_forget (before an munmap) waiting. */
+            struct tw_slab_fault_range *r = &f->ranges[0];
+            uint8_t *p = r->p, *at = r->p + r->done;
+            size_t n = r->len - r->done > HUGE_STEP ? HUGE_STEP : r->len - r->done;
+            f->busy = p;
+            pthread_mutex_unlock(&f->lock);
+            int failed = madvise(at, n, MADV_POPULATE_WRITE) != 0;
+            pthread_mutex_lock(&f->lock);
+            f->busy = NULL;
+            pthread_cond_broadcast(&f->stepped);
+            for (unsigned i = 0; i < f->nranges; i++) {
+                if (f->ranges[i].p != p)
+                    continue;
+                f->ranges[i].done += n;
+                if (failed || f->ranges[i].done >= f->ranges[i].len)
+                    range_drop(f, i); /* advisory: a failed range faults on use */
+                break;
+            }
+            continue;
+        }
         struct tw_slab_arena *a = f->arena;
         size_t upto = f->upto;
         pthread_mutex_unlock(&f->lock);
@@ -122,6 +169,7 @@ static void *faulter_main(void *arg)
             break;
         }
     }
+    f->nranges = 0;
     pthread_mutex_unlock(&f->lock);
     return NULL;
 }
@@ -137,6 +185,7 @@ static void faulter_start(struct tw_slab *sl)
     }
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->cond, NULL);
+    pthread_cond_init(&f->stepped, NULL);
     /* No signal for this thread: the daemon takes SIGTERM through a
      * signalfd that every thread must block (server.c). */
     sigset_t all, old;
@@ -145,6 +194,7 @@ static void faulter_start(struct tw_slab *sl)
     int rc = pthread_create(&f->thread, NULL, faulter_main, f);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
+        pthread_cond_destroy(&f->stepped);
         pthread_cond_destroy(&f->cond);
         pthread_mutex_destroy(&f->lock);
         free(f);
@@ -164,6 +214,7 @@ static void faulter_stop(struct tw_slab *sl)
     pthread_cond_signal(&f->cond);
     pthread_mutex_unlock(&f->lock);
     pthread_join(f->thread, NULL);
+    pthread_cond_destroy(&f->stepped);
     pthread_cond_destroy(&f->cond);
     pthread_mutex_destroy(&f->lock);
     free(f);
@@ -206,6 +257,38 @@ static int faulter_ask(struct tw_slab *sl, struct tw_slab_arena *a, size_t from)
     sl->asked_arena = a;
     sl->asked_upto = upto;
     return 0;
+}
+
+void tw__slab_fault_range(struct tw_slab *sl, void *p, size_t len)
+{
+    if (!sl->faulter && !sl->faulter_off && !sl->pin && !sl->dead)
+        faulter_start(sl);
+    struct tw_slab_faulter *f = sl->faulter;
+    if (!f || !p || len == 0)
+        return;
+    pthread_mutex_lock(&f->lock);
+    if (!f->failed && f->nranges < FAULT_RANGES) {
+        f->ranges[f->nranges++] = (struct tw_slab_fault_range){.p = p, .len = len, .done = 0};
+        pthread_cond_signal(&f->cond);
+    }
+    pthread_mutex_unlock(&f->lock);
+}
+
+void tw__slab_fault_forget(struct tw_slab *sl, void *p)
+{
+    struct tw_slab_faulter *f = sl->faulter;
+    if (!f || !p)
+        return;
+    pthread_mutex_lock(&f->lock);
+    while (f->busy == p)
+        pthread_cond_wait(&f->stepped, &f->lock);
+    for (unsigned i = 0; i < f->nranges; i++) {
+        if (f->ranges[i].p == p) {
+            range_drop(f, i);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&f->lock);
 }
 
 void tw__slab_set_pinned(struct tw_slab *sl, int (*pin)(void *ctx, void *p, size_t len),
@@ -442,6 +525,7 @@ uint64_t tw__slab_trim(struct tw_slab *sl)
 void tw__slab_destroy(struct tw_slab *sl)
 {
     faulter_stop(sl); /* before any arena can go */
+    sl->faulter_off = 1;
     for (size_t i = 0; sl->classes && i < sl->nclasses; i++)
         free(sl->classes[i].free);
     free(sl->classes);

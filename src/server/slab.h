@@ -23,7 +23,11 @@
  *   bytes when the faulter gets to it); where that call is missing or
  *   fails, or the thread cannot start, the loop faults one 2 MiB step
  *   ahead itself, as before. Page-locked slabs (below) have no faulter:
- *   pinning faults the whole arena.
+ *   pinning faults the whole arena. After the arena, the faulter takes
+ *   ranges outside the slab that the store hands it (a large tensor's
+ *   fresh mapping, about to be received into from its start:
+ *   tw__slab_fault_range), so their first put does not clear pages in
+ *   the thread that receives.
  * - Freed blocks go to a queue per size (in pages) and are reused exactly by
  *   the next allocation of that size, oldest first: an overwrite of a batch,
  *   or a new batch of the same shapes, reuses faulted memory, and blocks
@@ -121,6 +125,19 @@ void tw__slab_set_pinned(struct tw_slab *sl, int (*pin)(void *ctx, void *p, size
  * page aligned, owned by the caller until tw__slab_free. NULL when out of
  * memory (page-locked mode: at max_arena_bytes with no wholly free arena). */
 void *tw__slab_alloc(struct tw_slab *sl, size_t len);
+/* Queues [p, p + len), memory outside the slab that is about to be
+ * written from its start (a large tensor's fresh mapping), for the
+ * faulter, after the slab's own arena: faulted in ahead of the writer
+ * with MADV_POPULATE_WRITE, 2 MiB at a time. Advisory: without a faulter
+ * (page-locked slab, no thread, MADV_POPULATE_WRITE refused) or with
+ * FAULT_RANGES (16) queued already, nothing happens and the pages fault
+ * on first use. The caller must call tw__slab_fault_forget(sl, p) before
+ * the memory is unmapped or handed to anyone else. */
+void tw__slab_fault_range(struct tw_slab *sl, void *p, size_t len);
+/* Takes p's range off the faulter's queue, waiting for a step on it that
+ * is under way (at most one 2 MiB MADV_POPULATE_WRITE). No-op for a range
+ * never queued, already done, or without a faulter. */
+void tw__slab_fault_forget(struct tw_slab *sl, void *p);
 /* Gives back a block from tw__slab_alloc with the same len. */
 void tw__slab_free(struct tw_slab *sl, void *p, size_t len);
 /* Gives back (MADV_DONTNEED) the free blocks that were already free and

@@ -58,6 +58,7 @@ static void drop_spare(struct tw_store *s, int i)
  * mapped, faulted and pinned afresh). */
 static void give_spare(struct tw_store *s, void *p, size_t len)
 {
+    tw__slab_fault_forget(&s->slab, p); /* before it is reused or unmapped */
     if (len > s->spare_max) {
         tw__hostmem_free(p);
         return;
@@ -731,6 +732,12 @@ static int store_alloc(struct tw_store *s, const struct tw_descriptor *d, struct
                 /* Huge pages cut the page faults of a 1 GiB receive by
                  * 512x; advisory, so a kernel without THP ignores it. */
                 (void)madvise(p, alloc, MADV_HUGEPAGE);
+                /* The slab's faulter clears the pages ahead of the receive
+                 * (the mover's or the loop's); a staged GPU tensor's host
+                 * copy is pinned, which faults it anyway. give_spare takes
+                 * it off the faulter's queue before the mapping moves on. */
+                if (!want_pinned)
+                    tw__slab_fault_range(&s->slab, p, alloc);
             }
             t->data = p;
             t->mmapped = 1;

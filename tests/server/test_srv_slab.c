@@ -423,6 +423,59 @@ static void test_faulted_ahead(void)
     TW_ASSERT_EQ_U64(sl.arena_bytes, 0);
 }
 
+static size_t resident_pages(const uint8_t *p, size_t len)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), n = len / page, got = 0;
+    unsigned char *v = calloc(n, 1);
+    TW_ASSERT(v != NULL);
+    TW_ASSERT(mincore((void *)p, len, v) == 0);
+    for (size_t i = 0; i < n; i++)
+        got += v[i] & 1;
+    free(v);
+    return got;
+}
+
+/* Ranges outside the slab (a large tensor's fresh mapping): faulted in
+ * from the start on the helper thread, the bytes already written there
+ * kept; tw__slab_fault_forget takes a range off (waiting for a step under
+ * way), after which not one more page of it comes in, so the caller may
+ * unmap it. */
+static void test_fault_range(void)
+{
+    struct tw_slab sl;
+    const size_t mib = 1u << 20, len = 64 * mib, big = 1024 * mib;
+    TW_ASSERT_OK(tw__slab_init(&sl, 0));
+    uint8_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    TW_ASSERT(m != MAP_FAILED);
+    memset(m, 0x3c, 4096); /* the receive got there first */
+    tw__slab_fault_range(&sl, m, len);
+    TW_ASSERT(sl.faulter != NULL); /* started by the range: no arena yet */
+    struct timespec nap = {0, 10 * 1000 * 1000};
+    for (int waited = 0; !resident(m + len - 4096) && waited < 3000; waited++)
+        nanosleep(&nap, NULL);
+    TW_ASSERT_EQ_U64(resident_pages(m, len), len / 4096);
+    TW_ASSERT(m[0] == 0x3c && m[4095] == 0x3c && m[4096] == 0);
+    tw__slab_fault_forget(&sl, m); /* done already: nothing to do */
+    TW_ASSERT_OK(munmap(m, len));
+
+    /* A range taken off while the thread works on it. */
+    uint8_t *g = mmap(NULL, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    TW_ASSERT(g != MAP_FAILED);
+    tw__slab_fault_range(&sl, g, big);
+    for (int waited = 0; !resident(g) && waited < 3000; waited++)
+        nanosleep(&nap, NULL);
+    tw__slab_fault_forget(&sl, g);
+    size_t before = resident_pages(g, big);
+    nap.tv_nsec = 50 * 1000 * 1000;
+    nanosleep(&nap, NULL);
+    TW_ASSERT_EQ_U64(resident_pages(g, big), before);
+    TW_ASSERT_OK(munmap(g, big));
+    tw__slab_destroy(&sl);
+    TW_ASSERT(sl.faulter == NULL);
+    tw__slab_fault_range(&sl, (void *)&sl, 4096); /* after destroy: ignored */
+    TW_ASSERT(sl.faulter == NULL);
+}
+
 int main(void)
 {
     TW_RUN(test_blocks_distinct_and_reused);
@@ -434,5 +487,6 @@ int main(void)
     TW_RUN(test_pinned_mode);
     TW_RUN(test_pinned_reclaim);
     TW_RUN(test_faulted_ahead);
+    TW_RUN(test_fault_range);
     TW_DONE();
 }
