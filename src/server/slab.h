@@ -51,7 +51,7 @@
  *
  * Single-threaded (the daemon's event loop), like the store; the faulter
  * thread only faults pages in (an arena's faulted mark, atomic, and its
- * request under its own lock) and is joined by tw__slab_destroy.
+ * requests under its own lock) and is joined by tw__slab_destroy.
  */
 #ifndef TW_SERVER_SLAB_H
 #define TW_SERVER_SLAB_H
@@ -99,9 +99,10 @@ struct tw_slab {
     void *pin_ctx;
     uint64_t max_arena_bytes;
     uint64_t freed_since_look;
-    /* The faulter (slab.c), started with the first arena of a slab that is
-     * not page-locked; NULL before, and for good once it could not start
-     * or its MADV_POPULATE_WRITE failed (faulter_off). asked_arena and
+    /* The faulter (slab.c), started with the first arena or range of a
+     * slab that is not page-locked; NULL before, and for good
+     * (faulter_off) once it could not start, its MADV_POPULATE_WRITE
+     * failed, or the slab was destroyed. asked_arena and
      * asked_upto: what it was last asked to fault (the loop's copy, so an
      * allocation takes its lock only when that moves). */
     struct tw_slab_faulter *faulter;
