@@ -465,19 +465,20 @@ static void test_fault_range(void)
 {
     struct tw_slab sl;
     const size_t mib = 1u << 20, len = 64 * mib, big = 1024 * mib;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     if (!populate_write_works())
         return;
     TW_ASSERT_OK(tw__slab_init(&sl, 0));
     uint8_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     TW_ASSERT(m != MAP_FAILED);
-    memset(m, 0x3c, 4096); /* the receive got there first */
+    memset(m, 0x3c, page); /* the receive got there first */
     tw__slab_fault_range(&sl, m, len);
     TW_ASSERT(sl.faulter != NULL); /* started by the range: no arena yet */
     struct timespec nap = {0, 10 * 1000 * 1000};
-    for (int waited = 0; !resident(m + len - 4096) && waited < 3000; waited++)
+    for (int waited = 0; !resident(m + len - page) && waited < 3000; waited++)
         nanosleep(&nap, NULL);
-    TW_ASSERT_EQ_U64(resident_pages(m, len), len / 4096);
-    TW_ASSERT(m[0] == 0x3c && m[4095] == 0x3c && m[4096] == 0);
+    TW_ASSERT_EQ_U64(resident_pages(m, len), len / page);
+    TW_ASSERT(m[0] == 0x3c && m[page - 1] == 0x3c && m[page] == 0);
     tw__slab_fault_forget(&sl, m); /* done already: nothing to do */
     TW_ASSERT_OK(munmap(m, len));
 
@@ -495,7 +496,7 @@ static void test_fault_range(void)
     TW_ASSERT_OK(munmap(g, big));
     tw__slab_destroy(&sl);
     TW_ASSERT(sl.faulter == NULL);
-    tw__slab_fault_range(&sl, (void *)&sl, 4096); /* after destroy: ignored */
+    tw__slab_fault_range(&sl, (void *)&sl, page); /* after destroy: ignored */
     TW_ASSERT(sl.faulter == NULL);
 }
 
