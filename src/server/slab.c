@@ -204,6 +204,15 @@ static void faulter_start(struct tw_slab *sl)
     sl->faulter = f;
 }
 
+/* sl's faulter, started on first use where the slab may have one (not
+ * page-locked, not destroyed, not given up: faulter_off); else NULL. */
+static struct tw_slab_faulter *faulter_of(struct tw_slab *sl)
+{
+    if (!sl->faulter && !sl->faulter_off && !sl->pin && !sl->dead)
+        faulter_start(sl);
+    return sl->faulter;
+}
+
 static void faulter_stop(struct tw_slab *sl)
 {
     struct tw_slab_faulter *f = sl->faulter;
@@ -223,12 +232,13 @@ static void faulter_stop(struct tw_slab *sl)
     sl->asked_upto = 0;
 }
 
-/* Asks the faulter to keep arena a faulted from `from` on, as far ahead as
- * the slab has bytes in use (at most TW_SLAB_FAULT_AHEAD_MAX). Returns 0,
- * or -1 when there is no faulter (any more): the loop faults ahead itself. */
+/* Asks the faulter (started on first use) to keep arena a faulted from
+ * `from` on, as far ahead as the slab has bytes in use (at most
+ * TW_SLAB_FAULT_AHEAD_MAX). Returns 0, or -1 when there is no faulter (any
+ * more): the loop faults ahead itself. */
 static int faulter_ask(struct tw_slab *sl, struct tw_slab_arena *a, size_t from)
 {
-    struct tw_slab_faulter *f = sl->faulter;
+    struct tw_slab_faulter *f = faulter_of(sl);
     if (!f)
         return -1;
     size_t lead =
@@ -261,9 +271,7 @@ static int faulter_ask(struct tw_slab *sl, struct tw_slab_arena *a, size_t from)
 
 void tw__slab_fault_range(struct tw_slab *sl, void *p, size_t len)
 {
-    if (!sl->faulter && !sl->faulter_off && !sl->pin && !sl->dead)
-        faulter_start(sl);
-    struct tw_slab_faulter *f = sl->faulter;
+    struct tw_slab_faulter *f = faulter_of(sl);
     if (!f || !p || len == 0)
         return;
     pthread_mutex_lock(&f->lock);
@@ -446,8 +454,6 @@ void *tw__slab_alloc(struct tw_slab *sl, size_t len)
      * Without it, the next huge page too, so the following puts find
      * their pages present. */
     size_t need = (a->bump + HUGE_STEP - 1) & ~(size_t)(HUGE_STEP - 1);
-    if (!sl->faulter && !sl->faulter_off && !sl->pin)
-        faulter_start(sl);
     if (faulter_ask(sl, a, need) != 0)
         need += HUGE_STEP;
     populate(sl, a, need < TW_SLAB_ARENA ? need : TW_SLAB_ARENA);
