@@ -623,6 +623,8 @@ struct tw_fabric_stats {
     uint64_t mrs_made;          /* registrations made (monotonic; mrs_open: held now) */
     uint64_t ops_joined;        /* operations posted inside another's (xfer.c, joined) */
     uint64_t joins;             /* libfabric operations that carried two or more of ours */
+    uint64_t rounds;            /* progress rounds */
+    uint64_t looks;             /* transfers those rounds looked at (xfer.c, fab->ready) */
 };
 void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st);
 
@@ -632,6 +634,11 @@ void tw__fabric_stats(struct tw_fabric *fab, struct tw_fabric_stats *st);
  * raw read loop, 0.77-0.90x in groups of 16, same calls (docs/performance.md,
  * "Session of 2026-12-04"). */
 #define TW_FABRIC_CMA_GROUP 16u
+
+/* A progress round looks at the transfers something happened to (xfer.c,
+ * fab->ready); every active one is looked at once per this period as well,
+ * for its deadline and stall limit, which therefore hold to within it. */
+#define TW_FABRIC_SWEEP_NS (10ull * 1000 * 1000)
 
 /* --- Target-side activity ---------------------------------------------
  *

@@ -70,6 +70,17 @@ static inline void link_del(struct tw_fabric_link *n)
     n->next->prev = n->prev;
     n->prev = n->next = n;
 }
+/* Moves every node of src to the end of dst; src is left empty. */
+static inline void link_splice_tail(struct tw_fabric_link *dst, struct tw_fabric_link *src)
+{
+    if (link_empty(src))
+        return;
+    src->next->prev = dst->prev;
+    dst->prev->next = src->next;
+    src->prev->next = dst;
+    dst->prev = src->prev;
+    link_init(src);
+}
 #define TW_CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
 struct tw_fabric_rail {
@@ -222,6 +233,10 @@ struct tw_fabric_xfer {
     uint64_t probe_ns;
     char msg[TW_FABRIC_ERRMSG_LEN];
     struct tw_fabric_link node; /* fab->active, fab->done, or fab->zombies */
+    /* On fab->ready (or the progressing thread's copy of it): something
+     * may be due (xfer.c, mark_ready). Only while active. */
+    struct tw_fabric_link ready_node;
+    int in_ready;
     struct tw_fabric_rma ops[];
 };
 
@@ -250,6 +265,12 @@ struct tw_fabric {
     uint8_t host_id[TW_HOST_ID_LEN];
 
     struct tw_fabric_link peers, mrs, active, done, zombies;
+    /* The active transfers the progressing thread looks at next round
+     * (xfer.c): new ones, ones an operation of came back or that were
+     * stopped; every active one once per TW_FABRIC_SWEEP_NS (deadlines, stalls;
+     * the last such round at swept_ns). */
+    struct tw_fabric_link ready, walk, skip; /* walk, skip: a round's (xfer.c) */
+    uint64_t swept_ns;
     struct tw_fabric_link idle_mrs; /* on_idle calls deferred until the rails closed */
     int closing;
     unsigned remote_mrs;      /* open registrations with remote access */

@@ -131,6 +131,9 @@ int tw__fabric_open(const struct tw_fabric_config *cfg, struct tw_fabric **out, 
     link_init(&fab->peers);
     link_init(&fab->mrs);
     link_init(&fab->active);
+    link_init(&fab->ready);
+    link_init(&fab->walk);
+    link_init(&fab->skip);
     link_init(&fab->done);
     link_init(&fab->zombies);
     link_init(&fab->idle_mrs);

@@ -59,10 +59,41 @@ uint32_t tw__fabric_status_to_wire(int status)
     }
 }
 
+/*
+ * What the progressing thread looks at. Each round used to walk every
+ * active transfer, and a server's active transfers are every connection's
+ * requests in flight, almost all of them waiting for an operation already
+ * posted (2048 puts of 32 KiB over RDMA `tcp` in flight: the walk was 15-18%
+ * of the server mover's samples, docs/performance.md). Now a round looks at
+ * fab->ready only: transfers just submitted, those an operation of came
+ * back, those stopped, and those that must look again next round (a post
+ * refused, a stopped shm peer, a stopping one draining). Deadlines and
+ * stalls need no event: every active transfer is looked at once per
+ * TW_FABRIC_SWEEP_NS as well. Only the progressing thread takes transfers
+ * off the list (as it alone unlinks them from fab->active).
+ */
+
+static void mark_ready(struct tw_fabric_xfer *x)
+{
+    if (x->in_ready || x->finished)
+        return;
+    link_add_tail(&x->fab->ready, &x->ready_node);
+    x->in_ready = 1;
+}
+
+static void unready(struct tw_fabric_xfer *x)
+{
+    if (!x->in_ready)
+        return;
+    link_del(&x->ready_node);
+    x->in_ready = 0;
+}
+
 static void stop(struct tw_fabric_xfer *x, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void stop(struct tw_fabric_xfer *x, int status, const char *fmt, ...)
 {
+    mark_ready(x);
     if (!x->stopping) {
         x->stopping = 1;
         x->stop_ns = tw__now_ns();
@@ -155,6 +186,7 @@ static void settle(struct tw_fabric_xfer *x)
 static void finish(struct tw_fabric_xfer *x)
 {
     struct tw_fabric *fab = x->fab;
+    unready(x);
     link_del(&x->node); /* fab->active */
     x->finished = 1;
     if (x->status == 0) {
@@ -197,6 +229,8 @@ static void op_done(struct tw_fabric_rma *op, int err, const char *msg)
     }
     if (x->finished)
         settle(x);
+    else
+        mark_ready(x);
 }
 
 static int cancel_ops(struct tw_fabric_xfer *x)
@@ -311,6 +345,7 @@ static int advance_reserve(struct tw_fabric_xfer *x, uint64_t now, struct peer_m
              (unsigned long long)((now - x->progress_ns) / 1000000),
              (unsigned long long)x->bytes_done, (unsigned long long)x->d.length, x->inflight);
     if (x->stopping) {
+        mark_ready(x); /* until it finished: drain_ns runs */
         if (x->inflight == 0)
             finish(x);
         else if (!x->cancel_sent)
@@ -327,8 +362,10 @@ static int advance_reserve(struct tw_fabric_xfer *x, uint64_t now, struct peer_m
                  (unsigned long long)x->bytes_done, (unsigned long long)x->d.length);
             return 0;
         }
-        if (p->stopped)
-            return 0; /* re-checked within a millisecond; the deadline runs on */
+        if (p->stopped) {
+            mark_ready(x); /* re-checked within a millisecond; the deadline runs on */
+            return 0;
+        }
     }
     unsigned nres = 0;
     for (unsigned i = 0; i < x->depth && x->next_off < x->d.length; i++) {
@@ -376,6 +413,7 @@ static void advance_settle(struct tw_fabric_xfer *x, uint64_t now)
     if (posted)
         x->refused_since_ns = 0;
     if (left) {
+        mark_ready(x); /* its first unposted slot goes next round */
         x->next_off = off;
         if (x->post_ret == -FI_EAGAIN || x->post_ret == 0) {
             /* Provider queue full (here or for an earlier transfer of this
@@ -1176,24 +1214,39 @@ int tw__fabric_progress_locked(struct tw_fabric *fab)
             read_cq(fab, &fab->rails[i], &n))
             return -1;
     uint64_t now = tw__now_ns();
-    /* Rail by rail, the transfers whose operations can go are reserved,
-     * then posted together (post_batch). advance_reserve() may drop the
-     * lock (cancels); meanwhile other threads only append to fab->active
-     * (a new tail is picked up next round) or set flags, and only this
-     * thread unlinks, so `next` stays valid. A reserved transfer stays
-     * linked until it is settled: nothing finishes it in between. */
-    for (unsigned ri = 0; ri < fab->nrails; ri++) {
+    fab->st.rounds++;
+    if (now - fab->swept_ns >= TW_FABRIC_SWEEP_NS) {
+        fab->swept_ns = now;
+        for (struct tw_fabric_link *l = fab->active.next; l != &fab->active; l = l->next)
+            mark_ready(TW_CONTAINER_OF(l, struct tw_fabric_xfer, node));
+    }
+    /* Rail by rail, the ready transfers whose operations can go are
+     * reserved, then posted together (post_batch), in the order they
+     * became ready. The round takes the list over (fab->walk; ones of
+     * other rails wait on fab->skip): what becomes ready meanwhile (a
+     * transfer submitted or stopped while the lock is dropped, a post
+     * refused) waits on fab->ready for the next round. Nodes are taken
+     * from the head only: finish() unlinks a node wherever it is. Both
+     * lists live in fab, so a round abandoned mid-way (lock not held)
+     * leaves them consistent for the next one. A reserved transfer stays
+     * active until it is settled: nothing finishes it in between. */
+    link_splice_tail(&fab->walk, &fab->skip);
+    link_splice_tail(&fab->walk, &fab->ready);
+    for (unsigned ri = 0; ri < fab->nrails && !link_empty(&fab->walk); ri++) {
         struct tw_fabric_rail *r = &fab->rails[ri];
         struct tw_fabric_xfer *xs[POST_BATCH];
         unsigned nx = 0;
         struct peer_memo memo = {NULL, 0, 0};
-        struct tw_fabric_link *l = fab->active.next;
-        while (l != &fab->active) {
-            struct tw_fabric_link *next = l->next; /* advance_reserve() may unlink l */
-            struct tw_fabric_xfer *x = TW_CONTAINER_OF(l, struct tw_fabric_xfer, node);
-            l = next;
-            if (x->d.peer->rail != r)
+        while (!link_empty(&fab->walk)) {
+            struct tw_fabric_xfer *x =
+                TW_CONTAINER_OF(fab->walk.next, struct tw_fabric_xfer, ready_node);
+            link_del(&x->ready_node);
+            if (x->d.peer->rail != r) {
+                link_add_tail(&fab->skip, &x->ready_node); /* still in_ready */
                 continue;
+            }
+            x->in_ready = 0;
+            fab->st.looks++;
             int k = advance_reserve(x, now, &memo);
             if (k < 0)
                 return -1;
@@ -1208,7 +1261,10 @@ int tw__fabric_progress_locked(struct tw_fabric *fab)
         }
         if (nx && post_batch(fab, r, xs, nx, now))
             return -1;
+        link_splice_tail(&fab->walk, &fab->skip);
     }
+    /* Of no rail looked at (none: every peer has a rail slot): still ready. */
+    link_splice_tail(&fab->ready, &fab->walk);
     return n;
 }
 
@@ -1297,6 +1353,7 @@ int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_
     /* The progressing thread posts (never the submitter: a post may not
      * return, see fabric.h). */
     link_add_tail(&fab->active, &x->node);
+    mark_ready(x);
     if (out)
         *out = x;
     return 0;
