@@ -252,6 +252,7 @@ struct tw_client {
      * GPUDirect) and any other (batch_window). */
     size_t run_done_rdma, run_done_other;
     size_t run_peak;     /* most requests in flight at once in the last run (tests) */
+    size_t run_eager;    /* its puts registered behind their TENSOR_PUT (bit 6; tests) */
     size_t sync_pending; /* PINGs sent after cancels, not yet answered */
     uint64_t run_base;
     size_t err_index; /* index of the lowest failed request in the run */

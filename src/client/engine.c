@@ -741,22 +741,27 @@ static int start_request(struct tw_client *c, struct tw__creq *r)
             return rc;
         r->eager = 1;
     } else if (r->op == TW__OP_PUT && (c->sm.caps & TW_CAP_EAGER_RDMA_PUT) &&
-               r->dp->wire_plane == TW_DP_RDMA && c->run_active == 0) {
-        /* Bit 6: an RDMA put alone in flight registers its source right
-         * behind its TENSOR_PUT, so the server reads (or asks for a push)
-         * without waiting for us to see PUT_ACCEPT: one put at a time over
-         * shm on the H200, p50 68-79 -> 27-37 us at 32 KiB, 77-85 -> 43-48
-         * at 256 KiB. Among others it is not done: there it measured both
-         * faster (32 KiB puts, 16 or 64 in flight: up to +68% ops/s) and
-         * slower (128 and 256 KiB puts of 16: 16-38% fewer; the
-         * 40,960-block KV batch put: x0.56-0.73 -> x0.42-0.62 of one
-         * tensor in nine of ten rounds), causes not found
-         * (docs/performance.md). A registration that fails here is tried
-         * again at PUT_ACCEPT, whose failure ends the put as without the
-         * bit. */
-        if (r->dp->put_start(c, r) == 0)
+               r->dp->wire_plane == TW_DP_RDMA &&
+               (c->run_active == 0 || conn_provider(c) != TW_PATH_PROV_SHM)) {
+        /* Bit 6: the put registers its source right behind its
+         * TENSOR_PUT, so the server reads (or asks for a push) without
+         * waiting for us to see PUT_ACCEPT. Alone in flight on any
+         * provider: one put at a time over shm on the H200, p50 68-79 ->
+         * 27-37 us at 32 KiB, 77-85 -> 43-48 at 256 KiB. Among others
+         * except over shm: a tcp KV batch put (40,960 x 32 KiB, 256 in
+         * flight, H100 host) waited 0.68-0.74 ms of its 1.8-2.0 ms per
+         * put between the server's TENSOR_PUT and our registration;
+         * registered eagerly 0.9-1.1 ms, the batch 2.53-2.67 -> 2.93-3.31
+         * GB/s in three pairs of three. Over shm, where the server reads
+         * by cross-memory attach, eager batch puts measured slower (H100
+         * host 3.19-3.35 -> 2.42-2.56 GB/s; H200 x0.56-0.73 -> x0.42-0.62
+         * of one tensor), cause not found (docs/performance.md). A
+         * registration that fails here is tried again at PUT_ACCEPT,
+         * whose failure ends the put as without the bit. */
+        if (r->dp->put_start(c, r) == 0) {
             r->eager_reg = 1;
-        else
+            c->run_eager++;
+        } else
             tw__client_dp_rdma.release(c, r);
     }
     return 0;
@@ -866,7 +871,7 @@ int tw__client_engine_run(struct tw_client *c, struct tw__creq *reqs, size_t n)
     }
     for (size_t i = 0; i < n; i++)
         reqs[i].index = i;
-    c->run_done_rdma = c->run_done_other = c->run_peak = 0;
+    c->run_done_rdma = c->run_done_other = c->run_peak = c->run_eager = 0;
 
     for (;;) {
         /* Open requests up to the window. */
