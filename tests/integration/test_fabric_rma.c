@@ -58,6 +58,18 @@ static uint64_t deadline_in_ms(unsigned ms)
     return tw__now_ns() + (uint64_t)ms * 1000000ull;
 }
 
+/* Up to max of threaded plane f's completions; when none is queued, waits
+ * up to 100 ms for its event fd first. 0: none yet. */
+static size_t next_completions(struct tw_fabric *f, struct tw_fabric_completion *c, size_t max)
+{
+    size_t got = tw__fabric_done_pop_many(f, c, max);
+    if (got)
+        return got;
+    struct pollfd pfd = {.fd = tw__fabric_event_fd(f), .events = POLLIN};
+    poll(&pfd, 1, 100);
+    return tw__fabric_done_pop_many(f, c, max);
+}
+
 static void open_errors(void)
 {
     struct tw_fabric *f = NULL;
@@ -569,29 +581,26 @@ static void many_small_batched(void)
     unsigned seen = 0, hits[N] = {0};
     uint64_t until = deadline_in_ms(30000);
     while (seen < N && tw__now_ns() < until) {
-        struct pollfd pfd = {.fd = tw__fabric_event_fd(c2), .events = POLLIN};
-        poll(&pfd, 1, 100);
         struct tw_fabric_completion c[16];
-        size_t got;
-        while ((got = tw__fabric_done_pop_many(c2, c, 16)) > 0)
-            for (size_t k = 0; k < got; k++) {
-                TW_ASSERT(c[k].cookie >= 5000 && c[k].cookie < 5000 + N);
-                unsigned i = (unsigned)(c[k].cookie - 5000);
-                TW_ASSERT_EQ(hits[i]++, 0);
-                if (i == LATE) {
-                    TW_ASSERT_EQ(c[k].status, TW_ETIMEDOUT);
-                    TW_ASSERT_EQ_U64(c[k].bytes, 0);
-                } else if (i == CANCELLED) {
-                    TW_ASSERT_EQ(c[k].status, TW_ECANCELLED);
-                    TW_ASSERT_EQ_U64(c[k].bytes, 0);
-                } else {
-                    if (c[k].status)
-                        TW_FAIL("transfer %u: %s: %s", i, tw_strerror_name(c[k].status), c[k].msg);
-                    TW_ASSERT_EQ_U64(c[k].bytes, len[i]);
-                }
-                TW_ASSERT_EQ(c[k].buffer_busy, 0);
-                seen++;
+        size_t got = next_completions(c2, c, 16);
+        for (size_t k = 0; k < got; k++) {
+            TW_ASSERT(c[k].cookie >= 5000 && c[k].cookie < 5000 + N);
+            unsigned i = (unsigned)(c[k].cookie - 5000);
+            TW_ASSERT_EQ(hits[i]++, 0);
+            if (i == LATE) {
+                TW_ASSERT_EQ(c[k].status, TW_ETIMEDOUT);
+                TW_ASSERT_EQ_U64(c[k].bytes, 0);
+            } else if (i == CANCELLED) {
+                TW_ASSERT_EQ(c[k].status, TW_ECANCELLED);
+                TW_ASSERT_EQ_U64(c[k].bytes, 0);
+            } else {
+                if (c[k].status)
+                    TW_FAIL("transfer %u: %s: %s", i, tw_strerror_name(c[k].status), c[k].msg);
+                TW_ASSERT_EQ_U64(c[k].bytes, len[i]);
             }
+            TW_ASSERT_EQ(c[k].buffer_busy, 0);
+            seen++;
+        }
     }
     TW_ASSERT_EQ(seen, N);
     for (unsigned i = 0; i < N; i++) {
@@ -859,18 +868,15 @@ static void rounds_look_at_ready_only(void)
     unsigned seen = 0;
     uint64_t until = deadline_in_ms(30000);
     while (seen < K && tw__now_ns() < until) {
-        struct pollfd pfd = {.fd = tw__fabric_event_fd(c2), .events = POLLIN};
-        poll(&pfd, 1, 100);
         struct tw_fabric_completion c[16];
-        size_t got;
-        while ((got = tw__fabric_done_pop_many(c2, c, 16)) > 0)
-            for (size_t k = 0; k < got; k++) {
-                if (c[k].status)
-                    TW_FAIL("read %llu: %s: %s", (unsigned long long)(c[k].cookie - 7000),
-                            tw_strerror_name(c[k].status), c[k].msg);
-                TW_ASSERT_EQ_U64(c[k].bytes, SZ);
-                seen++;
-            }
+        size_t got = next_completions(c2, c, 16);
+        for (size_t k = 0; k < got; k++) {
+            if (c[k].status)
+                TW_FAIL("read %llu: %s: %s", (unsigned long long)(c[k].cookie - 7000),
+                        tw_strerror_name(c[k].status), c[k].msg);
+            TW_ASSERT_EQ_U64(c[k].bytes, SZ);
+            seen++;
+        }
     }
     TW_ASSERT_EQ(seen, K);
     TW_ASSERT(memcmp(src, dst, (size_t)K * SZ) == 0);
