@@ -233,7 +233,7 @@ struct tw_fabric_xfer {
     uint64_t probe_ns;
     char msg[TW_FABRIC_ERRMSG_LEN];
     struct tw_fabric_link node; /* fab->active, fab->done, or fab->zombies */
-    /* On fab->ready (or the progressing thread's copy of it): something
+    /* On fab->ready (or on the round's fab->walk / fab->skip): something
      * may be due (xfer.c, mark_ready). Only while active. */
     struct tw_fabric_link ready_node;
     int in_ready;
