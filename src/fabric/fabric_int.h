@@ -235,8 +235,7 @@ struct tw_fabric_xfer {
     struct tw_fabric_link node; /* fab->active, fab->done, or fab->zombies */
     /* On fab->ready (or on the round's fab->walk / fab->skip): something
      * may be due (xfer.c, mark_ready). Only while active. */
-    struct tw_fabric_link ready_node;
-    int in_ready;
+    struct tw_fabric_link ready_node; /* linked to itself when on none */
     struct tw_fabric_rma ops[];
 };
 

@@ -73,20 +73,21 @@ uint32_t tw__fabric_status_to_wire(int status)
  * off the list (as it alone unlinks them from fab->active).
  */
 
+/* A node off every list links to itself (link_init, link_del). */
+static int is_ready(const struct tw_fabric_xfer *x)
+{
+    return x->ready_node.next != &x->ready_node;
+}
+
 static void mark_ready(struct tw_fabric_xfer *x)
 {
-    if (x->in_ready || x->finished)
-        return;
-    link_add_tail(&x->fab->ready, &x->ready_node);
-    x->in_ready = 1;
+    if (!is_ready(x) && !x->finished)
+        link_add_tail(&x->fab->ready, &x->ready_node);
 }
 
 static void unready(struct tw_fabric_xfer *x)
 {
-    if (!x->in_ready)
-        return;
-    link_del(&x->ready_node);
-    x->in_ready = 0;
+    link_del(&x->ready_node); /* a no-op on a node off every list */
 }
 
 static void stop(struct tw_fabric_xfer *x, int status, const char *fmt, ...)
@@ -1242,10 +1243,9 @@ int tw__fabric_progress_locked(struct tw_fabric *fab)
                 TW_CONTAINER_OF(fab->walk.next, struct tw_fabric_xfer, ready_node);
             link_del(&x->ready_node);
             if (x->d.peer->rail != r) {
-                link_add_tail(&fab->skip, &x->ready_node); /* still in_ready */
+                link_add_tail(&fab->skip, &x->ready_node); /* still ready */
                 continue;
             }
-            x->in_ready = 0;
             fab->st.looks++;
             int k = advance_reserve(x, now, &memo);
             if (k < 0)
@@ -1353,6 +1353,7 @@ int tw__fabric_xfer_submit_locked(struct tw_fabric *fab, const struct tw_fabric_
     /* The progressing thread posts (never the submitter: a post may not
      * return, see fabric.h). */
     link_add_tail(&fab->active, &x->node);
+    link_init(&x->ready_node);
     mark_ready(x);
     if (out)
         *out = x;
