@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "tensorwire/client.h"
+#include "tensorwire/size.h"
 #include "bench_util.h"
 
 /* One tensor of the workload: its name and byte range in the shared buffer. */
@@ -139,7 +140,7 @@ int main(int argc, char **argv)
     if (argc < 2 || argv[1][0] == '-') {
         fprintf(stderr,
                 "usage: %s HOST:PORT [--workload kv|weights] [--scale F] [--rounds N]\n"
-                "          [--fabric none|PROV] [--rdma-min-bytes N] "
+                "          [--fabric none|PROV] [--rdma-min-bytes SIZE] "
                 "[--push auto|always|never] [--inflight N] [--json]\n",
                 argv[0]);
         return 2;
@@ -170,9 +171,9 @@ int main(int argc, char **argv)
             o.fabric = v;
         else if (strcmp(a, "--inflight") == 0 && atoi(v) > 0)
             o.max_inflight = (uint32_t)atoi(v); /* the batch calls' window */
-        else if (strcmp(a, "--rdma-min-bytes") == 0)
-            o.rdma_min_bytes = strtoull(v, NULL, 0);
-        else if (strcmp(a, "--push") == 0 && !strcmp(v, "always"))
+        else if (strcmp(a, "--rdma-min-bytes") == 0 && tw_parse_size(v, &o.rdma_min_bytes) == 0) {
+            /* SIZE as tensorwire takes it ("1Mi" = 1048576; strtoull read 1) */
+        } else if (strcmp(a, "--push") == 0 && !strcmp(v, "always"))
             o.push = TW_PUSH_ALWAYS;
         else if (strcmp(a, "--push") == 0 && !strcmp(v, "never"))
             o.push = TW_PUSH_NEVER;
