@@ -77,9 +77,9 @@ static const char usage_bench[] =
     "  Every round also runs a one-way streaming socket loop (the same bytes as one\n"
     "  stream, no turnarounds: what iperf3 measures); inline ratios are against it.\n"
     "  --rdma-min-bytes (also global): puts smaller than SIZE go inline (default\n"
-    "  over shm 32Ki with 32 or more in flight, else 64Ki; 1Mi otherwise; 0 =\n"
-    "  always rdma); the server's own\n"
-    "  threshold decides gets. Output\n"
+    "  over shm 32Ki with 32 or more in flight, else 64Ki; 1Mi otherwise, 32Ki\n"
+    "  for --device memory with 32 or more in flight; 0 = always rdma); the\n"
+    "  server's own threshold decides gets. Output\n"
     "  (JSON rdma_min_bytes, server_rdma_min_bytes) shows both thresholds.\n"
     "  --connections N: N connections (threads), each moving COUNT tensors with\n"
     "  INFLIGHT outstanding at once (like redis-benchmark -c N -P INFLIGHT); the\n"
@@ -350,9 +350,12 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
     c = tw_cli_connect(&cli2);
     if (!c)
         return TW_CLI_FAILED;
-    /* The server's threshold for this connection: shm has its own default. */
+    /* The server's threshold for this op on this connection: puts have
+     * their own default (older servers: none), so do gets over shm. */
     long long srv_rdma_min = -1;
-    if (strcmp(tw_client_fabric_status(c), "rdma shm") == 0)
+    if (op_put)
+        srv_rdma_min = server_setting(c, "rdma_min_bytes_put");
+    else if (strcmp(tw_client_fabric_status(c), "rdma shm") == 0)
         srv_rdma_min = server_setting(c, "rdma_min_bytes_shm");
     if (srv_rdma_min < 0)
         srv_rdma_min = server_setting(c, "rdma_min_bytes");
@@ -628,9 +631,9 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
         if (!rdma)
             printf("fabric: %s\n", tw_client_fabric_status(c));
         if (strncmp(tw_client_fabric_status(c), "rdma ", 5) == 0)
-            printf("rdma threshold: puts from %llu B (client), gets and puts from %lld B "
+            printf("rdma threshold: puts from %llu B (client), %ss from %lld B "
                    "(server; -1 = unknown)\n",
-                   (unsigned long long)cli_rdma_min, srv_rdma_min);
+                   (unsigned long long)cli_rdma_min, o_op, srv_rdma_min);
         printf("%-38s %12s %12s %8s\n", "", "MiB/s", "ops/s", "ratio");
         printf("%-38s %12.1f %12.0f\n", "tensorwire", tw_res.ops_per_s * mib, tw_res.ops_per_s);
         if (rf) {

@@ -206,13 +206,15 @@ struct tw_client_options {
      * for puts of a call that keeps 32 or more requests in flight (a batch
      * of at least 32 items, with a window of at least 32), 65536 (64 KiB)
      * for fewer ("The shm threshold at 32 KiB"); the same for GPU memory
-     * that stages (not admitted for GPUDirect: "Small staged puts");
-     * tw_client_rdma_min_bytes() says which applies to a put alone. 0 =
-     * RDMA at every
-     * size. Gets always ask for RDMA (their size is unknown until the
-     * reply): the server applies its own threshold (tensorwired
-     * --rdma-min-bytes, with the same defaults) and may answer inline, which
-     * the client follows. */
+     * that stages (not admitted for GPUDirect: "Small staged puts"). Over
+     * other providers a put from GPU memory in a call that keeps 32 or more
+     * in flight goes by RDMA from 32 KiB ("Device blocks over tcp by RDMA
+     * at the default thresholds"). tw_client_rdma_min_bytes() says which
+     * applies to a put alone. 0 = RDMA at every size (tensorwired, unless
+     * its --rdma-min-bytes says otherwise, keeps puts below 32 KiB inline).
+     * Gets always ask for RDMA (their size is unknown until the reply): the
+     * server applies its own threshold (tensorwired --rdma-min-bytes: 1 MiB,
+     * 32 KiB over shm) and may answer inline, which the client follows. */
     uint64_t rdma_min_bytes;
     /* Non-zero: accept a token_file that its group or others may read or
      * write. Default 0: such a file fails the connect with -EACCES and a
@@ -312,8 +314,9 @@ TW_EXTERN uint32_t tw_client_max_frame(const tw_client *c);
 TW_EXTERN uint32_t tw_client_max_inflight(const tw_client *c);
 /* The threshold in effect on this connection for a put alone in flight:
  * the option, or with TW_RDMA_MIN_BYTES_AUTO the provider's default
- * (tw_client_options.rdma_min_bytes: over shm a call with 32 or more in
- * flight uses 32 KiB instead). UINT64_MAX for NULL. */
+ * (tw_client_options.rdma_min_bytes: a call with 32 or more in flight uses
+ * 32 KiB instead over shm, and for GPU memory over every provider).
+ * UINT64_MAX for NULL. */
 TW_EXTERN uint64_t tw_client_rdma_min_bytes(const tw_client *c);
 
 /*

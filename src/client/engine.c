@@ -98,22 +98,26 @@ static enum tw_path_provider conn_provider(const tw_client *c)
 }
 
 /* The put threshold on a provider for a call that keeps depth requests in
- * flight. TW_RDMA_MIN_BYTES_AUTO over shm: 32 KiB puts go by RDMA only
- * where many are in flight (proto.h: with few, the extra control round
- * trip costs more than the copy it saves). */
-static uint64_t rdma_min_bytes_on(const tw_client *c, enum tw_path_provider prov, size_t depth)
+ * flight, for a put from GPU memory (gpu) or host memory.
+ * TW_RDMA_MIN_BYTES_AUTO over shm: 32 KiB puts go by RDMA only where many
+ * are in flight (proto.h: with few, the extra control round trip costs more
+ * than the copy it saves); over other providers GPU memory does from 32 KiB
+ * where many are in flight, host memory from 1 MiB (proto.h,
+ * TW_DEFAULT_RDMA_MIN_BYTES_GPU_DEEP). */
+static uint64_t rdma_min_bytes_on(const tw_client *c, enum tw_path_provider prov, size_t depth,
+                                  int gpu)
 {
     if (c->rdma_min_bytes != TW_RDMA_MIN_BYTES_AUTO)
         return c->rdma_min_bytes;
+    int deep = depth >= TW_DEEP_PUTS;
     if (prov != TW_PATH_PROV_SHM)
-        return TW_DEFAULT_RDMA_MIN_BYTES;
-    return depth >= TW_SHM_DEEP_PUTS ? TW_DEFAULT_RDMA_MIN_BYTES_SHM
-                                     : TW_DEFAULT_RDMA_MIN_BYTES_SHM_SHALLOW;
+        return gpu && deep ? TW_DEFAULT_RDMA_MIN_BYTES_GPU_DEEP : TW_DEFAULT_RDMA_MIN_BYTES;
+    return deep ? TW_DEFAULT_RDMA_MIN_BYTES_SHM : TW_DEFAULT_RDMA_MIN_BYTES_SHM_SHALLOW;
 }
 
 uint64_t tw__client_rdma_min_bytes(const tw_client *c)
 {
-    return rdma_min_bytes_on(c, conn_provider(c), 1);
+    return rdma_min_bytes_on(c, conn_provider(c), 1, 0);
 }
 
 /* How many requests a run keeps in flight. With max_inflight set, that
@@ -161,7 +165,7 @@ static struct tw_path_in path_inputs(struct tw_client *c, const struct tw__creq 
          * server applies its threshold. A put's is known now. */
         .size_known = r->op == TW__OP_PUT,
         .size = r->len,
-        .rdma_min_bytes = rdma_min_bytes_on(c, prov, run_depth(c)),
+        .rdma_min_bytes = rdma_min_bytes_on(c, prov, run_depth(c), r->mem.kind == TW_MEMKIND_CUDA),
         .mem_local = r->mem.kind == TW_MEMKIND_CUDA ? TW_PATH_MEM_CUDA : TW_PATH_MEM_HOST,
         .mem_peer = mem_peer,
         .push = (enum tw_path_push)c->push_policy,

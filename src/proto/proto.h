@@ -48,19 +48,38 @@
  * shm threshold at 32 KiB"; on the 2-core VM, where the threads outnumber
  * the cores, gets with 16 in flight lose: 0.5-0.84x). Used where no
  * threshold was set (tensorwired without --rdma-min-bytes; the client's
- * TW_RDMA_MIN_BYTES_AUTO for puts in a call that keeps TW_SHM_DEEP_PUTS or
+ * TW_RDMA_MIN_BYTES_AUTO for puts in a call that keeps TW_DEEP_PUTS or
  * more in flight). */
 #define TW_DEFAULT_RDMA_MIN_BYTES_SHM (32u << 10)
-/* A put over shm in a call that keeps fewer than TW_SHM_DEEP_PUTS in
+/* A put over shm in a call that keeps fewer than TW_DEEP_PUTS in
  * flight: a 32 KiB RDMA put costs one more control round trip than a get,
  * and ran at 0.87-0.98x inline one at a time, 0.63-0.66x with 8 in flight,
  * 0.82-0.86x with 16 and 0.92-0.96x with 24, against 1.05-1.22x with 32,
  * 1.28-1.43x with 48 (same section; 48 KiB puts 1.09-1.16x one at a
  * time, 0.79-1.12x with 16). */
 #define TW_DEFAULT_RDMA_MIN_BYTES_SHM_SHALLOW (64u << 10)
-#define TW_SHM_DEEP_PUTS 32u
-/* GPU memory that stages (not admitted for GPUDirect) follows the same
- * thresholds: it had its own, 512 KiB over shm (a47caf1), until staged RDMA
+/* A call keeping this many puts in flight or more is deep (above). */
+#define TW_DEEP_PUTS 32u
+/* A put from GPU memory over a provider other than shm in a deep call: by
+ * RDMA from this size, where host memory keeps TW_DEFAULT_RDMA_MIN_BYTES.
+ * GPU memory that stages is read out of the client's staging slabs, where
+ * a batch's blocks lie side by side whatever their layout on the GPU, so
+ * the server reads runs of them with one operation (joined operations);
+ * host buffers join only where the caller's do. Over tcp on an H100 host,
+ * 40,960 device blocks of 32 KiB put by staged RDMA at 1965-2027 MiB/s
+ * against 1414-1573 inline (one call), and at 0.84-0.89 of one device
+ * tensor after e62c174 against 0.45-0.50 inline; host memory on the 2-core
+ * VM: 32 KiB puts from separate buffers 0.22-0.39x inline with 16 or 64
+ * in flight, the KV batch (adjacent) 0.90-1.27x (docs/performance.md,
+ * "Device blocks over tcp by RDMA at the default thresholds"). */
+#define TW_DEFAULT_RDMA_MIN_BYTES_GPU_DEEP (32u << 10)
+/* What tensorwired takes a client's request for RDMA for a put from where
+ * no --rdma-min-bytes was set, on every provider: the client knows the
+ * put's size, memory and depth, and its own threshold (above) decides;
+ * gets, whose size only the server knows, keep the provider's default. */
+#define TW_DEFAULT_RDMA_MIN_BYTES_PUT (32u << 10)
+/* Over shm GPU memory that stages (not admitted for GPUDirect) follows the
+ * host thresholds: it had its own, 512 KiB (a47caf1), until staged RDMA
  * won from 32 KiB on the H200, GPU to GPU: gets 1.0-1.3x inline one by one
  * at 32 KiB, 1.1-2.4x at 128 KiB, device-block batch gets 1.3-3.2x from 32
  * to 256 KiB blocks; puts, once small ones stopped taking the server's

@@ -99,8 +99,10 @@ void tw__srv_config_usage(const char *argv0)
            "                           when the client supports it, never does not\n"
            "                           offer push (bit 3) at all\n"
            "  --rdma-min-bytes SIZE    gets and puts smaller than this move inline even\n"
-           "                           when the client asks for RDMA (default %lluKi on\n"
-           "                           shm, %lluKi otherwise; 0 = RDMA at every size)\n"
+           "                           when the client asks for RDMA (default: gets\n"
+           "                           %lluKi on shm, %lluKi otherwise; puts %lluKi, the\n"
+           "                           client's threshold deciding above; 0 = RDMA at\n"
+           "                           every size)\n"
            "  --gpudirect auto|off|require\n"
            "                           GPUDirect RDMA into served GPUs: auto uses it where\n"
            "                           admitted (tensorwire doctor says why not), off\n"
@@ -113,7 +115,8 @@ void tw__srv_config_usage(const char *argv0)
            "  --version                version, protocol version, libfabric and CUDA found\n"
            "  --help                   this text\n",
            argv0, TW_SRV_DEFAULT_LISTEN, (unsigned long long)(TW_DEFAULT_RDMA_MIN_BYTES_SHM / 1024),
-           (unsigned long long)(TW_DEFAULT_RDMA_MIN_BYTES / 1024));
+           (unsigned long long)(TW_DEFAULT_RDMA_MIN_BYTES / 1024),
+           (unsigned long long)(TW_DEFAULT_RDMA_MIN_BYTES_PUT / 1024));
 }
 
 #define FAIL(...)                                                                                  \

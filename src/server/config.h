@@ -63,12 +63,14 @@ struct tw_srv_config {
     char fabric[128];
     int push; /* enum tw_srv_push: who moves the bytes of an RDMA put */
     /* Gets and puts of fewer bytes move inline even when the client asked
-     * for RDMA (default TW_DEFAULT_RDMA_MIN_BYTES, and
-     * TW_DEFAULT_RDMA_MIN_BYTES_SHM on shm connections; 0 = RDMA at every
-     * size). */
+     * for RDMA (0 = RDMA at every size). Default TW_DEFAULT_RDMA_MIN_BYTES,
+     * which, while not set, applies to gets other than over shm only
+     * (below). */
     uint64_t rdma_min_bytes;
-    /* 0 until --rdma-min-bytes (or its config key) set it: then shm
-     * connections use TW_DEFAULT_RDMA_MIN_BYTES_SHM (tw__srv_rdma_min_bytes). */
+    /* 0 until --rdma-min-bytes (or its config key) set it: until then shm
+     * connections' gets use TW_DEFAULT_RDMA_MIN_BYTES_SHM and every
+     * connection's puts TW_DEFAULT_RDMA_MIN_BYTES_PUT
+     * (tw__srv_rdma_min_bytes). */
     int rdma_min_bytes_set;
     /* --metrics HOST:PORT: serve Prometheus text on /metrics ("" = off). */
     char metrics[256];

@@ -118,11 +118,14 @@ static void handle_auth(struct tw_srv_conn *c, const struct tw_msg *m)
     TW_LOGD("conn %llu %s: authenticated", (unsigned long long)c->id, c->peer);
 }
 
-uint64_t tw__srv_rdma_min_bytes(const struct tw_srv *srv, enum tw_path_provider prov)
+uint64_t tw__srv_rdma_min_bytes(const struct tw_srv *srv, enum tw_path_provider prov,
+                                enum tw_path_op op)
 {
-    if (srv->cfg.rdma_min_bytes_set || prov != TW_PATH_PROV_SHM)
+    if (srv->cfg.rdma_min_bytes_set)
         return srv->cfg.rdma_min_bytes;
-    return TW_DEFAULT_RDMA_MIN_BYTES_SHM;
+    if (op == TW_PATH_PUT)
+        return TW_DEFAULT_RDMA_MIN_BYTES_PUT;
+    return prov == TW_PATH_PROV_SHM ? TW_DEFAULT_RDMA_MIN_BYTES_SHM : srv->cfg.rdma_min_bytes;
 }
 
 /* The kind of provider c's RDMA peer is on (NONE without one). */
@@ -166,7 +169,7 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
         .want_rdma = (flags & TW_XFER_WANT_RDMA) != 0,
         .size_known = 1,
         .size = t->byte_length,
-        .rdma_min_bytes = tw__srv_rdma_min_bytes(srv, prov),
+        .rdma_min_bytes = tw__srv_rdma_min_bytes(srv, prov, op),
         .mem_local = t->gpu >= 0 ? TW_PATH_MEM_CUDA : TW_PATH_MEM_HOST,
         .mem_peer = TW_PATH_MEM_UNKNOWN, /* the client's memory is not on the wire */
         .push = path_push(srv->cfg.push),
@@ -191,7 +194,7 @@ static struct tw_path choose_path(struct tw_srv_conn *c, enum tw_path_op op, uin
 
 /* Debug log of a WANT_RDMA request's path (plain inline requests are the
  * common case and stay quiet). */
-static void log_path(const struct tw_srv_conn *c, uint64_t id, const char *op,
+static void log_path(const struct tw_srv_conn *c, uint64_t id, enum tw_path_op op,
                      const struct tw_tensor *t, uint32_t flags, const struct tw_path *p)
 {
     if (!(flags & TW_XFER_WANT_RDMA) || !tw__log_enabled(TW_LOG_DEBUG))
@@ -206,14 +209,14 @@ static void log_path(const struct tw_srv_conn *c, uint64_t id, const char *op,
     }
     TW_LOGD("conn %llu %s: %s request %llu of %llu B: %s data plane%s, %s%s (--rdma-min-bytes "
             "%llu)",
-            (unsigned long long)c->id, c->peer, op, (unsigned long long)id,
-            (unsigned long long)t->byte_length,
+            (unsigned long long)c->id, c->peer, op == TW_PATH_PUT ? "put" : "get",
+            (unsigned long long)id, (unsigned long long)t->byte_length,
             p->plane == TW_PATH_PLANE_RDMA     ? "rdma"
             : p->plane == TW_PATH_PLANE_INLINE ? "inline"
                                                : "no",
             p->mode == TW_PATH_PUSH ? " (push)" : "",
             tw__path_reason_str((enum tw_path_reason)p->reason), why,
-            (unsigned long long)tw__srv_rdma_min_bytes(c->srv, conn_provider(c)));
+            (unsigned long long)tw__srv_rdma_min_bytes(c->srv, conn_provider(c), op));
 }
 
 /* No data plane of this server implements the path: none is left (the RDMA
@@ -240,7 +243,7 @@ static void handle_get(struct tw_srv_conn *c, const struct tw_msg *m)
     }
     struct tw_path_in in;
     struct tw_path path = choose_path(c, TW_PATH_GET, m->u.tensor_request.flags, t, &in);
-    log_path(c, id, "get", t, m->u.tensor_request.flags, &path);
+    log_path(c, id, TW_PATH_GET, t, m->u.tensor_request.flags, &path);
     if (!tw__dp_for_path(&path)) {
         tw__tensor_unref(t);
         refuse_no_plane(c, id, "get", &path);
@@ -341,7 +344,7 @@ static void handle_put(struct tw_srv_conn *c, const struct tw_msg *m)
     }
     struct tw_path_in in;
     struct tw_path path = choose_path(c, TW_PATH_PUT, m->u.tensor_put.flags, t, &in);
-    log_path(c, id, "put", t, m->u.tensor_put.flags, &path);
+    log_path(c, id, TW_PATH_PUT, t, m->u.tensor_put.flags, &path);
     if (!tw__dp_for_path(&path)) {
         tw__tensor_unref(t); /* the unpublished version goes */
         refuse_no_plane(c, id, "put", &path);
@@ -570,9 +573,13 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         /* A setting, not a counter: lets clients (tensorwire bench) report
          * the threshold that decided their transfers' plane. */
         {"rdma_min_bytes", srv->cfg.rdma_min_bytes},
-        /* ... and the one shm connections use (rdma_min_bytes when it was
-         * set, else TW_DEFAULT_RDMA_MIN_BYTES_SHM). */
-        {"rdma_min_bytes_shm", tw__srv_rdma_min_bytes(srv, TW_PATH_PROV_SHM)},
+        /* ... the one shm connections use for gets (rdma_min_bytes when
+         * it was set, else TW_DEFAULT_RDMA_MIN_BYTES_SHM) ... */
+        {"rdma_min_bytes_shm", tw__srv_rdma_min_bytes(srv, TW_PATH_PROV_SHM, TW_PATH_GET)},
+        /* ... and the one every connection uses for puts (rdma_min_bytes
+         * when it was set, else TW_DEFAULT_RDMA_MIN_BYTES_PUT: the
+         * client's threshold decides above it). */
+        {"rdma_min_bytes_put", tw__srv_rdma_min_bytes(srv, TW_PATH_PROV_TCP, TW_PATH_PUT)},
         {"rdma_xfers_done", fst.xfers_done},
         {"rdma_xfers_failed", fst.xfers_failed},
         /* Of rdma_xfers_done: small reads of a local client's memory copied

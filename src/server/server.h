@@ -397,10 +397,14 @@ int tw__srv_gdr_admits(const struct tw_srv_conn *c, int ordinal);
  * "cuda:0 on tcp;ofi_rxm: provider_rdma: the provider moves data through
  * kernel sockets: ...". Writes into buf and returns it. */
 char *tw__srv_gdr_why_not(const struct tw_srv_conn *c, int ordinal, char *buf, size_t len);
-/* The RDMA size threshold of a connection on a provider of kind prov:
- * --rdma-min-bytes when set, else TW_DEFAULT_RDMA_MIN_BYTES_SHM on shm and
+/* The RDMA size threshold for op on a connection on a provider of kind
+ * prov: --rdma-min-bytes when set; else for puts
+ * TW_DEFAULT_RDMA_MIN_BYTES_PUT on every provider (the client's own
+ * threshold decides above it: it knows the put's size, memory and depth),
+ * for gets TW_DEFAULT_RDMA_MIN_BYTES_SHM on shm and
  * TW_DEFAULT_RDMA_MIN_BYTES elsewhere (handlers.c). */
-uint64_t tw__srv_rdma_min_bytes(const struct tw_srv *srv, enum tw_path_provider prov);
+uint64_t tw__srv_rdma_min_bytes(const struct tw_srv *srv, enum tw_path_provider prov,
+                                enum tw_path_op op);
 /* The verdict for tensor t's memory on c's rail: one table cell. */
 enum tw_path_gdr tw__srv_gdr_verdict(const struct tw_srv_conn *c, const struct tw_tensor *t);
 /* Makes writes into GPU tensor t visible to later GPU work: over shm, waits

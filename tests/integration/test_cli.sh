@@ -279,15 +279,21 @@ assert o['baseline_bytes_per_s'] >= o['same_setting_bytes_per_s'] * 0.999, o
     expect 0 "$TW" $A bench --fabric tcp --op put --size 1Mi --count 16 --inflight 4 --rounds 1 &&
         grep_out "data plane: rdma pull (tcp;ofi_rxm)" && grep_out "raw libfabric" &&
         grep_out "raw socket" && grep_out "rdma threshold: puts from 1048576 B (client)"
-    # Below the threshold the bench's transfers are inline and say so.
-    expect 0 "$TW" $A --rdma-min-bytes 0 bench --fabric tcp --op put --size 64Ki --count 20 \
+    # Below the threshold the bench's transfers are inline and say so: the
+    # server's for puts is 32 KiB while unset (STATS rdma_min_bytes_put).
+    expect 0 "$TW" $A --rdma-min-bytes 0 bench --fabric tcp --op put --size 16Ki --count 20 \
         --inflight 4 --rounds 1 --json &&
         python3 -c "
 import json, sys
 o = json.load(open(sys.argv[1]))
 assert o['data_plane'] == 'inline tcp (the server chose inline)', o['data_plane']
 assert o['rdma_min_bytes'] == 0 and o['baseline'] == 'raw socket', o
+assert o['server_rdma_min_bytes'] == 32768, o
 " "$W/out" || fail "bench below the threshold --json output: $(cat "$W/out")"
+    # From 32 KiB a client asking for RDMA gets it.
+    expect 0 "$TW" $A --rdma-min-bytes 0 bench --fabric tcp --op put --size 64Ki --count 20 \
+        --inflight 4 --rounds 1 --no-sweep && grep_out "data plane: rdma pull (tcp;ofi_rxm)" &&
+        grep_out "rdma threshold: puts from 0 B (client), puts from 32768 B (server"
     expect 0 "$TW" $A bench --fabric tcp --rdma-min-bytes 32Ki --op put --size 16Ki --count 20 \
         --inflight 4 --rounds 1 && grep_out "data plane: inline tcp (below the rdma threshold)"
     expect 2 "$TW" $A bench --rdma-min-bytes 12Q

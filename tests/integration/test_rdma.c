@@ -916,8 +916,12 @@ static uint64_t batch_put_rdma(tw_client *c, const char *prefix, uint8_t *data, 
  * copy by cross-memory attach there) the server's is 32 KiB
  * (TW_DEFAULT_RDMA_MIN_BYTES_SHM) and the client's for its puts 64 KiB
  * for a put alone (TW_DEFAULT_RDMA_MIN_BYTES_SHM_SHALLOW), 32 KiB in a
- * call that keeps TW_SHM_DEEP_PUTS or more in flight; 1 MiB on both sides
- * over other providers. STATS names both of the server's. */
+ * call that keeps TW_DEEP_PUTS or more in flight; 1 MiB on both sides
+ * over other providers for host memory. For puts the server takes RDMA
+ * from 32 KiB on every provider (TW_DEFAULT_RDMA_MIN_BYTES_PUT), so a
+ * client's own threshold decides above it: one set to 0 gets RDMA for a
+ * 32 KiB put, inline one byte below, while a get of 32 KiB over tcp stays
+ * inline (the server's get threshold, 1 MiB). STATS names all three. */
 static void test_threshold_default(void)
 {
     struct itest_server s;
@@ -942,18 +946,27 @@ static void test_threshold_default(void)
                        "rdma pull (", 1);
     }
     put_get_expect(c, "d1", data, tp, 71, "rdma pull (", 1, "rdma pull (", 1);
+    TW_ASSERT_EQ_U64(stat_of(c, "rdma_min_bytes_put"), TW_DEFAULT_RDMA_MIN_BYTES_PUT);
+    tw_close(c);
+    /* A client asking for RDMA at every size: the server's put floor. */
+    c = connect_client_min(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO, 0);
+    const size_t fp = TW_DEFAULT_RDMA_MIN_BYTES_PUT;
+    put_get_expect(c, "f0", data, fp - 1, 76, "inline tcp (the server chose inline)", 0,
+                   "inline tcp (the server chose inline)", 0);
+    put_get_expect(c, "f1", data, fp, 77, "rdma pull (", 1,
+                   shm ? "rdma pull (" : "inline tcp (the server chose inline)", shm);
     tw_close(c);
     if (shm) {
-        /* A batch of TW_SHM_DEEP_PUTS puts at the server's threshold goes
+        /* A batch of TW_DEEP_PUTS puts at the server's threshold goes
          * by RDMA; one fewer (the call's depth below it) inline. */
         c = connect_client_min(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO, TW_RDMA_MIN_BYTES_AUTO);
-        TW_ASSERT_EQ_U64(batch_put_rdma(c, "bd", data, t, TW_SHM_DEEP_PUTS, 73), TW_SHM_DEEP_PUTS);
-        TW_ASSERT_EQ_U64(batch_put_rdma(c, "bs", data, t, TW_SHM_DEEP_PUTS - 1, 74), 0);
+        TW_ASSERT_EQ_U64(batch_put_rdma(c, "bd", data, t, TW_DEEP_PUTS, 73), TW_DEEP_PUTS);
+        TW_ASSERT_EQ_U64(batch_put_rdma(c, "bs", data, t, TW_DEEP_PUTS - 1, 74), 0);
         tw_close(c);
-        /* A window below TW_SHM_DEEP_PUTS keeps a long batch shallow. */
+        /* A window below TW_DEEP_PUTS keeps a long batch shallow. */
         c = connect_client_window(&s, TW_TEST_PROVIDER, TW_PUSH_AUTO, TW_RDMA_MIN_BYTES_AUTO,
-                                  TW_SHM_DEEP_PUTS / 2);
-        TW_ASSERT_EQ_U64(batch_put_rdma(c, "bw", data, t, 2 * TW_SHM_DEEP_PUTS, 75), 0);
+                                  TW_DEEP_PUTS / 2);
+        TW_ASSERT_EQ_U64(batch_put_rdma(c, "bw", data, t, 2 * TW_DEEP_PUTS, 75), 0);
         tw_close(c);
     }
     TW_ASSERT_EQ(itest_server_stop(&s, SIGTERM, 10000), 0);
