@@ -8,7 +8,9 @@
 # The 4 KiB rows and Redis alternate, REDIS_REPS times (default 3), so that
 # each ratio compares runs of the same minutes (on a shared host a Redis
 # run minutes after tensorwire's measured another machine); each rep prints
-# its ratios and the last line their medians.
+# its ratios and the last line their medians. Each rep also runs Redis
+# with -r 256, the bench's working set (redis-benchmark's command above
+# reads one key), and prints those ratios beside.
 # redis-server, redis-benchmark and iperf3 are taken from PATH when present
 # (Debian: redis-server, redis-tools, iperf3; bench only, not dependencies).
 # SRVCPU / CLICPU (taskset lists, default none) pin the server and clients
@@ -76,6 +78,17 @@ if command -v redis-server > /dev/null && command -v redis-benchmark > /dev/null
     read -r gr pr < <(tail -n 1 "$out/ratios")
     printf "4 KiB rep %d: get %.0f ops/s, Redis GET %.0f: %s; put %.0f, Redis SET %.0f: %s\n" \
       "$rep" "${g:-0}" "${rg:-0}" "$gr" "${p:-0}" "${rs:-0}" "$pr"
+    # The command above reads and writes one key (redis-benchmark without
+    # -r), which stays in the server's L1; tensorwire bench moves 16
+    # tensors per connection, 256 in all. The same working set for Redis:
+    # -r 256 (printed beside, not in the medians above).
+    pin "${CLICPU:-}" timeout 60 redis-benchmark -p 6390 -t get,set -d 4096 -c 16 -P 16 \
+      -n 320000 -r 256 -q | tr '\r' '\n' | grep "requests per second" > "$out/rb"
+    rg=$(sed -n 's/^GET: \([0-9.]*\) requests.*/\1/p' "$out/rb")
+    rs=$(sed -n 's/^SET: \([0-9.]*\) requests.*/\1/p' "$out/rb")
+    awk -v g="$g" -v p="$p" -v rg="$rg" -v rs="$rs" -v rep="$rep" 'BEGIN {
+      printf "4 KiB rep %d, Redis with -r 256 (256 keys, as the bench): GET %.0f: %.3f; SET %.0f: %.3f\n",
+        rep, rg, (rg > 0 ? g / rg : 0), rs, (rs > 0 ? p / rs : 0) }'
   done
   kill $r; wait $r 2>/dev/null
   awk '{ gr[NR] = $1; pr[NR] = $2 }
