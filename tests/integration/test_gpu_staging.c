@@ -405,7 +405,7 @@ static uint64_t batch_put_blocks(tw_client *c, const char *prefix, size_t n, siz
 /* Over tcp with both sides' default thresholds: host memory moves by RDMA
  * from 1 MiB, but GPU memory put in a call that keeps 32 or more in
  * flight (TW_DEEP_PUTS, src/proto/proto.h) goes by staged RDMA from 32
- * KiB (TW_DEFAULT_RDMA_MIN_BYTES_GPU_DEEP: device blocks put 1.3-1.4x
+ * KiB (TW_DEFAULT_RDMA_MIN_BYTES_GPU_DEEP: device blocks put 1.25-1.43x
  * faster than inline on an H100 host); tensorwired takes RDMA for puts
  * from 32 KiB unless --rdma-min-bytes says otherwise. A put alone, a batch
  * of 31 and a batch of host blocks stay inline. tcp runs only. */
