@@ -117,15 +117,27 @@ struct stage {
     struct tw_staging_pipe *pipe;
     struct tw_fabric_rkey remote;
     uint64_t moved, avail;
+    /* Its reads in flight, oldest first, each into the slot of its chunk
+     * (held until the read is over), and the bytes they cover: moved <=
+     * moved + in flight = issued <= avail. Only inside piped_pump: it
+     * returns with none in flight. */
+    struct piped_read {
+        struct tw_fabric_xfer *x;
+        struct tw_staging_chunk ch;
+    } rd[2];
+    unsigned nrd;
+    uint64_t issued;
     void *stream; /* inline get: the stream its copies are queued on, or NULL */
 };
 
-/* The pool of pipelined pulls: chunk size and slots. An RDMA read of a
- * chunk is one blocking transfer, so the chunk is larger than the
- * pipeline's 4 MiB default (which is tuned for copies alone) to keep the
- * turnaround between reads small against the read itself; a pull holds at
- * most STAGE_PIPE_DEPTH slots. TW_STAGING_CHUNK (bytes, a multiple of
- * 4 KiB) overrides the chunk for measurements (docs/performance.md). */
+/* The pool of pipelined pulls: chunk size and slots. A pull keeps two
+ * chunk reads in flight (struct stage's rd), so the provider has the next
+ * chunk's operations before the current one's last completes; the chunk is
+ * larger than the pipeline's 4 MiB default (which is tuned for copies
+ * alone) to keep the per-read work small against the read itself; a pull
+ * holds at most STAGE_PIPE_DEPTH slots (two being read, two being copied
+ * to the GPU). TW_STAGING_CHUNK (bytes, a multiple of 4 KiB) overrides the
+ * chunk for measurements (docs/performance.md). */
 #define STAGE_POOL_CHUNK ((size_t)8 << 20)
 #define STAGE_POOL_SLOTS 8u
 #define STAGE_PIPE_DEPTH 4u
@@ -1243,7 +1255,7 @@ static uint64_t pipe_stall_ns(const struct tw_client *c)
  * server's copies to its host memory overlap our reads and our copies.
  */
 static int piped_finish(struct tw_client *c, struct tw__creq *r, int status, int net_failed,
-                        const char *why, const struct tw_fabric_completion *fc)
+                        const char *why, int buffer_busy)
 {
     struct stage *st = r->stage;
     struct tw_staging_pipe *p = st->pipe;
@@ -1251,7 +1263,7 @@ static int piped_finish(struct tw_client *c, struct tw__creq *r, int status, int
     int rc;
     snprintf(text, sizeof(text), "%s", why);
     st->pipe = NULL;
-    if (fc && fc->buffer_busy) {
+    if (buffer_busy) {
         rc = pool_busy(c, r);
         if (rc) {
             tw__staging_end(p);
@@ -1291,8 +1303,29 @@ static int piped_finish(struct tw_client *c, struct tw__creq *r, int status, int
     return 0;
 }
 
-/* Reads chunk after chunk while they lie within what the server announced;
- * ends the pull once every byte is read (or a read or copy failed). */
+/* After a failure: stops the reads still in flight and waits for them
+ * (their chunks stay held; the pipe's end gives them back). 1 when one
+ * of them ended with the provider still holding operations that may yet
+ * write into the pool. */
+static int piped_stop(struct tw_client *c, struct stage *st)
+{
+    int busy = 0;
+    for (unsigned i = 0; i < st->nrd; i++)
+        tw__fabric_xfer_cancel(st->rd[i].x, TW_ECANCELLED);
+    for (unsigned i = 0; i < st->nrd; i++) {
+        struct tw_fabric_completion fc;
+        (void)tw__fabric_xfer_wait(c->fab, st->rd[i].x, &fc);
+        busy |= fc.buffer_busy;
+    }
+    st->nrd = 0;
+    return busy;
+}
+
+/* Reads chunk after chunk while they lie within what the server announced,
+ * two at a time (the next one's read is with the provider while this one
+ * completes); ends the pull once every byte is read (or a read or copy
+ * failed). Returns with no read in flight: when the rest is not announced
+ * yet, after the reads of what was. */
 static int piped_pump(struct tw_client *c, struct tw__creq *r)
 {
     struct stage *st = r->stage;
@@ -1301,49 +1334,82 @@ static int piped_pump(struct tw_client *c, struct tw__creq *r)
     struct tw_fabric_completion fc;
     memset(&fc, 0, sizeof(fc));
     size_t chunk = tw__staging_pool_chunk(c->stage_pool);
-    while (st->moved < r->expect) {
-        struct tw_staging_chunk ch;
-        /* The next chunk starts at st->moved (chunks go in order): wait
-         * until all of it is announced. */
-        uint64_t want = r->expect - st->moved < chunk ? r->expect - st->moved : chunk;
-        if (st->avail - st->moved < want)
-            return 0;
-        int got = tw__staging_acquire(p, &ch);
-        if (got == 0) /* the slot's previous copy still runs */
-            got = tw__staging_wait(p, 1000);
-        if (got < 0) {
-            snprintf(why, sizeof(why), "%s", tw__staging_error(p));
-            return piped_finish(c, r, got, 0, why, NULL);
+    int status = 0, net_failed = 0;
+    for (;;) {
+        /* Start reads while fewer than two run and the next chunk (at
+         * st->issued: chunks go in order) is announced in full. */
+        while (st->nrd < 2 && st->issued < r->expect) {
+            uint64_t want = r->expect - st->issued < chunk ? r->expect - st->issued : chunk;
+            if (st->avail - st->issued < want)
+                break;
+            struct tw_staging_chunk ch;
+            int got = tw__staging_acquire(p, &ch);
+            if (got == 0 && st->nrd == 0) /* the slot's previous copy still runs */
+                got = tw__staging_wait(p, 1000);
+            if (got < 0) {
+                status = got;
+                snprintf(why, sizeof(why), "%s", tw__staging_error(p));
+                goto failed;
+            }
+            if (got == 0) {
+                if (st->nrd)
+                    break; /* a read in flight gives its slot back first */
+                continue;
+            }
+            struct tw_fabric_xfer_desc d;
+            memset(&d, 0, sizeof(d));
+            d.op = TW_FABRIC_PULL;
+            d.peer = c->fpeer;
+            d.local = c->stage_pool_mr;
+            d.local_offset = ch.pool_offset;
+            d.remote = st->remote;
+            d.remote.remote_addr += ch.offset;
+            d.remote.length -= ch.offset;
+            d.length = ch.len;
+            d.stall_ns = pipe_stall_ns(c);
+            d.attach_only = r->attach; /* the pool is host memory */
+            struct tw_fabric_xfer *x;
+            int rc = tw__fabric_xfer_start(c->fab, &d, &x, &fc);
+            if (rc) {
+                status = rc;
+                net_failed = 1;
+                snprintf(why, sizeof(why), "rdma read from the server failed: %s",
+                         fc.msg[0] ? fc.msg : tw_strerror(rc));
+                goto failed;
+            }
+            st->rd[st->nrd].x = x;
+            st->rd[st->nrd].ch = ch;
+            st->nrd++;
+            st->issued += ch.len;
         }
-        if (got == 0)
-            continue;
-        struct tw_fabric_xfer_desc d;
-        memset(&d, 0, sizeof(d));
-        d.op = TW_FABRIC_PULL;
-        d.peer = c->fpeer;
-        d.local = c->stage_pool_mr;
-        d.local_offset = ch.pool_offset;
-        d.remote = st->remote;
-        d.remote.remote_addr += ch.offset;
-        d.remote.length -= ch.offset;
-        d.length = ch.len;
-        d.stall_ns = pipe_stall_ns(c);
-        d.attach_only = r->attach; /* the pool is host memory */
-        int rc = tw__fabric_xfer_run(c->fab, &d, &fc);
+        if (st->nrd == 0)
+            break;
+        /* The oldest read; once it is over, its chunk's copy to the GPU. */
+        struct piped_read done = st->rd[0];
+        st->rd[0] = st->rd[1];
+        st->nrd--;
+        int rc = tw__fabric_xfer_wait(c->fab, done.x, &fc);
         if (rc < 0 || fc.status) {
-            int status = fc.status ? fc.status : rc;
+            status = fc.status ? fc.status : rc;
+            net_failed = 1;
             snprintf(why, sizeof(why), "rdma read from the server failed: %s",
                      fc.msg[0] ? fc.msg : tw_strerror(status));
-            return piped_finish(c, r, status, 1, why, &fc);
+            goto failed;
         }
-        st->moved += ch.len;
-        rc = tw__staging_release(p, &ch);
+        st->moved += done.ch.len;
+        rc = tw__staging_release(p, &done.ch);
         if (rc < 0) {
+            status = rc;
             snprintf(why, sizeof(why), "%s", tw__staging_error(p));
-            return piped_finish(c, r, rc, 0, why, NULL);
+            goto failed;
         }
     }
-    return piped_finish(c, r, 0, 0, "", NULL);
+    if (st->moved < r->expect)
+        return 0; /* the next RDMA_AVAILABLE pumps again */
+    return piped_finish(c, r, 0, 0, "", 0);
+failed:;
+    int busy = (net_failed && fc.buffer_busy) | piped_stop(c, st);
+    return piped_finish(c, r, status, net_failed, why, busy);
 }
 
 static int piped_pull(struct tw_client *c, struct tw__creq *r, const struct tw_msg *m)
@@ -1363,13 +1429,15 @@ static int piped_pull(struct tw_client *c, struct tw__creq *r, const struct tw_m
     st->remote.remote_addr = m->u.rdma_register.remote_addr;
     st->remote.length = m->u.rdma_register.length;
     st->moved = 0;
+    st->issued = 0;
+    st->nrd = 0;
     st->avail = (m->hdr.flags & TW_FRAME_MORE) ? 0 : r->expect;
     rc = tw__staging_begin(c->stage_pool, TW_STAGING_TO_DEVICE, r->mem_ops, &r->mem,
                            (uintptr_t)st->dev, r->expect, STAGE_PIPE_DEPTH,
                            r->check_crc ? TW_STAGING_CRC : 0, &st->pipe, why, sizeof(why));
     if (rc) {
         st->pipe = NULL;
-        return piped_finish(c, r, rc, 0, why, NULL);
+        return piped_finish(c, r, rc, 0, why, 0);
     }
     return piped_pump(c, r);
 }

@@ -586,9 +586,23 @@ int tw__fabric_peer_read_now(struct tw_fabric_peer *peer, void *buf, uint64_t le
 void tw__fabric_xfer_cancel(struct tw_fabric_xfer *xfer, int status);
 
 /* Blocking transfer for a client: submits and returns when it completed or
- * failed (its deadline included). Returns c->status; c may be NULL. */
+ * failed (its deadline included). Returns c->status; c may be NULL.
+ * tw__fabric_xfer_run() is tw__fabric_xfer_start() then
+ * tw__fabric_xfer_wait(). */
 int tw__fabric_xfer_run(struct tw_fabric *fab, const struct tw_fabric_xfer_desc *d,
                         struct tw_fabric_completion *c);
+/* The same in two steps, so that a caller keeps several transfers in
+ * flight and waits for them one by one (the pipelined pull into GPU
+ * memory reads its next chunk while it waits for this one). No completion
+ * is queued for such a transfer (tw__fabric_done_pop() never returns it);
+ * the caller owns *xfer until tw__fabric_xfer_wait(), which must be
+ * called exactly once for it (tw__fabric_xfer_cancel() before it stops
+ * it early), and before tw__fabric_close(). On failure to start (nonzero,
+ * c filled when not NULL) *xfer is NULL and nothing is to be waited for. */
+int tw__fabric_xfer_start(struct tw_fabric *fab, const struct tw_fabric_xfer_desc *d,
+                          struct tw_fabric_xfer **xfer, struct tw_fabric_completion *c);
+int tw__fabric_xfer_wait(struct tw_fabric *fab, struct tw_fabric_xfer *xfer,
+                         struct tw_fabric_completion *c);
 
 /* eventfd (non-blocking) that becomes readable when completions are queued.
  * Owned by the plane: do not close it. Reading it is optional: the loop

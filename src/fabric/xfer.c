@@ -1402,10 +1402,11 @@ static void consume(struct tw_fabric *fab, struct tw_fabric_xfer *x)
     settle(x);
 }
 
-int tw__fabric_xfer_run(struct tw_fabric *fab, const struct tw_fabric_xfer_desc *d,
-                        struct tw_fabric_completion *c)
+int tw__fabric_xfer_start(struct tw_fabric *fab, const struct tw_fabric_xfer_desc *d,
+                          struct tw_fabric_xfer **xfer, struct tw_fabric_completion *c)
 {
     struct tw_fabric_xfer *x = NULL;
+    *xfer = NULL;
     tw__fabric_lock(fab);
     int ret = tw__fabric_xfer_submit_locked(fab, d, 1, &x);
     if (ret) {
@@ -1419,10 +1420,18 @@ int tw__fabric_xfer_run(struct tw_fabric *fab, const struct tw_fabric_xfer_desc 
         pthread_mutex_unlock(&fab->lock);
         return ret;
     }
-    if (fab->threaded) {
-        pthread_mutex_unlock(&fab->lock);
+    pthread_mutex_unlock(&fab->lock);
+    if (fab->threaded)
         tw__fabric_mover_wake(fab);
-        tw__fabric_lock(fab);
+    *xfer = x;
+    return 0;
+}
+
+int tw__fabric_xfer_wait(struct tw_fabric *fab, struct tw_fabric_xfer *x,
+                         struct tw_fabric_completion *c)
+{
+    tw__fabric_lock(fab);
+    if (fab->threaded) {
         while (!x->finished)
             pthread_cond_wait(&fab->done_cond, &fab->lock);
     } else {
@@ -1442,12 +1451,20 @@ int tw__fabric_xfer_run(struct tw_fabric *fab, const struct tw_fabric_xfer_desc 
             tw__fabric_lock(fab);
         }
     }
-    ret = x->status;
+    int ret = x->status;
     if (c)
         fill_completion(x, c);
     consume(fab, x);
     pthread_mutex_unlock(&fab->lock);
     return ret;
+}
+
+int tw__fabric_xfer_run(struct tw_fabric *fab, const struct tw_fabric_xfer_desc *d,
+                        struct tw_fabric_completion *c)
+{
+    struct tw_fabric_xfer *x;
+    int ret = tw__fabric_xfer_start(fab, d, &x, c);
+    return ret ? ret : tw__fabric_xfer_wait(fab, x, c);
 }
 
 size_t tw__fabric_done_pop_many(struct tw_fabric *fab, struct tw_fabric_completion *c, size_t max)
