@@ -320,6 +320,10 @@ struct tw_client {
      * (stage_submit) and small puts' copies from it (put_ahead), since the
      * handle was made (tests). */
     uint64_t stage_joined_gets, stage_joined_puts;
+    /* Chunk reads of pipelined pulls started while the same pull's
+     * previous read was still in flight (dp_staging.c piped_pump), since
+     * the handle was made (tests). */
+    uint64_t stage_pull_overlaps;
     /* Gets into a size class's buffer whose copy to the GPU is queued on
      * the device's fence stream, not yet waited for
      * (tw__client_stage_fence): the buffer and the request (index in

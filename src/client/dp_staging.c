@@ -1379,7 +1379,8 @@ static int piped_pump(struct tw_client *c, struct tw__creq *r)
             }
             st->rd[st->nrd].x = x;
             st->rd[st->nrd].ch = ch;
-            st->nrd++;
+            if (++st->nrd == 2)
+                c->stage_pull_overlaps++;
             st->issued += ch.len;
         }
         if (st->nrd == 0)

@@ -248,6 +248,7 @@ static void test_round_trips(void)
          * memory): the server registers nothing for it. */
         int attach = c->fpeer && tw__fabric_peer_attach_reads(c->fpeer);
         uint64_t att0 = tw_test_stat(c, "rdma_attach_gets", 0);
+        uint64_t ov0 = c->stage_pull_overlaps;
         TW_ASSERT_OK(tw_get(c, "st/t", dst, n, &got));
         TW_ASSERT(strstr(tw_client_data_plane(c), "+ staging") != NULL);
         int on_shm = strstr(tw_client_data_plane(c), "rdma pull (shm)") != NULL;
@@ -259,6 +260,12 @@ static void test_round_trips(void)
             /* The pipelined pull: one asynchronous copy per chunk. */
             TW_ASSERT_EQ(fake.copies - async_before, (long)tw__staging_nchunks(n, PIPE_CHUNK));
             TW_ASSERT_EQ(copies_to_dev, td);
+            /* The next chunk's read starts before this one's ends (the
+             * provider never drains between chunks): from 1 MiB (17
+             * chunks; with TW_TEST_PROGRESSIVE_CHUNKS=5 each part holds
+             * three or more) at least once. */
+            if (n >= (1u << 20))
+                TW_ASSERT(c->stage_pull_overlaps > ov0);
         } else if (n <= (8u << 20)) {
             /* A get up to the largest size class (8 MiB): one copy queued
              * on the fence stream, waited for before tw_get returned (the
