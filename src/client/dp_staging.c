@@ -118,15 +118,14 @@ struct stage {
     struct tw_fabric_rkey remote;
     uint64_t moved, avail;
     /* Its reads in flight, oldest first, each into the slot of its chunk
-     * (held until the read is over), and the bytes they cover: moved <=
-     * moved + in flight = issued <= avail. Only inside piped_pump: it
-     * returns with none in flight. */
+     * (held until the read is over); the next chunk starts after the
+     * last of them (piped_issued). Only inside piped_pump: it returns
+     * with none in flight. */
     struct piped_read {
         struct tw_fabric_xfer *x;
         struct tw_staging_chunk ch;
     } rd[2];
     unsigned nrd;
-    uint64_t issued;
     void *stream; /* inline get: the stream its copies are queued on, or NULL */
 };
 
@@ -1321,6 +1320,12 @@ static int piped_stop(struct tw_client *c, struct stage *st)
     return busy;
 }
 
+/* Bytes read or being read: where the pull's next chunk starts. */
+static uint64_t piped_issued(const struct stage *st)
+{
+    return st->nrd ? st->rd[st->nrd - 1].ch.offset + st->rd[st->nrd - 1].ch.len : st->moved;
+}
+
 /* Reads chunk after chunk while they lie within what the server announced,
  * two at a time (the next one's read is with the provider while this one
  * completes); ends the pull once every byte is read (or a read or copy
@@ -1336,11 +1341,12 @@ static int piped_pump(struct tw_client *c, struct tw__creq *r)
     size_t chunk = tw__staging_pool_chunk(c->stage_pool);
     int status = 0, net_failed = 0;
     for (;;) {
-        /* Start reads while fewer than two run and the next chunk (at
-         * st->issued: chunks go in order) is announced in full. */
-        while (st->nrd < 2 && st->issued < r->expect) {
-            uint64_t want = r->expect - st->issued < chunk ? r->expect - st->issued : chunk;
-            if (st->avail - st->issued < want)
+        /* Start reads while fewer than two run and the next chunk (chunks
+         * go in order) is announced in full. */
+        uint64_t next;
+        while (st->nrd < 2 && (next = piped_issued(st)) < r->expect) {
+            uint64_t want = r->expect - next < chunk ? r->expect - next : chunk;
+            if (st->avail - next < want)
                 break;
             struct tw_staging_chunk ch;
             int got = tw__staging_acquire(p, &ch);
@@ -1381,7 +1387,6 @@ static int piped_pump(struct tw_client *c, struct tw__creq *r)
             st->rd[st->nrd].ch = ch;
             if (++st->nrd == 2)
                 c->stage_pull_overlaps++;
-            st->issued += ch.len;
         }
         if (st->nrd == 0)
             break;
@@ -1430,7 +1435,6 @@ static int piped_pull(struct tw_client *c, struct tw__creq *r, const struct tw_m
     st->remote.remote_addr = m->u.rdma_register.remote_addr;
     st->remote.length = m->u.rdma_register.length;
     st->moved = 0;
-    st->issued = 0;
     st->nrd = 0;
     st->avail = (m->hdr.flags & TW_FRAME_MORE) ? 0 : r->expect;
     rc = tw__staging_begin(c->stage_pool, TW_STAGING_TO_DEVICE, r->mem_ops, &r->mem,
