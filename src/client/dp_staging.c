@@ -1326,6 +1326,35 @@ static uint64_t piped_issued(const struct stage *st)
     return st->nrd ? st->rd[st->nrd - 1].ch.offset + st->rd[st->nrd - 1].ch.len : st->moved;
 }
 
+/* Starts the read of chunk ch (a pool slot) from the server's region; on
+ * success it is the pull's newest read in flight, else fc says why. */
+static int piped_read_start(struct tw_client *c, struct tw__creq *r,
+                            const struct tw_staging_chunk *ch, struct tw_fabric_completion *fc)
+{
+    struct stage *st = r->stage;
+    struct tw_fabric_xfer_desc d;
+    memset(&d, 0, sizeof(d));
+    d.op = TW_FABRIC_PULL;
+    d.peer = c->fpeer;
+    d.local = c->stage_pool_mr;
+    d.local_offset = ch->pool_offset;
+    d.remote = st->remote;
+    d.remote.remote_addr += ch->offset;
+    d.remote.length -= ch->offset;
+    d.length = ch->len;
+    d.stall_ns = pipe_stall_ns(c);
+    d.attach_only = r->attach; /* the pool is host memory */
+    struct tw_fabric_xfer *x;
+    int rc = tw__fabric_xfer_start(c->fab, &d, &x, fc);
+    if (rc)
+        return rc;
+    st->rd[st->nrd].x = x;
+    st->rd[st->nrd].ch = *ch;
+    if (++st->nrd == 2)
+        c->stage_pull_overlaps++;
+    return 0;
+}
+
 /* Reads chunk after chunk while they lie within what the server announced,
  * two at a time (the next one's read is with the provider while this one
  * completes); ends the pull once every byte is read (or a read or copy
@@ -1362,31 +1391,11 @@ static int piped_pump(struct tw_client *c, struct tw__creq *r)
                     break; /* a read in flight gives its slot back first */
                 continue;
             }
-            struct tw_fabric_xfer_desc d;
-            memset(&d, 0, sizeof(d));
-            d.op = TW_FABRIC_PULL;
-            d.peer = c->fpeer;
-            d.local = c->stage_pool_mr;
-            d.local_offset = ch.pool_offset;
-            d.remote = st->remote;
-            d.remote.remote_addr += ch.offset;
-            d.remote.length -= ch.offset;
-            d.length = ch.len;
-            d.stall_ns = pipe_stall_ns(c);
-            d.attach_only = r->attach; /* the pool is host memory */
-            struct tw_fabric_xfer *x;
-            int rc = tw__fabric_xfer_start(c->fab, &d, &x, &fc);
+            int rc = piped_read_start(c, r, &ch, &fc);
             if (rc) {
                 status = rc;
-                net_failed = 1;
-                snprintf(why, sizeof(why), "rdma read from the server failed: %s",
-                         fc.msg[0] ? fc.msg : tw_strerror(rc));
-                goto failed;
+                goto read_failed;
             }
-            st->rd[st->nrd].x = x;
-            st->rd[st->nrd].ch = ch;
-            if (++st->nrd == 2)
-                c->stage_pull_overlaps++;
         }
         if (st->nrd == 0)
             break;
@@ -1397,10 +1406,7 @@ static int piped_pump(struct tw_client *c, struct tw__creq *r)
         int rc = tw__fabric_xfer_wait(c->fab, done.x, &fc);
         if (rc < 0 || fc.status) {
             status = fc.status ? fc.status : rc;
-            net_failed = 1;
-            snprintf(why, sizeof(why), "rdma read from the server failed: %s",
-                     fc.msg[0] ? fc.msg : tw_strerror(status));
-            goto failed;
+            goto read_failed;
         }
         st->moved += done.ch.len;
         rc = tw__staging_release(p, &done.ch);
@@ -1413,6 +1419,10 @@ static int piped_pump(struct tw_client *c, struct tw__creq *r)
     if (st->moved < r->expect)
         return 0; /* the next RDMA_AVAILABLE pumps again */
     return piped_finish(c, r, 0, 0, "", 0);
+read_failed:
+    net_failed = 1;
+    snprintf(why, sizeof(why), "rdma read from the server failed: %s",
+             fc.msg[0] ? fc.msg : tw_strerror(status));
 failed:;
     int busy = (net_failed && fc.buffer_busy) | piped_stop(c, st);
     return piped_finish(c, r, status, net_failed, why, busy);
