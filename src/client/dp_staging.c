@@ -1383,8 +1383,7 @@ static int piped_pump(struct tw_client *c, struct tw__creq *r)
                 got = tw__staging_wait(p, 1000);
             if (got < 0) {
                 status = got;
-                snprintf(why, sizeof(why), "%s", tw__staging_error(p));
-                goto failed;
+                goto stage_failed;
             }
             if (got == 0) {
                 if (st->nrd)
@@ -1412,13 +1411,15 @@ static int piped_pump(struct tw_client *c, struct tw__creq *r)
         rc = tw__staging_release(p, &done.ch);
         if (rc < 0) {
             status = rc;
-            snprintf(why, sizeof(why), "%s", tw__staging_error(p));
-            goto failed;
+            goto stage_failed;
         }
     }
     if (st->moved < r->expect)
         return 0; /* the next RDMA_AVAILABLE pumps again */
     return piped_finish(c, r, 0, 0, "", 0);
+stage_failed: /* a pool slot or a copy to the GPU */
+    snprintf(why, sizeof(why), "%s", tw__staging_error(p));
+    goto failed;
 read_failed:
     net_failed = 1;
     snprintf(why, sizeof(why), "rdma read from the server failed: %s",
