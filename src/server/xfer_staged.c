@@ -279,6 +279,9 @@ struct put_pipe {
     int failing;
     uint32_t fail_code;
     char fail_why[400];
+    /* TW_TEST_REORDER_READS (tests only): a completion held back. */
+    int held;
+    struct tw_fabric_completion held_fc;
 };
 
 static void put_pipe_free(struct put_pipe *pp)
@@ -411,6 +414,17 @@ static void put_pipe_all_read(struct put_pipe *pp)
     tw__xfer_put_complete(x);
 }
 
+/* A read record free for the next chunk, or NULL. Not merely "fewer than
+ * PIPE_READS in flight": a read that completed before an earlier chunk's
+ * keeps its record (and its chunk) until its turn to be released. */
+static struct put_read *put_pipe_free_read(struct put_pipe *pp)
+{
+    for (unsigned i = 0; i < PIPE_READS; i++)
+        if (!pp->rd[i].live)
+            return &pp->rd[i];
+    return NULL;
+}
+
 /* Submits reads while slots and the read window allow. */
 static void put_pipe_pump(struct put_pipe *pp)
 {
@@ -418,8 +432,9 @@ static void put_pipe_pump(struct put_pipe *pp)
     struct tw_srv_conn *c = x->conn;
     struct tw_srv *srv = pp->srv;
     uint64_t len = x->t->byte_length;
+    struct put_read *rd;
     int waits = 0;
-    while (!pp->finished && pp->nflight < PIPE_READS && pp->submitted < len) {
+    while (!pp->finished && pp->submitted < len && (rd = put_pipe_free_read(pp)) != NULL) {
         struct tw_staging_chunk ch;
         int got = tw__staging_acquire(pp->pipe, &ch);
         if (got == 0 && pp->nflight == 0) {
@@ -442,7 +457,6 @@ static void put_pipe_pump(struct put_pipe *pp)
         }
         if (got == 0)
             return; /* a completion pumps again */
-        struct put_read *rd = pp->rd[0].live ? &pp->rd[1] : &pp->rd[0];
         struct tw_fabric_xfer_desc d;
         memset(&d, 0, sizeof(d));
         d.op = TW_FABRIC_PULL;
@@ -477,11 +491,9 @@ static void put_pipe_pump(struct put_pipe *pp)
         put_pipe_all_read(pp);
 }
 
-void tw__srv_staged_on_completion(struct tw_srv *srv, const struct tw_fabric_completion *fc)
+static void staged_read_done(struct put_pipe *pp, struct put_read *rd,
+                             const struct tw_fabric_completion *fc)
 {
-    struct put_read *rd = (struct put_read *)(uintptr_t)(fc->cookie & ~(uint64_t)1);
-    struct put_pipe *pp = rd->pp;
-    (void)srv;
     pp->nflight--;
     rd->done = 1;
     if (fc->buffer_busy)
@@ -529,6 +541,45 @@ void tw__srv_staged_on_completion(struct tw_srv *srv, const struct tw_fabric_com
         }
     }
     put_pipe_pump(pp);
+}
+
+/* TW_TEST_REORDER_READS=1 (tests only): the provider may complete a pipe's
+ * two reads in either order (each is cut into operations of its own), and
+ * on a busy machine it does; this makes it happen on every pair: the
+ * in-order read's completion, arriving while the pipe's other read is in
+ * flight, is held back and handed over after that one's. */
+static int test_reorder_reads(void)
+{
+    static int read_env = 0;
+    static int on;
+    if (!read_env) {
+        const char *v = getenv("TW_TEST_REORDER_READS");
+        on = v && strcmp(v, "1") == 0;
+        read_env = 1;
+    }
+    return on;
+}
+
+void tw__srv_staged_on_completion(struct tw_srv *srv, const struct tw_fabric_completion *fc)
+{
+    struct put_read *rd = (struct put_read *)(uintptr_t)(fc->cookie & ~(uint64_t)1);
+    struct put_pipe *pp = rd->pp;
+    (void)srv;
+    if (pp->held) { /* the other read's: it goes first */
+        struct tw_fabric_completion h = pp->held_fc;
+        struct put_read *hrd = (struct put_read *)(uintptr_t)(h.cookie & ~(uint64_t)1);
+        pp->held = 0;
+        staged_read_done(pp, rd, fc); /* pp stays: the held read still counts */
+        staged_read_done(pp, hrd, &h);
+        return;
+    }
+    if (test_reorder_reads() && pp->x && !pp->finished && pp->nflight == PIPE_READS &&
+        rd->ch.index == pp->next_release) {
+        pp->held_fc = *fc;
+        pp->held = 1;
+        return;
+    }
+    staged_read_done(pp, rd, fc);
 }
 
 /* The client's RDMA_REGISTER: its source. RDMA_READY, then the reads. */
