@@ -509,9 +509,12 @@ int tw__client_conn_last_words(struct tw_client *c);
 
 /* The memory kind of [addr, addr+len) (tw__memkind_classify, AUTO, with
  * c->memkinds); during a run, a range inside the CUDA allocation found for
- * an earlier item reuses that answer. 0 or a negative code. */
+ * an earlier item reuses that answer. 0, or a negative code with the
+ * reason in err (may be NULL): TW_EINVAL for a range that starts in a CUDA
+ * allocation and leaves it. */
 int tw__client_classify(struct tw_client *c, uintptr_t addr, size_t len,
-                        const struct tw_memkind_ops **ops, struct tw_mem_attr *attr);
+                        const struct tw_memkind_ops **ops, struct tw_mem_attr *attr, char *err,
+                        size_t errlen);
 
 /* Runs reqs[0..n) to completion, keeping up to the negotiated max_inflight
  * in flight. Every request gets a status. Returns 0 or a connection-level

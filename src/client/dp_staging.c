@@ -1042,8 +1042,8 @@ static int ahead_candidate(struct tw_client *c, const struct tw__creq *r, const 
         return 1;
     const struct tw_memkind_ops *ops;
     struct tw_mem_attr a;
-    return tw__client_classify(c, (uintptr_t)q->buf, q->len, &ops, &a) == 0 && ops == r->mem_ops &&
-           a.kind == r->mem.kind && a.device == r->mem.device;
+    return tw__client_classify(c, (uintptr_t)q->buf, q->len, &ops, &a, NULL, 0) == 0 &&
+           ops == r->mem_ops && a.kind == r->mem.kind && a.device == r->mem.device;
 }
 
 /* A group of puts copied ahead holds at most this many bytes. */

@@ -542,7 +542,8 @@ static int name_msg(struct tw__creq *r, struct tw_bytes *b)
 }
 
 int tw__client_classify(struct tw_client *c, uintptr_t addr, size_t len,
-                        const struct tw_memkind_ops **ops, struct tw_mem_attr *attr)
+                        const struct tw_memkind_ops **ops, struct tw_mem_attr *attr, char *err,
+                        size_t errlen)
 {
     struct tw_mem_attr *k = &c->run_alloc;
     /* Within a run the caller keeps every buffer allocated (client.h), so
@@ -555,7 +556,7 @@ int tw__client_classify(struct tw_client *c, uintptr_t addr, size_t len,
         *attr = *k;
         return 0;
     }
-    int rc = tw__memkind_classify(c->memkinds, addr, len, TW_MEMKIND_AUTO, ops, attr, NULL, 0);
+    int rc = tw__memkind_classify(c->memkinds, addr, len, TW_MEMKIND_AUTO, ops, attr, err, errlen);
     if (rc == 0 && attr->kind == TW_MEMKIND_CUDA && attr->alloc_len && c->run) {
         c->run_alloc = *attr;
         c->run_alloc_ops = *ops;
@@ -566,25 +567,21 @@ int tw__client_classify(struct tw_client *c, uintptr_t addr, size_t len,
 /* What r's buffer is (host or GPU memory): the path stages GPU memory
  * through host memory. A get into a library allocation is host memory. A
  * range that starts in a GPU allocation and leaves it is refused (r is
- * finished with TW_EINVAL): no CPU may touch it. */
+ * finished with TW_EINVAL): no CPU may touch it. One driver query per
+ * buffer (none for a slice of the run's last CUDA allocation). */
 static int classify_buffer(struct tw_client *c, struct tw__creq *r)
 {
-    struct tw_mem_attr a;
     char err[200] = "";
+    if ((r->op != TW__OP_GET && r->op != TW__OP_PUT) || !r->buf || !r->len) {
+        r->mem_ops = &tw__memkind_host;
+        r->mem = (struct tw_mem_attr){.kind = TW_MEMKIND_HOST, .device = -1};
+        return 0;
+    }
+    if (tw__client_classify(c, (uintptr_t)r->buf, r->len, &r->mem_ops, &r->mem, err, sizeof(err)) ==
+        0)
+        return 0;
     r->mem_ops = &tw__memkind_host;
     r->mem = (struct tw_mem_attr){.kind = TW_MEMKIND_HOST, .device = -1};
-    if ((r->op != TW__OP_GET && r->op != TW__OP_PUT) || !r->buf || !r->len)
-        return 0;
-    const struct tw_memkind_ops *cuda =
-        c->memkinds[TW_MEMKIND_CUDA] ? c->memkinds[TW_MEMKIND_CUDA] : &tw__memkind_cuda;
-    if (tw__client_classify(c, (uintptr_t)r->buf, r->len, &r->mem_ops, &r->mem) == 0 &&
-        r->mem.kind == TW_MEMKIND_CUDA)
-        return 0;
-    r->mem_ops = &tw__memkind_host;
-    r->mem = (struct tw_mem_attr){.kind = TW_MEMKIND_HOST, .device = -1};
-    if (cuda->query((uintptr_t)r->buf, 1, &a, NULL, 0) != 0)
-        return 0; /* host memory (or no driver) */
-    (void)cuda->query((uintptr_t)r->buf, r->len, &a, err, sizeof(err));
     char why[300];
     int n = snprintf(why, sizeof(why), "'%s': %s", r->name, err);
     tw__client_engine_finish(c, r, TW_EINVAL, why,

@@ -44,14 +44,21 @@ int tw__memkind_classify(const struct tw_memkind_ops *const table[TW_MEMKIND_MAX
             return TW_EINVAL;
         }
         *ops = pick(table, hint);
-        return (*ops)->query(addr, len, attr, err, errlen);
+        int rc = (*ops)->query(addr, len, attr, err, errlen);
+        return rc == -ERANGE ? TW_EINVAL : rc;
     }
     /* AUTO: a GPU pointer is whatever the CUDA driver claims; TW_EDEVICE
      * (no driver) and TW_EINVAL (not CUDA memory) both mean "try host". */
     const struct tw_memkind_ops *cuda = pick(table, TW_MEMKIND_CUDA);
-    if (cuda->query(addr, len, attr, NULL, 0) == 0) {
+    int q = cuda->query(addr, len, attr, NULL, 0); /* no reason formatted for host memory */
+    if (q == 0) {
         *ops = cuda;
         return 0;
+    }
+    if (q == -ERANGE) { /* rare: ask again for the reason */
+        if (err && errlen)
+            (void)cuda->query(addr, len, attr, err, errlen);
+        return TW_EINVAL;
     }
     *ops = pick(table, TW_MEMKIND_HOST);
     return (*ops)->query(addr, len, attr, err, errlen);

@@ -103,9 +103,11 @@ struct tw_memkind_ops {
 
     /*
      * Describe [addr, addr+len). Returns 0 and fills *attr when the whole
-     * range is memory of this kind inside one allocation; TW_EINVAL when it
-     * is not (another kind, or spanning allocations); TW_EDEVICE when the
-     * kind is unavailable here (no driver). Reason in err (may be NULL).
+     * range is memory of this kind inside one allocation; -ERANGE when it
+     * starts in an allocation of this kind and leaves it; TW_EINVAL when it
+     * is not memory of this kind (or spans allocations of a kind that does
+     * not say which); TW_EDEVICE when the kind is unavailable here (no
+     * driver). Reason in err (may be NULL).
      * Cost: host, one lock + binary search; CUDA, one cuPointerGetAttributes.
      */
     int (*query)(uintptr_t addr, size_t len, struct tw_mem_attr *attr, char *err, size_t errlen);
@@ -159,8 +161,10 @@ const struct tw_memkind_ops *tw__memkind_ops(enum tw_memkind kind);
 /*
  * Classify [addr, addr+len) against `table` (indexed by enum tw_memkind;
  * NULL entries fall back to the built-in ones). With TW_MEMKIND_AUTO, CUDA
- * is asked first when its driver is loaded, and anything it does not claim
- * is host memory. Returns 0 with *ops and *attr set, or the kind's error.
+ * is asked first when its driver is loaded (one query), and anything it
+ * does not claim is host memory, except a range that starts in a CUDA
+ * allocation and leaves it: TW_EINVAL, the reason in err (no CPU may
+ * touch it). Returns 0 with *ops and *attr set, or the kind's error.
  */
 int tw__memkind_classify(const struct tw_memkind_ops *const table[TW_MEMKIND_MAX], uintptr_t addr,
                          size_t len, enum tw_memkind hint, const struct tw_memkind_ops **ops,

@@ -10,6 +10,7 @@
  * The copy and export helpers make the owning device's primary context
  * current on the calling thread (they leave it current).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -58,7 +59,7 @@ static int cuda_query(uintptr_t addr, size_t len, struct tw_mem_attr *attr, char
             snprintf(err, errlen,
                      "range %#lx+%zu leaves its CUDA allocation %#llx+%zu (buffer id %llu)",
                      (unsigned long)addr, len, range_start, range_size, buffer_id);
-        return TW_EINVAL;
+        return -ERANGE;
     }
     *attr = (struct tw_mem_attr){
         .kind = TW_MEMKIND_CUDA,

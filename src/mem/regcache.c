@@ -874,7 +874,7 @@ __attribute__((noinline)) static int lookup_slow(struct tw_regcache *c, uintptr_
             dead = NULL;
             rc = kind->query(a, len, &attr, err, errlen);
             if (rc)
-                return rc;
+                return rc == -ERANGE ? TW_EINVAL : rc;
             have_attr = 1;
             pthread_mutex_lock(&c->lock);
             continue; /* the index may have changed meanwhile */

@@ -6,6 +6,7 @@
 #ifndef TW_TEST_FAKE_ARENA_H
 #define TW_TEST_FAKE_ARENA_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -21,7 +22,7 @@ static inline int tw_test_arena_query(uintptr_t base, size_t arena_len, uintptr_
     if (len > base + arena_len - addr) {
         if (err && errlen)
             snprintf(err, errlen, "range leaves the fake allocation");
-        return TW_EINVAL;
+        return -ERANGE; /* memkind.h: starts in the allocation, leaves it */
     }
     *attr = (struct tw_mem_attr){.kind = TW_MEMKIND_CUDA,
                                  .flags = TW_MEM_ATTR_TRACKED,

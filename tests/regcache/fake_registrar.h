@@ -172,6 +172,12 @@ static int fake_cuda_query(uintptr_t addr, size_t len, struct tw_mem_attr *attr,
     pthread_mutex_lock(&fake_alloc_lock);
     for (int i = 0; i < FAKE_ALLOCS_MAX; i++) {
         struct fake_alloc a = fake_allocs[i];
+        if (a.len && addr >= a.base && addr - a.base < a.len && len > a.len - (addr - a.base)) {
+            pthread_mutex_unlock(&fake_alloc_lock);
+            if (err && errlen)
+                snprintf(err, errlen, "range leaves fake CUDA allocation %d", i);
+            return -ERANGE; /* memkind.h: starts in the allocation, leaves it */
+        }
         if (a.len && addr >= a.base && addr - a.base < a.len && len <= a.len - (addr - a.base)) {
             pthread_mutex_unlock(&fake_alloc_lock);
             *attr = (struct tw_mem_attr){.kind = TW_MEMKIND_CUDA,

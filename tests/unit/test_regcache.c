@@ -203,6 +203,20 @@ static void gpu_rounds_to_64k_at_both_edges(void)
     r = get(c, (void *)(GPU_BASE + K64), 1, RW, TW_MEMKIND_AUTO);
     TW_ASSERT_EQ(tw__regcache_region_attr(r)->kind, TW_MEMKIND_CUDA);
     tw__regcache_release(c, r);
+    /* A range that starts in it and leaves it is neither kind: refused
+     * with the CUDA kind's reason (never registered as host memory), and
+     * TW_EINVAL with a CUDA hint too. */
+    unsigned regs = fr.regs;
+    r = NULL;
+    TW_ASSERT_ERR(tw__regcache_lookup(c, (void *)(odd + 0xff00), 0x200, RW, TW_MEMKIND_AUTO, &r,
+                                      errbuf, sizeof(errbuf)),
+                  TW_EINVAL);
+    TW_ASSERT(strstr(errbuf, "leaves fake CUDA allocation 1") != NULL);
+    TW_ASSERT_ERR(tw__regcache_lookup(c, (void *)(odd + 0xff00), 0x200, RW, TW_MEMKIND_CUDA, &r,
+                                      errbuf, sizeof(errbuf)),
+                  TW_EINVAL);
+    TW_ASSERT(r == NULL);
+    TW_ASSERT_EQ(fr.regs, regs);
     fake_cuda_set(0, 0, 0, 0, 0);
     fake_cuda_set(1, 0, 0, 0, 0);
     finish(c);
