@@ -28,6 +28,7 @@
 #include "client/client_internal.h"
 #include "common/errbuf.h"
 #include "net/addr.h"
+#include "net/sock.h"
 
 void tw__client_seterr(struct tw_client *c, const char *fmt, ...)
 {
@@ -203,12 +204,17 @@ int tw__client_conn_flush(struct tw_client *c, int timeout_ms)
 
     while (seg < c->nsegs) {
         int niov = 0;
-        for (size_t s = seg; s < c->nsegs && niov < 64; s++, niov++) {
+        size_t asked = 0;
+        for (size_t s = seg; s < c->nsegs && niov < 64 && asked < TW_NET_IO_MAX; s++, niov++) {
             const struct tw__txseg *t = &c->segs[s];
             const uint8_t *base = t->ptr ? t->ptr : c->tbuf + t->off;
             size_t skip = s == seg ? seg_off : 0;
+            size_t len = t->len - skip;
+            if (len > TW_NET_IO_MAX - asked)
+                len = TW_NET_IO_MAX - asked; /* sock.h: the rest in the next call */
             iov[niov].iov_base = (void *)(base + skip);
-            iov[niov].iov_len = t->len - skip;
+            iov[niov].iov_len = len;
+            asked += len;
         }
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
         ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -340,9 +346,10 @@ int tw__client_conn_recv_payload(struct tw_client *c, uint8_t *dst, size_t n, in
         return 0;
     }
     /* Large remainder: straight into the destination, no copy, waiting in
-     * the kernel for all of it (SO_RCVTIMEO bounds each wait). */
+     * the kernel for each piece of TW_NET_IO_MAX (SO_RCVTIMEO bounds each
+     * wait). */
     while (n > 0) {
-        ssize_t r = recv(c->fd, dst, n, MSG_WAITALL);
+        ssize_t r = recv(c->fd, dst, n < TW_NET_IO_MAX ? n : TW_NET_IO_MAX, MSG_WAITALL);
         if (r > 0) {
             dst += r;
             n -= (size_t)r;

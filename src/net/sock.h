@@ -12,6 +12,21 @@
  * to net.core.{r,w}mem_max). */
 #define TW_NET_SOCKBUF_BYTES (4 << 20)
 
+/*
+ * The most bytes one send or receive system call of a data connection asks
+ * for (tensor payloads are moved in pieces of this size; frames are
+ * gathered up to it). One call per 256 KiB instead of one per socket
+ * buffer or whole payload: on the 2-core VM a loopback stream of 256 MiB
+ * ran 6384-6844 MiB/s in 256 KiB calls on both sides against 5546-5932 in
+ * 256 MiB calls; as the cap on our own calls, 128 KiB and 1 MiB were
+ * slower than 256 KiB and 512 KiB about equal; inline puts of 256 MiB ran
+ * 13-24% faster with it, gets 25-27% (docs/performance.md, "Why
+ * libfabric's tcp outran our socket loops"). Our reading, not measured:
+ * a large call holds the socket through a long copy, smaller ones let the
+ * acknowledgements and the other side's progress in between.
+ */
+#define TW_NET_IO_MAX ((size_t)256 << 10)
+
 /* A listening socket: nonblocking, close-on-exec, SO_REUSEADDR, bound to
  * sa, with the given backlog. *out_fd receives it. */
 int tw__net_listen(const struct sockaddr *sa, socklen_t len, int backlog, int *out_fd);

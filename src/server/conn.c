@@ -25,6 +25,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "net/sock.h"
 #include "server/log.h"
 #include "server/server.h"
 
@@ -690,7 +691,9 @@ static void conn_flush(struct tw_srv_conn *c)
          * gets' time on the H200, docs/performance.md). */
         struct iovec iov[MAX_IOV];
         int n_iov = 0;
-        for (struct tw_out_chunk *ch = c->out_head; ch && n_iov < MAX_IOV - 1; ch = ch->next) {
+        size_t asked = 0; /* at most TW_NET_IO_MAX per call (sock.h) */
+        for (struct tw_out_chunk *ch = c->out_head;
+             ch && n_iov < MAX_IOV - 1 && asked < TW_NET_IO_MAX; ch = ch->next) {
             if (ch->dev_gpu >= 0) {
                 char err[256];
                 int r = tw__srv_stage_ready(c, ch, err, sizeof(err));
@@ -710,13 +713,18 @@ static void conn_flush(struct tw_srv_conn *c)
             if (s < ch->hdr_len) {
                 iov[n_iov].iov_base = ch->hdr + s;
                 iov[n_iov++].iov_len = ch->hdr_len - s;
+                asked += ch->hdr_len - s;
                 s = 0;
             } else {
                 s -= ch->hdr_len;
             }
-            if (ch->body_len > s) {
+            if (ch->body_len > s && asked < TW_NET_IO_MAX) {
+                size_t len = ch->body_len - s;
+                if (len > TW_NET_IO_MAX - asked)
+                    len = TW_NET_IO_MAX - asked;
                 iov[n_iov].iov_base = (void *)(ch->body + s);
-                iov[n_iov++].iov_len = ch->body_len - s;
+                iov[n_iov++].iov_len = len;
+                asked += len;
             }
         }
         if (n_iov == 0)
@@ -1074,6 +1082,8 @@ static void conn_read(struct tw_srv_conn *c)
             if (drained)
                 break;
             size_t want = c->body.left > budget ? budget : (size_t)c->body.left;
+            if (want > TW_NET_IO_MAX)
+                want = TW_NET_IO_MAX; /* sock.h */
             uint8_t *dst = c->body.x ? c->body.dst : srv->scratch;
             if (!c->body.x && want > srv->scratch_len)
                 want = srv->scratch_len;
