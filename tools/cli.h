@@ -65,11 +65,13 @@ int tw_raw_loop(int op_put, uint64_t size, uint64_t count, uint32_t inflight, in
  * request/response turnarounds. op_put: the client sends a 16-byte request
  * and then the bytes, the thread reads them all and answers 16 bytes (so the
  * time includes delivery); otherwise the client sends 16 bytes and the
- * thread streams the bytes back. Writes and reads move up to one tensor
- * (at most 1 GiB) per system call loop, like tw_raw_loop. Returns 0 or
- * -errno with the elapsed wall time.
+ * thread streams the bytes back. Each side cycles through a buffer of one
+ * tensor (at most 1 GiB) in system calls of block bytes (0: the whole
+ * buffer per call, like tw_raw_loop). Returns 0 or -errno with the elapsed
+ * wall time.
  */
-int tw_raw_stream(int op_put, uint64_t size, uint64_t count, int sockbuf, uint64_t *elapsed_ns);
+int tw_raw_stream(int op_put, uint64_t size, uint64_t count, size_t block, int sockbuf,
+                  uint64_t *elapsed_ns);
 
 /* Terminal-safe copy of s in buf (cap >= 32 bytes): control characters (C0,
  * DEL, C1) as \xNN, a backslash doubled, and at most max_shown bytes of s,

@@ -18,7 +18,9 @@
  * that tensorwire beat by 3.6x.
  *
  * tw_raw_stream is the one-way streaming variant (iperf3's measurement): one
- * request, then all the bytes in one direction, then one answer.
+ * request, then all the bytes in one direction, then one answer, in system
+ * calls of the size the caller picks (bench sweeps it: on the 2-core VM 256
+ * KiB calls streamed 15% faster than calls of a whole 256 MiB tensor).
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -42,6 +44,7 @@ struct raw_server {
     int op_put;
     uint64_t size;
     uint64_t stream_count; /* 0: request/response; else tensors streamed at once */
+    size_t block;          /* stream: bytes per system call (0: a whole buffer) */
     int sockbuf;
     int rc;
 };
@@ -105,13 +108,23 @@ static int send_req_payload(int fd, const uint8_t *req, const uint8_t *payload, 
 
 /* Sends (or receives when recv) total bytes in pieces of at most chunk,
  * cycling through buf. */
-static int move_bytes(int fd, uint8_t *buf, size_t chunk, uint64_t total, int in)
+/* Moves total bytes through buf (chunk bytes, cycled through from its
+ * start) in system calls of at most block bytes (0: chunk). */
+static int move_bytes(int fd, uint8_t *buf, size_t chunk, size_t block, uint64_t total, int in)
 {
     int rc = 0;
+    size_t off = 0;
+    if (block == 0 || block > chunk)
+        block = chunk;
     while (total > 0 && !rc) {
-        size_t n = total < chunk ? (size_t)total : chunk;
-        rc = in ? recv_all(fd, buf, n) : send_all(fd, buf, n);
+        size_t n = chunk - off < block ? chunk - off : block;
+        if (n > total)
+            n = (size_t)total;
+        rc = in ? recv_all(fd, buf + off, n) : send_all(fd, buf + off, n);
         total -= n;
+        off += n;
+        if (off == chunk)
+            off = 0;
     }
     return rc;
 }
@@ -159,7 +172,8 @@ static void *raw_server_main(void *arg)
     if (s->stream_count) {
         /* One request, then all the bytes one way, then one answer. */
         if (recv_all(fd, req, sizeof(req)) == 0 &&
-            move_bytes(fd, buf, chunk, s->size * s->stream_count, s->op_put) == 0 && s->op_put)
+            move_bytes(fd, buf, chunk, s->block, s->size * s->stream_count, s->op_put) == 0 &&
+            s->op_put)
             (void)send_all(fd, req, sizeof(req));
         goto out_close;
     }
@@ -167,7 +181,7 @@ static void *raw_server_main(void *arg)
         int rc = recv_all(fd, req, sizeof(req));
         if (rc)
             break; /* the client closed: done */
-        if ((rc = move_bytes(fd, buf, chunk, s->size, s->op_put)) != 0 ||
+        if ((rc = move_bytes(fd, buf, chunk, 0, s->size, s->op_put)) != 0 ||
             (s->op_put && (rc = send_all(fd, req, sizeof(req))) != 0))
             goto out_close;
     }
@@ -204,15 +218,18 @@ static void pair_close(struct raw_pair *p)
 
 /* Starts the thread and connects to it. On failure everything is undone. */
 static int pair_open(struct raw_pair *p, int op_put, uint64_t size, uint64_t stream_count,
-                     int sockbuf)
+                     size_t block, int sockbuf)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t alen = sizeof(a);
     int rc;
     memset(p, 0, sizeof(*p));
     p->fd = -1;
-    p->srv = (struct raw_server){
-        .op_put = op_put, .size = size, .stream_count = stream_count, .sockbuf = sockbuf};
+    p->srv = (struct raw_server){.op_put = op_put,
+                                 .size = size,
+                                 .stream_count = stream_count,
+                                 .block = block,
+                                 .sockbuf = sockbuf};
     p->chunk = size < RAW_CHUNK ? (size_t)size : RAW_CHUNK;
     p->srv.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (p->srv.listen_fd < 0)
@@ -257,7 +274,7 @@ int tw_raw_loop(int op_put, uint64_t size, uint64_t count, uint32_t inflight, in
     int rc;
     if (!t_send)
         return -ENOMEM;
-    if ((rc = pair_open(&p, op_put, size, 0, sockbuf)) != 0)
+    if ((rc = pair_open(&p, op_put, size, 0, 0, sockbuf)) != 0)
         goto out_free;
     int fd = p.fd;
     uint8_t *buf = p.buf;
@@ -278,11 +295,11 @@ int tw_raw_loop(int op_put, uint64_t size, uint64_t count, uint32_t inflight, in
             } else if ((rc = send_all(fd, req, sizeof(req))) != 0) {
                 goto out_close;
             }
-            if ((rc = move_bytes(fd, buf, chunk, left, 0)) != 0)
+            if ((rc = move_bytes(fd, buf, chunk, 0, left, 0)) != 0)
                 goto out_close;
             sent++;
         }
-        rc = op_put ? recv_all(fd, req, sizeof(req)) : move_bytes(fd, buf, chunk, size, 1);
+        rc = op_put ? recv_all(fd, req, sizeof(req)) : move_bytes(fd, buf, chunk, 0, size, 1);
         if (rc)
             goto out_close;
         lat_ns[done] = tw_cli_now_ns() - t_send[done];
@@ -298,7 +315,8 @@ out_free:
     return rc;
 }
 
-int tw_raw_stream(int op_put, uint64_t size, uint64_t count, int sockbuf, uint64_t *elapsed_ns)
+int tw_raw_stream(int op_put, uint64_t size, uint64_t count, size_t block, int sockbuf,
+                  uint64_t *elapsed_ns)
 {
     struct raw_pair p;
     uint8_t req[RAW_REQ_LEN] = {0};
@@ -306,11 +324,11 @@ int tw_raw_stream(int op_put, uint64_t size, uint64_t count, int sockbuf, uint64
     int rc;
     if (size == 0 || count == 0)
         return -EINVAL;
-    if ((rc = pair_open(&p, op_put, size, count, sockbuf)) != 0)
+    if ((rc = pair_open(&p, op_put, size, count, block, sockbuf)) != 0)
         return rc;
     t0 = tw_cli_now_ns();
     if ((rc = send_all(p.fd, req, sizeof(req))) != 0 ||
-        (rc = move_bytes(p.fd, p.buf, p.chunk, size * count, !op_put)) != 0 ||
+        (rc = move_bytes(p.fd, p.buf, p.chunk, block, size * count, !op_put)) != 0 ||
         (op_put && (rc = recv_all(p.fd, req, sizeof(req))) != 0))
         goto out_close;
     *elapsed_ns = tw_cli_now_ns() - t0;
