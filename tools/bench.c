@@ -496,10 +496,10 @@ int tw_cli_bench(const struct tw_cli *cli, int argc, char **argv)
      * (a whole tensor per call was 15% slower than 256 KiB calls at 256 MiB
      * on the 2-core VM); sizes at or above one tensor are the whole-tensor
      * setting, run once. */
-    size_t stream_block = STREAM_BLOCK_DEFAULT;
+    uint64_t whole = size < (1ull << 30) ? size : (1ull << 30);
+    size_t stream_block = STREAM_BLOCK_DEFAULT >= whole ? 0 : STREAM_BLOCK_DEFAULT;
     if (!o_nosweep) {
         double best_bps = 0;
-        uint64_t whole = size < (1ull << 30) ? size : (1ull << 30);
         int whole_done = 0;
         for (size_t bi = 0; bi < sizeof(stream_blocks) / sizeof(*stream_blocks); bi++) {
             size_t blk = stream_blocks[bi] >= whole ? 0 : stream_blocks[bi];
