@@ -872,9 +872,9 @@ __attribute__((noinline)) static int lookup_slow(struct tw_regcache *c, uintptr_
             pthread_mutex_unlock(&c->lock);
             run_deregs(c, dead);
             dead = NULL;
-            rc = kind->query(a, len, &attr, err, errlen);
+            rc = tw__memkind_classify(c->kinds, a, len, hint, &kind, &attr, err, errlen);
             if (rc)
-                return rc == -ERANGE ? TW_EINVAL : rc;
+                return rc;
             have_attr = 1;
             pthread_mutex_lock(&c->lock);
             continue; /* the index may have changed meanwhile */
