@@ -1050,6 +1050,112 @@ static void conn_eof(struct tw_srv_conn *c, const char *why, int clean)
         tw__conn_destroy(c, reason);
 }
 
+/* Read-ahead (server.h): the inline puts whose DATA frames should follow
+ * the payload being read, in request order (a client that queues its
+ * TENSOR_PUTs ahead of their payloads, as libtensorwire does, sends them
+ * so): each announced, no byte of it received yet, one whole frame of at
+ * least one byte. Fills c->ahead with where each goes and the header it
+ * should have; returns how many, 0 when the next request is anything
+ * else. want: the bytes of the current payload this read asks for. */
+static size_t ahead_plan(struct tw_srv_conn *c, size_t want)
+{
+    const size_t hl = TW_FRAME_HEADER_LEN + TW_DATA_PREFIX_LEN;
+    size_t n = 0, bytes = want;
+    uint64_t id = c->body.x->id;
+    while (n < TW_SRV_AHEAD_FRAMES) {
+        struct tw_xfer *y = tw__conn_find_xfer(c, ++id);
+        if (!y || y->dir != TW_XFER_PUT || y->ops != &tw__dp_inline_ops || y->done != 0 ||
+            !y->t->data)
+            break;
+        uint64_t len = y->t->byte_length;
+        if (len == 0 || len > c->max_frame - TW_DATA_PREFIX_LEN || bytes + hl >= TW_NET_IO_MAX ||
+            len > TW_NET_IO_MAX - bytes - hl)
+            break;
+        struct tw_srv_ahead *a = &c->ahead[n];
+        struct tw_msg m = {
+            .hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_DATA, .request_id = y->id},
+            .u.data = {.offset = 0, .bytes = {.ptr = NULL, .len = (uint32_t)len}}};
+        if (tw__msg_encode(&m, a->want, sizeof(a->want)) != (ssize_t)hl)
+            break;
+        a->dst = y->t->data;
+        a->len = (size_t)len;
+        bytes += hl + (size_t)len;
+        n++;
+    }
+    return n;
+}
+
+/* After a read-ahead of nah frames: rem bytes came behind the current
+ * payload. Each frame whose header is the one predicted goes through
+ * begin_data like any DATA frame (every check, the state machine), its
+ * bytes already in place. From the first that is not (another frame, or
+ * the read ended inside its header) the bytes are the stream's again:
+ * they are gathered into the input buffer in order, for the parser. A
+ * destination that received them meanwhile belongs to a put whose DATA
+ * has not come yet: it is written again when it does. */
+static void ahead_settle(struct tw_srv_conn *c, size_t nah, size_t rem)
+{
+    const size_t hl = TW_FRAME_HEADER_LEN + TW_DATA_PREFIX_LEN;
+    size_t j = 0;
+    for (; j < nah && rem > 0; j++) {
+        struct tw_srv_ahead *a = &c->ahead[j];
+        if (c->state != TW_CONN_OPEN)
+            return;
+        if (rem < hl)
+            break;
+        if (memcmp(a->got, a->want, hl) != 0) {
+            c->srv->stats.put_read_ahead_missed++;
+            break;
+        }
+        c->srv->stats.put_read_ahead++;
+        size_t got = rem - hl < a->len ? rem - hl : a->len;
+        rem -= hl + got;
+        memcpy(c->in, a->got, hl);
+        c->in_start = 0;
+        c->in_end = hl;
+        if (process_buffered(c) < 0)
+            return;
+        c->in_start = c->in_end = 0;
+        if (!c->body.active)
+            continue; /* cannot happen: a predicted frame has bytes */
+        if (c->body.x) {
+            if (c->body.dst != a->dst)
+                memmove(c->body.dst, a->dst, got);
+            c->body.dst += got;
+        }
+        c->body.left -= got;
+        if (c->body.left == 0)
+            body_done(c);
+    }
+    if (c->state != TW_CONN_OPEN)
+        return;
+    if (j == nah || rem == 0) { /* every prediction held: what is left is the tail */
+        c->in_start = rem ? TW_SRV_AHEAD_TAIL_AT : 0;
+        c->in_end = c->in_start + rem;
+        return;
+    }
+    /* Frames j.. were not the ones predicted: back into the buffer, in
+     * order (the tail, read behind them, moves behind them first). */
+    size_t span = 0;
+    for (size_t k = j; k < nah; k++)
+        span += hl + c->ahead[k].len;
+    size_t tail = rem > span ? rem - span : 0;
+    memmove(c->in + (rem - tail), c->in + TW_SRV_AHEAD_TAIL_AT, tail);
+    size_t off = 0, left = rem - tail;
+    for (size_t k = j; k < nah && left > 0; k++) {
+        size_t h = left < hl ? left : hl;
+        memcpy(c->in + off, c->ahead[k].got, h);
+        off += h;
+        left -= h;
+        size_t b = left < c->ahead[k].len ? left : c->ahead[k].len;
+        memcpy(c->in + off, c->ahead[k].dst, b);
+        off += b;
+        left -= b;
+    }
+    c->in_start = 0;
+    c->in_end = rem;
+}
+
 static void conn_read(struct tw_srv_conn *c)
 {
     size_t budget = TW_SRV_IO_BUDGET;
@@ -1088,27 +1194,43 @@ static void conn_read(struct tw_srv_conn *c)
             if (!c->body.x && want > srv->scratch_len)
                 want = srv->scratch_len;
             asked = want;
+            size_t nah = 0;
             if (c->body.x && want == c->body.left && c->in_start == c->in_end) {
                 /* The rest of this payload goes to its destination and what
                  * follows it into the buffer (empty: begin_data took every
                  * buffered byte before the body went on), in one call: a
                  * small tail, so that the next payload, too, is mostly read
-                 * in place rather than buffered and copied. */
-                struct iovec iov[2] = {{dst, want}, {c->in, TW_SRV_SCATTER_TAIL}};
+                 * in place rather than buffered and copied. Between the
+                 * two, the DATA frames of the next puts when they are known
+                 * (ahead_plan): one call for several small payloads. */
+                struct iovec iov[2 + 2 * TW_SRV_AHEAD_FRAMES];
+                int k = 0;
+                iov[k++] = (struct iovec){dst, want};
+                nah = ahead_plan(c, want);
+                for (size_t j = 0; j < nah; j++) {
+                    iov[k++] = (struct iovec){c->ahead[j].got, sizeof(c->ahead[j].got)};
+                    iov[k++] = (struct iovec){c->ahead[j].dst, c->ahead[j].len};
+                    asked += sizeof(c->ahead[j].got) + c->ahead[j].len;
+                }
+                iov[k++] =
+                    (struct iovec){c->in + (nah ? TW_SRV_AHEAD_TAIL_AT : 0), TW_SRV_SCATTER_TAIL};
                 c->in_start = c->in_end = 0;
-                asked = want + TW_SRV_SCATTER_TAIL;
-                n = readv(c->fd, iov, 2);
+                asked += TW_SRV_SCATTER_TAIL;
+                n = readv(c->fd, iov, k);
             } else {
                 n = read(c->fd, dst, want);
             }
             if (n > 0) {
                 size_t body_n = (size_t)n < want ? (size_t)n : want;
-                c->in_end += (size_t)n - body_n;
+                if (!nah)
+                    c->in_end += (size_t)n - body_n;
                 c->body.left -= (uint64_t)body_n;
                 if (c->body.x)
                     c->body.dst += body_n;
                 if (c->body.left == 0)
                     body_done(c);
+                if (nah)
+                    ahead_settle(c, nah, (size_t)n - body_n);
             }
         } else {
             int r = process_buffered(c);
@@ -1123,7 +1245,8 @@ static void conn_read(struct tw_srv_conn *c)
                 c->in_end -= c->in_start;
                 c->in_start = 0;
             }
-            asked = TW_SRV_INBUF - c->in_end;
+            asked = TW_SRV_READ_BUF > c->in_end ? TW_SRV_READ_BUF - c->in_end
+                                                : TW_SRV_INBUF - c->in_end;
             n = read(c->fd, c->in + c->in_end, asked);
             if (n > 0)
                 c->in_end += (size_t)n;

@@ -559,6 +559,8 @@ static void handle_stats(struct tw_srv_conn *c, const struct tw_msg *m)
         {"rdma_attach_gets", srv->stats.rdma_attach_gets},
         {"rdma_get_spans", srv->stats.rdma_get_spans},
         {"rdma_get_span_gets", srv->stats.rdma_get_span_gets},
+        {"put_read_ahead", srv->stats.put_read_ahead},
+        {"put_read_ahead_missed", srv->stats.put_read_ahead_missed},
         {"staged_progressive_gets", srv->stats.staged_progressive_gets},
         {"staged_copy_waits", srv->stats.staged_copy_waits},
         {"staged_copy_wait_ns", srv->stats.staged_copy_wait_ns},

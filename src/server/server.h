@@ -21,6 +21,7 @@
 #include "fabric/mrcache.h"
 #include "net/addr.h"
 #include "net/loop.h"
+#include "net/sock.h"
 #include "proto/auth.h"
 #include "proto/proto.h"
 #include "proto/sm.h"
@@ -31,12 +32,26 @@
 #include "server/xfer.h"
 
 /* Input buffer: frame headers and control messages (the largest legal
- * client->server control payload is about 3 KiB; DATA bytes bypass it). */
-#define TW_SRV_INBUF 65536u
+ * client->server control payload is about 3 KiB; DATA bytes bypass it).
+ * A read into it asks for TW_SRV_READ_BUF at most; the rest is room for
+ * the frames a read-ahead put into puts' destinations, should they turn
+ * out to be other frames (conn.c, ahead_settle). Pages of it that are
+ * never used are never touched. */
+#define TW_SRV_READ_BUF 65536u
+#define TW_SRV_INBUF (TW_NET_IO_MAX + 2 * TW_SRV_SCATTER_TAIL)
 /* Bytes read into the input buffer behind the rest of a DATA payload that
  * is read in place (conn.c, conn_read): the next frames' headers and the
  * start of the next payload. */
 #define TW_SRV_SCATTER_TAIL 4096u
+/* Read-ahead of put payloads (conn.c, ahead_plan and ahead_settle): with
+ * the rest of one DATA payload, the same call reads the whole DATA frames
+ * of the next inline puts already announced, each straight into its
+ * tensor, while they fit in TW_NET_IO_MAX bytes and TW_SRV_AHEAD_FRAMES
+ * frames. */
+#define TW_SRV_AHEAD_FRAMES 16u
+/* Offset in the input buffer of the bytes read behind a read-ahead (its
+ * start holds each predicted frame's header while it is checked). */
+#define TW_SRV_AHEAD_TAIL_AT 64u
 #define TW_SRV_MAX_CTL_PAYLOAD 16384u
 /* Stop reading from a peer whose unread replies exceed this (it is not
  * reading); resume below half. DATA frames of GETs are not counted: they
@@ -125,9 +140,17 @@ struct tw_srv_conn {
     uint32_t max_inflight;
     uint8_t server_nonce[TW_AUTH_NONCE_LEN];
 
-    /* Input: buffered bytes in[in_start, in_end). */
+    /* Input: buffered bytes in[in_start, in_end), TW_SRV_INBUF of room. */
     uint8_t *in;
     size_t in_start, in_end;
+    /* Read-ahead (conn.c, ahead_plan): the frames predicted for the next
+     * read, with the headers they should have and the ones that came. */
+    struct tw_srv_ahead {
+        uint8_t *dst;
+        size_t len;
+        uint8_t want[TW_FRAME_HEADER_LEN + TW_DATA_PREFIX_LEN];
+        uint8_t got[TW_FRAME_HEADER_LEN + TW_DATA_PREFIX_LEN];
+    } ahead[TW_SRV_AHEAD_FRAMES];
     struct {
         int active;
         struct tw_xfer *x; /* NULL: discard the bytes */
@@ -199,6 +222,9 @@ struct tw_srv_stats {
     /* Source registrations shared by gets of adjacent slab tensors, and
      * the gets sent such a key (xfer_rdma.c, docs/protocol.md §10). */
     uint64_t rdma_get_spans, rdma_get_span_gets;
+    /* Inline put payloads read ahead with the one before them (conn.c,
+     * ahead_plan), and predictions that met another frame instead. */
+    uint64_t put_read_ahead, put_read_ahead_missed;
     /* Transfers that moved all their bytes, by path (tw__path_format's
      * words): every transfer records its path here and in the log. */
     uint64_t path_inline, path_inline_staged, path_rdma_pull, path_rdma_push, path_rdma_staged,

@@ -1,0 +1,216 @@
+/* The server's read-ahead of inline put payloads (src/server/conn.c,
+ * ahead_plan and ahead_settle) from a raw peer with EAGER_PUT: TENSOR_PUTs
+ * queued ahead of their DATA frames, as libtensorwire sends a batch, read
+ * with the payload before them (STATS put_read_ahead) and never mistaken
+ * for anything else; a PING where the server expects the next DATA frame,
+ * so that every frame it read ahead goes back to the parser (STATS
+ * put_read_ahead_missed); every tensor read back byte-exact. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "itest.h"
+#include "tw_test.h"
+
+static struct itest_server srv;
+
+/* Appends one encoded frame to buf (room for it is the caller's). */
+static size_t put_frame(uint8_t *buf, const struct tw_msg *m)
+{
+    ssize_t n = tw__msg_encode(m, buf, 1u << 20);
+    TW_ASSERT(n > 0);
+    return (size_t)n;
+}
+
+static size_t put_open(uint8_t *buf, uint64_t id, const char *name, uint64_t len)
+{
+    struct tw_msg m;
+    itc_msg(&m, TW_TAG_TENSOR_PUT, id);
+    itest_desc(&m.u.tensor_put.desc, name, TW_DTYPE_U8, 1, &len);
+    return put_frame(buf, &m);
+}
+
+static size_t put_data(uint8_t *buf, uint64_t id, const uint8_t *data, uint64_t len)
+{
+    struct tw_msg m;
+    itc_msg(&m, TW_TAG_DATA, id);
+    m.u.data.offset = 0;
+    m.u.data.bytes.ptr = data;
+    m.u.data.bytes.len = (uint32_t)len;
+    return put_frame(buf, &m);
+}
+
+static size_t put_ping(uint8_t *buf, uint64_t id)
+{
+    struct tw_msg m;
+    itc_msg(&m, TW_TAG_PING, id);
+    memcpy(m.u.ping.payload, "aheadpng", sizeof(m.u.ping.payload));
+    return put_frame(buf, &m);
+}
+
+/* Reads replies until every put in ids[0..n) has its OK (PUT_ACCEPT first)
+ * and the PING ping_id (0: none) its PONG. */
+static void expect_puts_done(struct itc *c, const uint64_t *ids, size_t n, uint64_t ping_id)
+{
+    int *accepted = calloc(n, sizeof(int)), *ok = calloc(n, sizeof(int));
+    size_t oks = 0;
+    int pong = ping_id == 0;
+    TW_ASSERT(accepted && ok);
+    while (oks < n || !pong) {
+        struct tw_msg r;
+        TW_ASSERT_EQ(itc_recv(c, &r), 0);
+        if (r.hdr.tag == TW_TAG_PONG) {
+            TW_ASSERT_EQ_U64(r.hdr.request_id, ping_id);
+            TW_ASSERT(!pong);
+            pong = 1;
+            continue;
+        }
+        size_t i = 0;
+        while (i < n && ids[i] != r.hdr.request_id)
+            i++;
+        TW_ASSERT(i < n);
+        if (r.hdr.tag == TW_TAG_ERROR)
+            TW_FAIL("put %llu: ERROR %u: %.*s", (unsigned long long)ids[i], r.u.error.code,
+                    (int)r.u.error.message.len, (const char *)r.u.error.message.ptr);
+        if (r.hdr.tag == TW_TAG_PUT_ACCEPT) {
+            TW_ASSERT(!accepted[i]);
+            TW_ASSERT_EQ(r.u.put_accept.data_plane, TW_DP_INLINE);
+            accepted[i] = 1;
+        } else {
+            TW_ASSERT_EQ(r.hdr.tag, TW_TAG_OK);
+            TW_ASSERT(accepted[i] && !ok[i]);
+            ok[i] = 1;
+            oks++;
+        }
+    }
+    free(accepted);
+    free(ok);
+}
+
+static void expect_stored(struct itc *c, const char *name, const uint8_t *data, uint64_t len)
+{
+    uint8_t *back = NULL;
+    uint64_t back_len = 0;
+    TW_ASSERT_EQ(itc_get(c, name, &back, &back_len, NULL), 0);
+    TW_ASSERT_EQ_U64(back_len, len);
+    TW_ASSERT_MEM_EQ(back, data, len);
+    free(back);
+}
+
+/* Puts queued ahead of their payloads, in one send: the payloads behind
+ * the first one read in place are read with it (put_read_ahead moves),
+ * none is mistaken (put_read_ahead_missed stays). Sizes mix small and
+ * large payloads and one above the 64 KiB a buffered read takes. Rounds
+ * repeat (new names) until the server read ahead at least once: the
+ * bytes must have arrived when it reads, which a busy machine may delay. */
+static void test_grouped_puts(void)
+{
+    static const uint64_t sizes[] = {20000, 32768, 32768, 1,     5000,  32768, 70000,
+                                     32768, 100,   32768, 32768, 32768, 131072};
+    enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+    struct itc c;
+    itc_connect(&c, &srv);
+    TW_ASSERT_OK(itc_handshake_caps(&c, NULL,
+                                    TW_CAP_INLINE_DATA | TW_CAP_PAYLOAD_CRC32C | TW_CAP_EAGER_PUT));
+    uint64_t ahead0 = itc_stat_value(&c, "put_read_ahead");
+    uint64_t missed0 = itc_stat_value(&c, "put_read_ahead_missed");
+    TW_ASSERT(ahead0 != UINT64_MAX && missed0 != UINT64_MAX);
+    uint8_t *data[N];
+    size_t total = 0;
+    for (size_t i = 0; i < N; i++) {
+        data[i] = malloc(sizes[i]);
+        TW_ASSERT(data[i] != NULL);
+        total += sizes[i] + 256;
+    }
+    uint8_t *wire = malloc(total);
+    TW_ASSERT(wire != NULL);
+    int rounds = 0;
+    for (; rounds < 20; rounds++) {
+        char names[N][48];
+        uint64_t ids[N];
+        size_t off = 0;
+        for (size_t i = 0; i < N; i++) {
+            itest_fill(data[i], sizes[i], (uint32_t)(rounds * 131 + i));
+            snprintf(names[i], sizeof(names[i]), "ahead/%d/%zu", rounds, i);
+            ids[i] = itc_id(&c);
+            off += put_open(wire + off, ids[i], names[i], sizes[i]);
+        }
+        for (size_t i = 0; i < N; i++)
+            off += put_data(wire + off, ids[i], data[i], sizes[i]);
+        TW_ASSERT_OK(itc_send_raw(&c, wire, off));
+        expect_puts_done(&c, ids, N, 0);
+        for (size_t i = 0; i < N; i++)
+            expect_stored(&c, names[i], data[i], sizes[i]);
+        if (itc_stat_value(&c, "put_read_ahead") > ahead0)
+            break;
+    }
+    TW_ASSERT(rounds < 20); /* read ahead in one of the rounds */
+    TW_ASSERT_EQ_U64(itc_stat_value(&c, "put_read_ahead_missed"), missed0);
+    for (size_t i = 0; i < N; i++)
+        free(data[i]);
+    free(wire);
+    itc_close(&c);
+}
+
+/* A PING where the server predicts the next put's DATA frame: a 100 KB
+ * payload (read in place: more than a buffered read takes) is followed by
+ * a PING, then the DATA frames of seven 32 KiB puts announced before. The
+ * read that finishes the first payload took the PING and what follows it
+ * into the next puts' tensors: those bytes go back to the parser, which
+ * answers the PING and stores every put byte-exact. Rounds repeat until
+ * such a read happened (put_read_ahead_missed moves). */
+static void test_ping_between(void)
+{
+    enum { N = 8 };
+    struct itc c;
+    itc_connect(&c, &srv);
+    TW_ASSERT_OK(itc_handshake_caps(&c, NULL, TW_CAP_INLINE_DATA | TW_CAP_EAGER_PUT));
+    uint64_t missed0 = itc_stat_value(&c, "put_read_ahead_missed");
+    uint64_t sizes[N];
+    uint8_t *data[N];
+    size_t total = 1024;
+    for (size_t i = 0; i < N; i++) {
+        sizes[i] = i == 0 ? 100000 : 32768;
+        data[i] = malloc(sizes[i]);
+        TW_ASSERT(data[i] != NULL);
+        total += sizes[i] + 256;
+    }
+    uint8_t *wire = malloc(total);
+    TW_ASSERT(wire != NULL);
+    int rounds = 0;
+    for (; rounds < 20; rounds++) {
+        char names[N][48];
+        uint64_t ids[N];
+        size_t off = 0;
+        for (size_t i = 0; i < N; i++) {
+            itest_fill(data[i], sizes[i], (uint32_t)(rounds * 7 + i + 1000));
+            snprintf(names[i], sizeof(names[i]), "ahead-ping/%d/%zu", rounds, i);
+            ids[i] = itc_id(&c);
+            off += put_open(wire + off, ids[i], names[i], sizes[i]);
+        }
+        off += put_data(wire + off, ids[0], data[0], sizes[0]);
+        uint64_t ping_id = itc_id(&c);
+        off += put_ping(wire + off, ping_id);
+        for (size_t i = 1; i < N; i++)
+            off += put_data(wire + off, ids[i], data[i], sizes[i]);
+        TW_ASSERT_OK(itc_send_raw(&c, wire, off));
+        expect_puts_done(&c, ids, N, ping_id);
+        for (size_t i = 0; i < N; i++)
+            expect_stored(&c, names[i], data[i], sizes[i]);
+        if (itc_stat_value(&c, "put_read_ahead_missed") > missed0)
+            break;
+    }
+    TW_ASSERT(rounds < 20);
+    for (size_t i = 0; i < N; i++)
+        free(data[i]);
+    free(wire);
+    itc_close(&c);
+}
+
+int main(void)
+{
+    itest_server_start(&srv, NULL);
+    TW_RUN(test_grouped_puts);
+    TW_RUN(test_ping_between);
+    TW_ASSERT_EQ(itest_server_stop(&srv, SIGTERM, 10000), 0);
+    TW_DONE();
+}
