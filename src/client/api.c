@@ -84,8 +84,10 @@ static void client_free(struct tw_client *c)
         close(c->fd);
     tw__sm_destroy(&c->sm);
     free(c->rbuf);
-    free(c->tbuf);
-    free(c->segs);
+    for (int q = 0; q < 2; q++) {
+        free(c->tx[q].buf);
+        free(c->tx[q].segs);
+    }
     free(c->kept_reqs);
     free(c->kept_map);
     free(c);
@@ -320,7 +322,7 @@ void tw_close(tw_client *c)
     if (!c->broken && c->fd >= 0 && c->sm.phase == TW_PHASE_READY) {
         struct tw_msg m = {.hdr = {.version = TW_PROTO_VERSION, .tag = TW_TAG_GOODBYE}};
         m.u.goodbye.code = 0;
-        c->nsegs = c->tlen = 0;
+        tw__client_conn_discard(c);
         if (tw__client_conn_queue(c, &m) == 0)
             tw__client_conn_flush(c, 1000);
     }

@@ -188,10 +188,19 @@ enum tw__client_fabric {
 /* One segment of the send queue: bytes in the send buffer (ptr NULL, at
  * offset off) or caller memory (ptr). */
 struct tw__txseg {
-    const uint8_t *ptr;
+    const uint8_t *ptr; /* NULL: bytes [off, off + len) of its queue's buf */
     size_t off;
     size_t len;
 };
+
+/* One send queue: encoded frames in buf, described in order by segs. */
+struct tw__txq {
+    uint8_t *buf;
+    size_t cap, len;
+    struct tw__txseg *segs;
+    size_t nsegs, segcap;
+};
+enum { TW__TXQ_CTL = 0, TW__TXQ_DATA = 1 };
 
 /* Gets whose copies to the GPU wait for a fence, at most (a fence is
  * taken when they reach it; dp_staging.c stage_queue). */
@@ -223,11 +232,15 @@ struct tw_client {
     uint8_t *rbuf;
     size_t rcap, rpos, rlen, rconsume;
 
-    /* Send queue: encoded frames in tbuf, described in order by segs. */
-    uint8_t *tbuf;
-    size_t tcap, tlen;
-    struct tw__txseg *segs;
-    size_t nsegs, segcap;
+    /* Send queues (conn.c): tx[TW__TXQ_CTL] every frame but DATA,
+     * tx[TW__TXQ_DATA] the DATA frames (header encoded, bytes in place). A
+     * flush sends the first, then the second: the frames that open
+     * requests go ahead of the payloads queued beside them, so that the
+     * server knows where the next payloads go before they arrive and can
+     * read several in one call (server/conn.c, ahead_plan). DATA frames
+     * keep their order among themselves; each still follows the
+     * TENSOR_PUT of its request. */
+    struct tw__txq tx[2];
 
     /* The run in progress (engine.c). Ids are handed out in send order from
      * run_base; run_map[id - run_base] is the request's index in run, or
@@ -481,8 +494,11 @@ int tw__client_options_resolve(const struct tw_client_options *in, struct tw_cli
  * msg->u.data.bytes.ptr set, the bytes are sent from that memory without a
  * copy and must stay valid until tw__client_conn_flush returns. */
 int tw__client_conn_queue(struct tw_client *c, const struct tw_msg *msg);
-/* Sends everything queued. */
+/* Sends everything queued: the frames of the control queue, then the DATA
+ * frames (struct tw_client, tx). */
 int tw__client_conn_flush(struct tw_client *c, int timeout_ms);
+/* Drops everything queued, sending nothing. */
+void tw__client_conn_discard(struct tw_client *c);
 
 /* Reads the next frame. Control frames: returns 1 and *msg views the receive
  * buffer until the next call. DATA frames are given to on_data (engine.c) and

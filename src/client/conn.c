@@ -120,40 +120,40 @@ int tw__client_conn_open(struct tw_client *c, const char *addr, int timeout_ms, 
 
 /* --- sending ------------------------------------------------------------ */
 
-static int tx_reserve(struct tw_client *c, size_t bytes)
+static int tx_reserve(struct tw__txq *q, size_t bytes)
 {
-    if (c->tlen + bytes > c->tcap) {
-        size_t cap = c->tcap ? c->tcap : 4096;
-        while (cap < c->tlen + bytes)
+    if (q->len + bytes > q->cap) {
+        size_t cap = q->cap ? q->cap : 4096;
+        while (cap < q->len + bytes)
             cap *= 2;
-        uint8_t *p = realloc(c->tbuf, cap);
+        uint8_t *p = realloc(q->buf, cap);
         if (!p)
             return -ENOMEM;
-        c->tbuf = p;
-        c->tcap = cap;
+        q->buf = p;
+        q->cap = cap;
     }
-    if (c->nsegs + 2 > c->segcap) {
-        size_t cap = c->segcap ? c->segcap * 2 : 64;
-        struct tw__txseg *s = realloc(c->segs, cap * sizeof(*s));
+    if (q->nsegs + 2 > q->segcap) {
+        size_t cap = q->segcap ? q->segcap * 2 : 64;
+        struct tw__txseg *s = realloc(q->segs, cap * sizeof(*s));
         if (!s)
             return -ENOMEM;
-        c->segs = s;
-        c->segcap = cap;
+        q->segs = s;
+        q->segcap = cap;
     }
     return 0;
 }
 
-static void tx_add_seg(struct tw_client *c, const uint8_t *ptr, size_t off, size_t len)
+static void tx_add_seg(struct tw__txq *q, const uint8_t *ptr, size_t off, size_t len)
 {
     /* Adjacent pieces of the send buffer merge into one iovec. */
-    if (!ptr && c->nsegs > 0) {
-        struct tw__txseg *last = &c->segs[c->nsegs - 1];
+    if (!ptr && q->nsegs > 0) {
+        struct tw__txseg *last = &q->segs[q->nsegs - 1];
         if (!last->ptr && last->off + last->len == off) {
             last->len += len;
             return;
         }
     }
-    c->segs[c->nsegs++] = (struct tw__txseg){.ptr = ptr, .off = off, .len = len};
+    q->segs[q->nsegs++] = (struct tw__txseg){.ptr = ptr, .off = off, .len = len};
 }
 
 int tw__client_conn_queue(struct tw_client *c, const struct tw_msg *msg)
@@ -183,33 +183,58 @@ int tw__client_conn_queue(struct tw_client *c, const struct tw_msg *msg)
         tw__client_seterr(c, "%s not allowed now: %s", tw__tag_name(m.hdr.tag), tw_strerror(rc));
         return rc;
     }
-    rc = tx_reserve(c, (size_t)n);
+    /* client_internal.h: DATA after the other frames of the flush; GOODBYE,
+     * which ends everything, after the DATA too. */
+    struct tw__txq *q =
+        &c->tx[m.hdr.tag == TW_TAG_DATA || m.hdr.tag == TW_TAG_GOODBYE ? TW__TXQ_DATA
+                                                                       : TW__TXQ_CTL];
+    rc = tx_reserve(q, (size_t)n);
     if (rc)
         return rc;
-    n = tw__msg_encode(&m, c->tbuf + c->tlen, c->tcap - c->tlen);
+    n = tw__msg_encode(&m, q->buf + q->len, q->cap - q->len);
     if (n < 0)
         return (int)n;
-    tx_add_seg(c, NULL, c->tlen, (size_t)n);
-    c->tlen += (size_t)n;
+    tx_add_seg(q, NULL, q->len, (size_t)n);
+    q->len += (size_t)n;
     if (zc_len)
-        tx_add_seg(c, zc, 0, zc_len);
+        tx_add_seg(q, zc, 0, zc_len);
     return 0;
+}
+
+void tw__client_conn_discard(struct tw_client *c)
+{
+    for (int i = 0; i < 2; i++)
+        c->tx[i].nsegs = c->tx[i].len = 0;
+}
+
+/* The bytes of piece s of the flush (the control queue's pieces, then the
+ * DATA queue's) and its length. */
+static const uint8_t *tx_piece(const struct tw_client *c, size_t s, size_t *len)
+{
+    const struct tw__txq *q = &c->tx[TW__TXQ_CTL];
+    if (s >= q->nsegs) {
+        s -= q->nsegs;
+        q = &c->tx[TW__TXQ_DATA];
+    }
+    const struct tw__txseg *t = &q->segs[s];
+    *len = t->len;
+    return t->ptr ? t->ptr : q->buf + t->off;
 }
 
 int tw__client_conn_flush(struct tw_client *c, int timeout_ms)
 {
     struct iovec iov[64];
-    size_t seg = 0, seg_off = 0;
+    size_t seg = 0, seg_off = 0, total = c->tx[TW__TXQ_CTL].nsegs + c->tx[TW__TXQ_DATA].nsegs;
     int rc = 0;
 
-    while (seg < c->nsegs) {
+    while (seg < total) {
         int niov = 0;
         size_t asked = 0;
-        for (size_t s = seg; s < c->nsegs && niov < 64 && asked < TW_NET_IO_MAX; s++, niov++) {
-            const struct tw__txseg *t = &c->segs[s];
-            const uint8_t *base = t->ptr ? t->ptr : c->tbuf + t->off;
+        for (size_t s = seg; s < total && niov < 64 && asked < TW_NET_IO_MAX; s++, niov++) {
+            size_t len;
+            const uint8_t *base = tx_piece(c, s, &len);
             size_t skip = s == seg ? seg_off : 0;
-            size_t len = t->len - skip;
+            len -= skip;
             if (len > TW_NET_IO_MAX - asked)
                 len = TW_NET_IO_MAX - asked; /* sock.h: the rest in the next call */
             iov[niov].iov_base = (void *)(base + skip);
@@ -234,7 +259,9 @@ int tw__client_conn_flush(struct tw_client *c, int timeout_ms)
         /* Advance over what was written (partial writes are normal). */
         size_t left = (size_t)w;
         while (left > 0) {
-            size_t avail = c->segs[seg].len - seg_off;
+            size_t avail;
+            (void)tx_piece(c, seg, &avail);
+            avail -= seg_off;
             if (left < avail) {
                 seg_off += left;
                 left = 0;
@@ -245,13 +272,11 @@ int tw__client_conn_flush(struct tw_client *c, int timeout_ms)
             }
         }
     }
-    c->nsegs = 0;
-    c->tlen = 0;
+    tw__client_conn_discard(c);
     return 0;
 
 out_fail:
-    c->nsegs = 0;
-    c->tlen = 0;
+    tw__client_conn_discard(c);
     c->broken = 1;
     return rc;
 }

@@ -986,8 +986,7 @@ out_fail:
         memcpy(c->errmsg, keep, sizeof(keep));
         c->err_index = 0;
     }
-    c->tlen = 0;
-    c->nsegs = 0;
+    tw__client_conn_discard(c);
     tw__client_conn_fail(c, rc, 0);
     tw__client_put_span_close(c);
     (void)tw__client_stage_fence(c);
