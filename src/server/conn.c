@@ -1062,6 +1062,8 @@ static size_t ahead_plan(struct tw_srv_conn *c, size_t want)
     const size_t hl = TW_FRAME_HEADER_LEN + TW_DATA_PREFIX_LEN;
     size_t n = 0, bytes = want;
     uint64_t id = c->body.x->id;
+    if (c->ahead_missed >= TW_SRV_AHEAD_MISSES_MAX && c->ahead_missed * 8 > c->ahead_taken)
+        return 0; /* server.h: this peer sends otherwise */
     while (n < TW_SRV_AHEAD_FRAMES) {
         struct tw_xfer *y = tw__conn_find_xfer(c, ++id);
         if (!y || y->dir != TW_XFER_PUT || y->ops != &tw__dp_inline_ops || y->done != 0 ||
@@ -1105,9 +1107,11 @@ static void ahead_settle(struct tw_srv_conn *c, size_t nah, size_t rem)
             break;
         if (memcmp(a->got, a->want, hl) != 0) {
             c->srv->stats.put_read_ahead_missed++;
+            c->ahead_missed++;
             break;
         }
         c->srv->stats.put_read_ahead++;
+        c->ahead_taken++;
         size_t got = rem - hl < a->len ? rem - hl : a->len;
         rem -= hl + got;
         memcpy(c->in, a->got, hl);

@@ -49,6 +49,10 @@
  * tensor, while they fit in TW_NET_IO_MAX bytes and TW_SRV_AHEAD_FRAMES
  * frames. */
 #define TW_SRV_AHEAD_FRAMES 16u
+/* A connection whose predictions missed this many times, and more than
+ * once per 8 frames taken, is not read ahead any more: its peer does not
+ * send the announced puts' DATA in order, in one frame each. */
+#define TW_SRV_AHEAD_MISSES_MAX 8u
 /* Offset in the input buffer of the bytes read behind a read-ahead (its
  * start holds each predicted frame's header while it is checked). */
 #define TW_SRV_AHEAD_TAIL_AT 64u
@@ -151,6 +155,7 @@ struct tw_srv_conn {
         uint8_t want[TW_FRAME_HEADER_LEN + TW_DATA_PREFIX_LEN];
         uint8_t got[TW_FRAME_HEADER_LEN + TW_DATA_PREFIX_LEN];
     } ahead[TW_SRV_AHEAD_FRAMES];
+    uint64_t ahead_taken, ahead_missed; /* this connection's, as in STATS */
     struct {
         int active;
         struct tw_xfer *x; /* NULL: discard the bytes */
