@@ -232,9 +232,10 @@ struct tw_client {
     uint8_t *rbuf;
     size_t rcap, rpos, rlen, rconsume;
 
-    /* Send queues (conn.c): tx[TW__TXQ_CTL] every frame but DATA,
-     * tx[TW__TXQ_DATA] the DATA frames (header encoded, bytes in place). A
-     * flush sends the first, then the second: the frames that open
+    /* Send queues (conn.c): tx[TW__TXQ_CTL] every frame but DATA and
+     * GOODBYE, tx[TW__TXQ_DATA] the DATA frames (header encoded, bytes in
+     * place) and GOODBYE (nothing may follow it). A flush sends the first,
+     * then the second: the frames that open
      * requests go ahead of the payloads queued beside them, so that the
      * server knows where the next payloads go before they arrive and can
      * read several in one call (server/conn.c, ahead_plan). DATA frames
