@@ -97,6 +97,69 @@ static void expect_stored(struct itc *c, const char *name, const uint8_t *data, 
     free(back);
 }
 
+/* One round's puts: their data, names and ids, and the bytes a test sends
+ * (room for every frame of them). */
+struct batch {
+    size_t n;
+    const uint64_t *sizes;
+    uint8_t **data;
+    char (*names)[48];
+    uint64_t *ids;
+    uint8_t *wire;
+};
+
+static void batch_init(struct batch *b, size_t n, const uint64_t *sizes)
+{
+    size_t total = 1024;
+    b->n = n;
+    b->sizes = sizes;
+    b->data = calloc(n, sizeof(*b->data));
+    b->names = calloc(n, sizeof(*b->names));
+    b->ids = calloc(n, sizeof(*b->ids));
+    TW_ASSERT(b->data && b->names && b->ids);
+    for (size_t i = 0; i < n; i++) {
+        b->data[i] = malloc(sizes[i]);
+        TW_ASSERT(b->data[i] != NULL);
+        total += sizes[i] + 256 * 4;
+    }
+    b->wire = malloc(total);
+    TW_ASSERT(b->wire != NULL);
+}
+
+static void batch_free(struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        free(b->data[i]);
+    free(b->data);
+    free(b->names);
+    free(b->ids);
+    free(b->wire);
+}
+
+/* New contents, names prefix/round/i and ids for a round; encodes every
+ * TENSOR_PUT into b->wire and returns their bytes. */
+static size_t batch_open(struct batch *b, struct itc *c, const char *prefix, int round)
+{
+    size_t off = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        itest_fill(b->data[i], b->sizes[i], (uint32_t)(round * 131 + i) ^ (uint32_t)prefix[0]);
+        snprintf(b->names[i], sizeof(b->names[i]), "%s/%d/%zu", prefix, round, i);
+        b->ids[i] = itc_id(c);
+        off += put_open(b->wire + off, b->ids[i], b->names[i], b->sizes[i]);
+    }
+    return off;
+}
+
+/* Sends b->wire[0, len), reads every put's replies (and the PONG of
+ * ping_id, 0 for none), and reads every tensor back. */
+static void batch_finish(struct batch *b, struct itc *c, size_t len, uint64_t ping_id)
+{
+    TW_ASSERT_OK(itc_send_raw(c, b->wire, len));
+    expect_puts_done(c, b->ids, b->n, ping_id);
+    for (size_t i = 0; i < b->n; i++)
+        expect_stored(c, b->names[i], b->data[i], b->sizes[i]);
+}
+
 /* Puts queued ahead of their payloads, in one send: the payloads behind
  * the first one read in place are read with it (put_read_ahead moves),
  * none is mistaken (put_read_ahead_missed stays). Sizes mix small and
@@ -107,48 +170,27 @@ static void test_grouped_puts(void)
 {
     static const uint64_t sizes[] = {20000, 32768, 32768, 1,     5000,  32768, 70000,
                                      32768, 100,   32768, 32768, 32768, 131072};
-    enum { N = sizeof(sizes) / sizeof(sizes[0]) };
     struct itc c;
+    struct batch b;
     itc_connect(&c, &srv);
     TW_ASSERT_OK(itc_handshake_caps(&c, NULL,
                                     TW_CAP_INLINE_DATA | TW_CAP_PAYLOAD_CRC32C | TW_CAP_EAGER_PUT));
     uint64_t ahead0 = itc_stat_value(&c, "put_read_ahead");
     uint64_t missed0 = itc_stat_value(&c, "put_read_ahead_missed");
     TW_ASSERT(ahead0 != UINT64_MAX && missed0 != UINT64_MAX);
-    uint8_t *data[N];
-    size_t total = 0;
-    for (size_t i = 0; i < N; i++) {
-        data[i] = malloc(sizes[i]);
-        TW_ASSERT(data[i] != NULL);
-        total += sizes[i] + 256;
-    }
-    uint8_t *wire = malloc(total);
-    TW_ASSERT(wire != NULL);
+    batch_init(&b, sizeof(sizes) / sizeof(sizes[0]), sizes);
     int rounds = 0;
     for (; rounds < 20; rounds++) {
-        char names[N][48];
-        uint64_t ids[N];
-        size_t off = 0;
-        for (size_t i = 0; i < N; i++) {
-            itest_fill(data[i], sizes[i], (uint32_t)(rounds * 131 + i));
-            snprintf(names[i], sizeof(names[i]), "ahead/%d/%zu", rounds, i);
-            ids[i] = itc_id(&c);
-            off += put_open(wire + off, ids[i], names[i], sizes[i]);
-        }
-        for (size_t i = 0; i < N; i++)
-            off += put_data(wire + off, ids[i], data[i], sizes[i]);
-        TW_ASSERT_OK(itc_send_raw(&c, wire, off));
-        expect_puts_done(&c, ids, N, 0);
-        for (size_t i = 0; i < N; i++)
-            expect_stored(&c, names[i], data[i], sizes[i]);
+        size_t off = batch_open(&b, &c, "ahead", rounds);
+        for (size_t i = 0; i < b.n; i++)
+            off += put_data(b.wire + off, b.ids[i], b.data[i], sizes[i]);
+        batch_finish(&b, &c, off, 0);
         if (itc_stat_value(&c, "put_read_ahead") > ahead0)
             break;
     }
     TW_ASSERT(rounds < 20); /* read ahead in one of the rounds */
     TW_ASSERT_EQ_U64(itc_stat_value(&c, "put_read_ahead_missed"), missed0);
-    for (size_t i = 0; i < N; i++)
-        free(data[i]);
-    free(wire);
+    batch_free(&b);
     itc_close(&c);
 }
 
@@ -161,49 +203,27 @@ static void test_grouped_puts(void)
  * such a read happened (put_read_ahead_missed moves). */
 static void test_ping_between(void)
 {
-    enum { N = 8 };
+    static const uint64_t sizes[] = {100000, 32768, 32768, 32768, 32768, 32768, 32768, 32768};
     struct itc c;
+    struct batch b;
     itc_connect(&c, &srv);
     TW_ASSERT_OK(itc_handshake_caps(&c, NULL, TW_CAP_INLINE_DATA | TW_CAP_EAGER_PUT));
     uint64_t missed0 = itc_stat_value(&c, "put_read_ahead_missed");
-    uint64_t sizes[N];
-    uint8_t *data[N];
-    size_t total = 1024;
-    for (size_t i = 0; i < N; i++) {
-        sizes[i] = i == 0 ? 100000 : 32768;
-        data[i] = malloc(sizes[i]);
-        TW_ASSERT(data[i] != NULL);
-        total += sizes[i] + 256;
-    }
-    uint8_t *wire = malloc(total);
-    TW_ASSERT(wire != NULL);
+    batch_init(&b, sizeof(sizes) / sizeof(sizes[0]), sizes);
     int rounds = 0;
     for (; rounds < 20; rounds++) {
-        char names[N][48];
-        uint64_t ids[N];
-        size_t off = 0;
-        for (size_t i = 0; i < N; i++) {
-            itest_fill(data[i], sizes[i], (uint32_t)(rounds * 7 + i + 1000));
-            snprintf(names[i], sizeof(names[i]), "ahead-ping/%d/%zu", rounds, i);
-            ids[i] = itc_id(&c);
-            off += put_open(wire + off, ids[i], names[i], sizes[i]);
-        }
-        off += put_data(wire + off, ids[0], data[0], sizes[0]);
+        size_t off = batch_open(&b, &c, "ahead-ping", rounds);
+        off += put_data(b.wire + off, b.ids[0], b.data[0], sizes[0]);
         uint64_t ping_id = itc_id(&c);
-        off += put_ping(wire + off, ping_id);
-        for (size_t i = 1; i < N; i++)
-            off += put_data(wire + off, ids[i], data[i], sizes[i]);
-        TW_ASSERT_OK(itc_send_raw(&c, wire, off));
-        expect_puts_done(&c, ids, N, ping_id);
-        for (size_t i = 0; i < N; i++)
-            expect_stored(&c, names[i], data[i], sizes[i]);
+        off += put_ping(b.wire + off, ping_id);
+        for (size_t i = 1; i < b.n; i++)
+            off += put_data(b.wire + off, b.ids[i], b.data[i], sizes[i]);
+        batch_finish(&b, &c, off, ping_id);
         if (itc_stat_value(&c, "put_read_ahead_missed") > missed0)
             break;
     }
     TW_ASSERT(rounds < 20);
-    for (size_t i = 0; i < N; i++)
-        free(data[i]);
-    free(wire);
+    batch_free(&b);
     itc_close(&c);
 }
 
@@ -214,47 +234,31 @@ static void test_ping_between(void)
  * four frames each, every put stored byte-exact. */
 static void test_chunked_peer(void)
 {
-    enum { N = 6, LEN = 102400, FRAMES = 4 };
+    enum { FRAMES = 4, PART = 25600 };
+    static const uint64_t sizes[] = {FRAMES * PART, FRAMES * PART, FRAMES * PART,
+                                     FRAMES * PART, FRAMES * PART, FRAMES * PART};
     struct itc c;
+    struct batch b;
     itc_connect(&c, &srv);
     TW_ASSERT_OK(itc_handshake_caps(&c, NULL, TW_CAP_INLINE_DATA | TW_CAP_EAGER_PUT));
     uint64_t missed0 = itc_stat_value(&c, "put_read_ahead_missed");
-    uint8_t *data[N];
-    for (size_t i = 0; i < N; i++) {
-        data[i] = malloc(LEN);
-        TW_ASSERT(data[i] != NULL);
-    }
-    uint8_t *wire = malloc(N * (LEN + 512));
-    TW_ASSERT(wire != NULL);
+    batch_init(&b, sizeof(sizes) / sizeof(sizes[0]), sizes);
     for (int round = 0; round < 20; round++) {
-        char names[N][48];
-        uint64_t ids[N];
-        size_t off = 0;
-        for (size_t i = 0; i < N; i++) {
-            itest_fill(data[i], LEN, (uint32_t)(round * 11 + i + 5000));
-            snprintf(names[i], sizeof(names[i]), "ahead-chunked/%d/%zu", round, i);
-            ids[i] = itc_id(&c);
-            off += put_open(wire + off, ids[i], names[i], LEN);
-        }
-        for (size_t i = 0; i < N; i++)
+        size_t off = batch_open(&b, &c, "ahead-chunked", round);
+        for (size_t i = 0; i < b.n; i++)
             for (size_t f = 0; f < FRAMES; f++) {
                 struct tw_msg m;
-                itc_msg(&m, TW_TAG_DATA, ids[i]);
+                itc_msg(&m, TW_TAG_DATA, b.ids[i]);
                 m.hdr.flags = f + 1 < FRAMES ? TW_FRAME_MORE : 0;
-                m.u.data.offset = f * (LEN / FRAMES);
-                m.u.data.bytes.ptr = data[i] + f * (LEN / FRAMES);
-                m.u.data.bytes.len = LEN / FRAMES;
-                off += put_frame(wire + off, &m);
+                m.u.data.offset = f * PART;
+                m.u.data.bytes.ptr = b.data[i] + f * PART;
+                m.u.data.bytes.len = PART;
+                off += put_frame(b.wire + off, &m);
             }
-        TW_ASSERT_OK(itc_send_raw(&c, wire, off));
-        expect_puts_done(&c, ids, N, 0);
-        for (size_t i = 0; i < N; i++)
-            expect_stored(&c, names[i], data[i], LEN);
+        batch_finish(&b, &c, off, 0);
     }
     TW_ASSERT(itc_stat_value(&c, "put_read_ahead_missed") - missed0 <= 8);
-    for (size_t i = 0; i < N; i++)
-        free(data[i]);
-    free(wire);
+    batch_free(&b);
     itc_close(&c);
 }
 
