@@ -1051,7 +1051,7 @@ static void conn_eof(struct tw_srv_conn *c, const char *why, int clean)
 }
 
 /* Read-ahead (server.h): the inline puts whose DATA frames should follow
- * the payload being read, in request order (a client that queues its
+ * the payload being read (the last frame of its put), in request order (a client that queues its
  * TENSOR_PUTs ahead of their payloads, as libtensorwire does, sends them
  * so): each announced, no byte of it received yet, one whole frame of at
  * least one byte. Fills c->ahead with where each goes and the header it
@@ -1062,6 +1062,8 @@ static size_t ahead_plan(struct tw_srv_conn *c, size_t want)
     const size_t hl = TW_FRAME_HEADER_LEN + TW_DATA_PREFIX_LEN;
     size_t n = 0, bytes = want;
     uint64_t id = c->body.x->id;
+    if (c->body.msg.hdr.flags & TW_FRAME_MORE)
+        return 0; /* the next frame is this put's own */
     if (c->ahead_missed >= TW_SRV_AHEAD_MISSES_MAX && c->ahead_missed * 8 > c->ahead_taken)
         return 0; /* server.h: this peer sends otherwise */
     while (n < TW_SRV_AHEAD_FRAMES) {

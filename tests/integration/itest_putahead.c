@@ -5,7 +5,9 @@
  * for anything else; a PING where the server expects the next DATA frame,
  * so that every frame it read ahead goes back to the parser (STATS
  * put_read_ahead_missed); a peer whose payloads come in several frames,
- * which the server stops predicting; every tensor read back byte-exact. */
+ * which the server stops predicting; a put of several frames before small
+ * ones, not predicted before its last frame; every tensor read back
+ * byte-exact. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,14 +32,22 @@ static size_t put_open(uint8_t *buf, uint64_t id, const char *name, uint64_t len
     return put_frame(buf, &m);
 }
 
-static size_t put_data(uint8_t *buf, uint64_t id, const uint8_t *data, uint64_t len)
+/* One DATA frame: bytes [off, off + len) of data, MORE when more follow. */
+static size_t put_part(uint8_t *buf, uint64_t id, const uint8_t *data, uint64_t off, uint64_t len,
+                       int more)
 {
     struct tw_msg m;
     itc_msg(&m, TW_TAG_DATA, id);
-    m.u.data.offset = 0;
-    m.u.data.bytes.ptr = data;
+    m.hdr.flags = more ? TW_FRAME_MORE : 0;
+    m.u.data.offset = off;
+    m.u.data.bytes.ptr = data + off;
     m.u.data.bytes.len = (uint32_t)len;
     return put_frame(buf, &m);
+}
+
+static size_t put_data(uint8_t *buf, uint64_t id, const uint8_t *data, uint64_t len)
+{
+    return put_part(buf, id, data, 0, len, 0);
 }
 
 static size_t put_ping(uint8_t *buf, uint64_t id)
@@ -246,18 +256,46 @@ static void test_chunked_peer(void)
     for (int round = 0; round < 20; round++) {
         size_t off = batch_open(&b, &c, "ahead-chunked", round);
         for (size_t i = 0; i < b.n; i++)
-            for (size_t f = 0; f < FRAMES; f++) {
-                struct tw_msg m;
-                itc_msg(&m, TW_TAG_DATA, b.ids[i]);
-                m.hdr.flags = f + 1 < FRAMES ? TW_FRAME_MORE : 0;
-                m.u.data.offset = f * PART;
-                m.u.data.bytes.ptr = b.data[i] + f * PART;
-                m.u.data.bytes.len = PART;
-                off += put_frame(b.wire + off, &m);
-            }
+            for (size_t f = 0; f < FRAMES; f++)
+                off += put_part(b.wire + off, b.ids[i], b.data[i], f * PART, PART, f + 1 < FRAMES);
         batch_finish(&b, &c, off, 0);
     }
     TW_ASSERT(itc_stat_value(&c, "put_read_ahead_missed") - missed0 <= 8);
+    batch_free(&b);
+    itc_close(&c);
+}
+
+/* A large put in three frames (MORE), then eight 32 KiB puts, every
+ * TENSOR_PUT ahead: the end of a frame that is not its put's last is
+ * followed by that put's next frame, so nothing is predicted there (no
+ * miss in ten rounds or more), while the small puts after the last frame
+ * are still read ahead (rounds go on, up to 20, until they were); every
+ * put stored byte-exact. */
+static void test_large_then_small(void)
+{
+    enum { PART = 100000 };
+    static const uint64_t sizes[] = {3 * PART, 32768, 32768, 32768, 32768,
+                                     32768,    32768, 32768, 32768};
+    struct itc c;
+    struct batch b;
+    itc_connect(&c, &srv);
+    TW_ASSERT_OK(itc_handshake_caps(&c, NULL, TW_CAP_INLINE_DATA | TW_CAP_EAGER_PUT));
+    uint64_t ahead0 = itc_stat_value(&c, "put_read_ahead");
+    uint64_t missed0 = itc_stat_value(&c, "put_read_ahead_missed");
+    batch_init(&b, sizeof(sizes) / sizeof(sizes[0]), sizes);
+    int round = 0;
+    for (; round < 20; round++) {
+        size_t off = batch_open(&b, &c, "ahead-large", round);
+        for (int f = 0; f < 3; f++)
+            off += put_part(b.wire + off, b.ids[0], b.data[0], (uint64_t)f * PART, PART, f < 2);
+        for (size_t i = 1; i < b.n; i++)
+            off += put_data(b.wire + off, b.ids[i], b.data[i], sizes[i]);
+        batch_finish(&b, &c, off, 0);
+        if (round >= 9 && itc_stat_value(&c, "put_read_ahead") > ahead0)
+            break;
+    }
+    TW_ASSERT(round < 20); /* the small puts were read ahead at least once */
+    TW_ASSERT_EQ_U64(itc_stat_value(&c, "put_read_ahead_missed"), missed0);
     batch_free(&b);
     itc_close(&c);
 }
@@ -268,6 +306,7 @@ int main(void)
     TW_RUN(test_grouped_puts);
     TW_RUN(test_ping_between);
     TW_RUN(test_chunked_peer);
+    TW_RUN(test_large_then_small);
     TW_ASSERT_EQ(itest_server_stop(&srv, SIGTERM, 10000), 0);
     TW_DONE();
 }
