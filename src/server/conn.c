@@ -1051,12 +1051,13 @@ static void conn_eof(struct tw_srv_conn *c, const char *why, int clean)
 }
 
 /* Read-ahead (server.h): the inline puts whose DATA frames should follow
- * the payload being read (the last frame of its put), in request order (a client that queues its
- * TENSOR_PUTs ahead of their payloads, as libtensorwire does, sends them
- * so): each announced, no byte of it received yet, one whole frame of at
- * least one byte. Fills c->ahead with where each goes and the header it
- * should have; returns how many, 0 when the next request is anything
- * else. want: the bytes of the current payload this read asks for. */
+ * the payload being read when it is the last frame of its put, in request
+ * order (a client that queues its TENSOR_PUTs ahead of their payloads, as
+ * libtensorwire does, sends them so): each announced, no byte of it
+ * received yet, one whole frame of at least one byte. Fills c->ahead with
+ * where each goes and the header it should have; returns how many, 0 when
+ * the next request is anything else. want: the bytes of the current
+ * payload this read asks for. */
 static size_t ahead_plan(struct tw_srv_conn *c, size_t want)
 {
     const size_t hl = TW_FRAME_HEADER_LEN + TW_DATA_PREFIX_LEN;
