@@ -170,6 +170,19 @@ static void batch_finish(struct batch *b, struct itc *c, size_t len, uint64_t pi
         expect_stored(c, b->names[i], b->data[i], b->sizes[i]);
 }
 
+/* Connects with EAGER_PUT (and caps), prepares b for sizes[0..n) and
+ * reads the read-ahead counters before the test: *ahead0, *missed0. */
+static void peer_open(struct itc *c, struct batch *b, const uint64_t *sizes, size_t n,
+                      uint64_t caps, uint64_t *ahead0, uint64_t *missed0)
+{
+    itc_connect(c, &srv);
+    TW_ASSERT_OK(itc_handshake_caps(c, NULL, TW_CAP_INLINE_DATA | TW_CAP_EAGER_PUT | caps));
+    *ahead0 = itc_stat_value(c, "put_read_ahead");
+    *missed0 = itc_stat_value(c, "put_read_ahead_missed");
+    TW_ASSERT(*ahead0 != UINT64_MAX && *missed0 != UINT64_MAX);
+    batch_init(b, n, sizes);
+}
+
 /* Puts queued ahead of their payloads, in one send: the payloads behind
  * the first one read in place are read with it (put_read_ahead moves),
  * none is mistaken (put_read_ahead_missed stays). Sizes mix small and
@@ -182,13 +195,9 @@ static void test_grouped_puts(void)
                                      32768, 100,   32768, 32768, 32768, 131072};
     struct itc c;
     struct batch b;
-    itc_connect(&c, &srv);
-    TW_ASSERT_OK(itc_handshake_caps(&c, NULL,
-                                    TW_CAP_INLINE_DATA | TW_CAP_PAYLOAD_CRC32C | TW_CAP_EAGER_PUT));
-    uint64_t ahead0 = itc_stat_value(&c, "put_read_ahead");
-    uint64_t missed0 = itc_stat_value(&c, "put_read_ahead_missed");
-    TW_ASSERT(ahead0 != UINT64_MAX && missed0 != UINT64_MAX);
-    batch_init(&b, sizeof(sizes) / sizeof(sizes[0]), sizes);
+    uint64_t ahead0, missed0;
+    peer_open(&c, &b, sizes, sizeof(sizes) / sizeof(sizes[0]), TW_CAP_PAYLOAD_CRC32C, &ahead0,
+              &missed0);
     int rounds = 0;
     for (; rounds < 20; rounds++) {
         size_t off = batch_open(&b, &c, "ahead", rounds);
@@ -216,10 +225,8 @@ static void test_ping_between(void)
     static const uint64_t sizes[] = {100000, 32768, 32768, 32768, 32768, 32768, 32768, 32768};
     struct itc c;
     struct batch b;
-    itc_connect(&c, &srv);
-    TW_ASSERT_OK(itc_handshake_caps(&c, NULL, TW_CAP_INLINE_DATA | TW_CAP_EAGER_PUT));
-    uint64_t missed0 = itc_stat_value(&c, "put_read_ahead_missed");
-    batch_init(&b, sizeof(sizes) / sizeof(sizes[0]), sizes);
+    uint64_t ahead0, missed0;
+    peer_open(&c, &b, sizes, sizeof(sizes) / sizeof(sizes[0]), 0, &ahead0, &missed0);
     int rounds = 0;
     for (; rounds < 20; rounds++) {
         size_t off = batch_open(&b, &c, "ahead-ping", rounds);
@@ -249,10 +256,8 @@ static void test_chunked_peer(void)
                                      FRAMES * PART, FRAMES * PART, FRAMES * PART};
     struct itc c;
     struct batch b;
-    itc_connect(&c, &srv);
-    TW_ASSERT_OK(itc_handshake_caps(&c, NULL, TW_CAP_INLINE_DATA | TW_CAP_EAGER_PUT));
-    uint64_t missed0 = itc_stat_value(&c, "put_read_ahead_missed");
-    batch_init(&b, sizeof(sizes) / sizeof(sizes[0]), sizes);
+    uint64_t ahead0, missed0;
+    peer_open(&c, &b, sizes, sizeof(sizes) / sizeof(sizes[0]), 0, &ahead0, &missed0);
     for (int round = 0; round < 20; round++) {
         size_t off = batch_open(&b, &c, "ahead-chunked", round);
         for (size_t i = 0; i < b.n; i++)
@@ -278,11 +283,8 @@ static void test_large_then_small(void)
                                      32768,    32768, 32768, 32768};
     struct itc c;
     struct batch b;
-    itc_connect(&c, &srv);
-    TW_ASSERT_OK(itc_handshake_caps(&c, NULL, TW_CAP_INLINE_DATA | TW_CAP_EAGER_PUT));
-    uint64_t ahead0 = itc_stat_value(&c, "put_read_ahead");
-    uint64_t missed0 = itc_stat_value(&c, "put_read_ahead_missed");
-    batch_init(&b, sizeof(sizes) / sizeof(sizes[0]), sizes);
+    uint64_t ahead0, missed0;
+    peer_open(&c, &b, sizes, sizeof(sizes) / sizeof(sizes[0]), 0, &ahead0, &missed0);
     int round = 0;
     for (; round < 20; round++) {
         size_t off = batch_open(&b, &c, "ahead-large", round);
