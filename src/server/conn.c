@@ -894,6 +894,18 @@ static void body_done(struct tw_srv_conn *c)
                       (unsigned long long)x->id, tw_strerror(rc));
 }
 
+/* n more bytes of the payload being received are in place at body.dst
+ * (or were dropped, body.x NULL): counts them and ends the frame when it
+ * is complete. */
+static void body_took(struct tw_srv_conn *c, size_t n)
+{
+    if (c->body.x && n) /* a 0-byte tensor has no memory: dst is NULL */
+        c->body.dst += n;
+    c->body.left -= n;
+    if (c->body.left == 0)
+        body_done(c);
+}
+
 /* A DATA frame header + offset are in the buffer: route its bytes. */
 static int begin_data(struct tw_srv_conn *c, const struct tw_frame_header *hdr)
 {
@@ -938,16 +950,10 @@ static int begin_data(struct tw_srv_conn *c, const struct tw_frame_header *hdr)
     /* Bytes already buffered go in place now; the rest is read directly. */
     size_t have = c->in_end - c->in_start;
     size_t take = have < c->body.left ? have : (size_t)c->body.left;
-    if (take) {
-        if (c->body.x) {
-            memcpy(c->body.dst, c->in + c->in_start, take);
-            c->body.dst += take;
-        }
-        c->in_start += take;
-        c->body.left -= take;
-    }
-    if (c->body.left == 0)
-        body_done(c);
+    if (take && c->body.x)
+        memcpy(c->body.dst, c->in + c->in_start, take);
+    c->in_start += take;
+    body_took(c, take);
     return c->state == TW_CONN_OPEN ? 0 : -1;
 }
 
@@ -1120,19 +1126,12 @@ static void ahead_settle(struct tw_srv_conn *c, size_t nah, size_t rem)
         memcpy(c->in, a->got, hl);
         c->in_start = 0;
         c->in_end = hl;
-        if (process_buffered(c) < 0)
+        /* begin_data routes it to a->dst (its put's tensor, offset 0),
+         * or drops it (a put that ended meanwhile). */
+        if (process_buffered(c) < 0 || !c->body.active)
             return;
         c->in_start = c->in_end = 0;
-        if (!c->body.active)
-            continue; /* cannot happen: a predicted frame has bytes */
-        if (c->body.x) {
-            if (c->body.dst != a->dst)
-                memmove(c->body.dst, a->dst, got);
-            c->body.dst += got;
-        }
-        c->body.left -= got;
-        if (c->body.left == 0)
-            body_done(c);
+        body_took(c, got);
     }
     if (c->state != TW_CONN_OPEN)
         return;
@@ -1231,11 +1230,7 @@ static void conn_read(struct tw_srv_conn *c)
                 size_t body_n = (size_t)n < want ? (size_t)n : want;
                 if (!nah)
                     c->in_end += (size_t)n - body_n;
-                c->body.left -= (uint64_t)body_n;
-                if (c->body.x)
-                    c->body.dst += body_n;
-                if (c->body.left == 0)
-                    body_done(c);
+                body_took(c, body_n);
                 if (nah)
                     ahead_settle(c, nah, (size_t)n - body_n);
             }
